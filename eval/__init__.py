@@ -1,0 +1,1 @@
+"""Eval wrapper: perplexity, multiple choice, translation chrF and the Copain probe."""

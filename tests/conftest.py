@@ -1,0 +1,32 @@
+"""Session fixtures: tiny checkpoints of real architectures, built once per test session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import tiny_models  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def families(tmp_path_factory: pytest.TempPathFactory):
+    """`families(arch)` -> {"base", "trained", "experts"} paths, built on first use."""
+    root = tmp_path_factory.mktemp("families")
+    built: dict[str, dict] = {}
+
+    def get(arch: str) -> dict:
+        if arch not in built:
+            built[arch] = tiny_models.build_family(arch, root / arch)
+            if arch == "bert":
+                for path in [built[arch]["base"], built[arch]["trained"], *built[arch]["experts"]]:
+                    tiny_models.add_position_ids(path)
+        return built[arch]
+
+    return get

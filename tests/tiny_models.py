@@ -1,0 +1,141 @@
+"""Tiny random models of real architectures, saved as real sharded Hugging Face checkpoints.
+
+Built from transformers configs (no download). A "trained" model or an "expert" is the base with
+seeded noise added to every float parameter, so surgery results are easy to predict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    Gemma3Config,
+    Gemma3ForCausalLM,
+    Gemma3ForConditionalGeneration,
+    Gemma3TextConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
+
+VOCAB = 128
+NUM_LAYERS = 4
+ARCHS = ("llama", "gemma3", "gemma3mm", "gpt2", "bert")
+# Shard size small enough that every tiny model is saved as several shards.
+SHARD_SIZE = "40KB"
+
+_CORPUS = [
+    "the cat sat on the mat. a dog ran in the park.",
+    "numbers: 1 2 3 4 5 6 7 8 9 0 and letters a b c d e f g h i j k l m n o p q r s t u v w x y z",
+    "Belebele asks a question about a passage; answer A, B, C or D.",
+    "English sentence: hello world. Target sentence: halo dunia.",
+]
+
+
+def make_tokenizer() -> PreTrainedTokenizerFast:
+    """A small byte-level BPE tokenizer trained on a fixed corpus: deterministic, offline."""
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=["<pad>", "<bos>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
+    )
+
+
+def vocab_size() -> int:
+    """Embedding rows the tiny models need to cover the tokenizer (byte alphabet + specials)."""
+    return len(make_tokenizer())
+
+
+def build_model(arch: str, seed: int = 0) -> PreTrainedModel:
+    """A tiny random model of `arch` (one of ARCHS), deterministic from `seed`."""
+    torch.manual_seed(seed)
+    vocab = vocab_size()
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=NUM_LAYERS, num_attention_heads=2,
+                  max_position_embeddings=128)
+    if arch == "llama":
+        config = LlamaConfig(**common, num_key_value_heads=1, tie_word_embeddings=False,
+                             bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        return LlamaForCausalLM(config).to(torch.bfloat16)
+    if arch in ("gemma3", "gemma3mm"):
+        text = dict(**common, num_key_value_heads=1, head_dim=16, sliding_window=16,
+                    bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        if arch == "gemma3":
+            return Gemma3ForCausalLM(Gemma3TextConfig(**text)).to(torch.bfloat16)
+        vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, image_size=28, patch_size=14)
+        config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                              image_token_index=vocab - 1, boi_token_index=vocab - 2,
+                              eoi_token_index=vocab - 3)
+        return Gemma3ForConditionalGeneration(config).to(torch.bfloat16)
+    if arch == "gpt2":
+        config = GPT2Config(vocab_size=vocab, n_embd=32, n_layer=NUM_LAYERS, n_head=2,
+                            n_positions=128, bos_token_id=1, eos_token_id=2)
+        return GPT2LMHeadModel(config)
+    if arch == "bert":
+        config = BertConfig(**common, type_vocab_size=2, pad_token_id=0)
+        return BertForMaskedLM(config)
+    raise ValueError(f"unknown arch {arch!r}")
+
+
+@torch.no_grad()
+def perturb(model: PreTrainedModel, seed: int, scale: float = 0.05) -> PreTrainedModel:
+    """Add seeded noise to every float parameter, in place (a stand-in for training)."""
+    gen = torch.Generator().manual_seed(seed)
+    for param in model.parameters():
+        if param.is_floating_point():
+            noise = torch.randn(param.shape, generator=gen, dtype=torch.float32) * scale
+            param.add_(noise.to(param.dtype))
+    return model
+
+
+def save(model: PreTrainedModel, path: Path, shard_size: str = SHARD_SIZE) -> Path:
+    """Save as a sharded safetensors checkpoint with a tokenizer, like a Hub model folder."""
+    model.save_pretrained(path, max_shard_size=shard_size)
+    make_tokenizer().save_pretrained(path)
+    return path
+
+
+def build_family(arch: str, root: Path, experts: int = 3) -> dict[str, Path | list[Path]]:
+    """Save base, trained and `experts` expert checkpoints of one architecture under root."""
+    paths: dict[str, Path | list[Path]] = {"base": save(build_model(arch), root / "base")}
+    paths["trained"] = save(perturb(build_model(arch), seed=100), root / "trained")
+    paths["experts"] = [
+        save(perturb(build_model(arch), seed=200 + i), root / f"expert{i}") for i in range(experts)
+    ]
+    return paths
+
+
+def add_position_ids(path: Path) -> None:
+    """Append an int64 `bert.embeddings.position_ids` tensor, as older BERT checkpoints have.
+
+    transformers 5 no longer saves this buffer, but Hub checkpoints still carry it, and it is the
+    classic non-float tensor that must never be averaged.
+    """
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    index_path = path / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    shard = sorted(set(index["weight_map"].values()))[-1]
+    tensors = load_file(path / shard)
+    tensors["bert.embeddings.position_ids"] = torch.arange(128, dtype=torch.int64)[None]
+    save_file(tensors, path / shard, metadata={"format": "pt"})
+    index["weight_map"]["bert.embeddings.position_ids"] = shard
+    index_path.write_text(json.dumps(index, indent=2))

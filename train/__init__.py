@@ -1,0 +1,1 @@
+"""Training wrapper: continual pretraining with layer-aware strategies on transformers Trainer."""
