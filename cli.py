@@ -6,8 +6,10 @@ Errors the user can fix (`SurgeryError`) become one line on stderr and exit code
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -36,6 +38,176 @@ def cli(debug: bool) -> None:
 
 
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+
+
+def write_options(command):
+    """Options shared by every command that writes a checkpoint."""
+    options = [
+        click.option(
+            "--dtype",
+            default=None,
+            help="Output float dtype (bf16, fp16, fp32); default: the inputs'.",
+        ),
+        click.option(
+            "--max-shard-size",
+            default="5GB",
+            show_default=True,
+            help="Largest output shard (e.g. 5GB, 500MB).",
+        ),
+        click.option("--force", is_flag=True, help="Replace OUT if it exists (never an input)."),
+        quiet_option,
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _write_kwargs(dtype: str | None, max_shard_size: str, force: bool, quiet: bool) -> dict:
+    from surgery.dtypes import parse_dtype
+    from surgery.writer import parse_size
+
+    return {
+        "dtype": parse_dtype(dtype) if dtype else None,
+        "max_shard_size": parse_size(max_shard_size),
+        "force": force,
+        "quiet": quiet,
+    }
+
+
+def _done(out: Path, quiet: bool) -> None:
+    if not quiet:
+        click.echo(f"wrote {out}", err=True)
+
+
+stack_option = click.option(
+    "--stack",
+    default=None,
+    help="Layer stack the spec addresses (default: the text/decoder stack; e.g. vision).",
+)
+
+
+@cli.command()
+@click.option(
+    "--layers", required=True, help="Layers to take from BASE, e.g. 9:28, -6:, 0:9,28:34."
+)
+@stack_option
+@write_options
+@click.argument("base", type=click.Path())
+@click.argument("trained", type=click.Path())
+@click.argument("out", type=click.Path())
+def revert(layers, stack, dtype, max_shard_size, force, quiet, base, trained, out):
+    """Take LAYERS from BASE and everything else from TRAINED (byte copies).
+
+    \b
+    Examples:
+      surgery revert --layers 9:28 base trained out          # middle 19 of 34 layers
+      surgery revert --layers -6: base trained out           # the last six layers
+      surgery revert --layers 0:4 --stack vision base trained out
+    """
+    from surgery.ops.revert import revert as run
+
+    kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
+    _done(run(base, trained, out, layers, stack=stack, **kwargs), quiet)
+
+
+@cli.command()
+@click.option(
+    "--weights", default=None, help="Comma-separated weights, normalized (default: uniform)."
+)
+@write_options
+@click.argument("experts", nargs=-1, required=True, type=click.Path())
+@click.argument("out", type=click.Path())
+def soup(weights, dtype, max_shard_size, force, quiet, experts, out):
+    """Average EXPERTS (two or more) into OUT: sum(w_i * expert_i) / sum(w_i).
+
+    Float tensors accumulate in float32 (float64 for 32-bit inputs) and are rounded once;
+    non-float tensors must be identical in every expert and are copied.
+
+    \b
+    Examples:
+      surgery soup experts/* out
+      surgery soup slavic germanic indic out --weights 2,1,1
+    """
+    from surgery.ops.soup import parse_weights
+    from surgery.ops.soup import soup as run
+
+    kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
+    _done(run(list(experts), out, parse_weights(weights, len(experts)), **kwargs), quiet)
+
+
+@cli.command()
+@click.option(
+    "--alpha", required=True, help="Weight of TRAINED: a number, or per range: 9:28=0.3,*=1.0."
+)
+@click.option(
+    "--layers", default=None, help="Blend only these layers; all other tensors from TRAINED."
+)
+@stack_option
+@write_options
+@click.argument("base", type=click.Path())
+@click.argument("trained", type=click.Path())
+@click.argument("out", type=click.Path())
+def interpolate(alpha, layers, stack, dtype, max_shard_size, force, quiet, base, trained, out):
+    """Write (1 - alpha) * BASE + alpha * TRAINED.
+
+    alpha 0 gives BASE and alpha 1 gives TRAINED, bit for bit. With per-range alphas, '*' covers
+    every other layer and the tensors outside the layer stack; what no range covers comes from
+    TRAINED.
+
+    \b
+    Examples:
+      surgery interpolate --alpha 0.5 base trained out
+      surgery interpolate --alpha 0.3 --layers 9:28 base trained out
+      surgery interpolate --alpha 9:28=0.3,*=1.0 base trained out
+    """
+    from surgery.ops.interpolate import interpolate as run
+
+    kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
+    _done(run(base, trained, out, alpha, layers=layers, stack=stack, **kwargs), quiet)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.argument("checkpoint", type=click.Path())
+def inspect(as_json, checkpoint):
+    """Summarize CHECKPOINT from its headers: stacks, layers, dtypes, parameters, shards, recipe.
+
+    \b
+    Examples:
+      surgery inspect path/to/model
+      surgery inspect --json model.safetensors
+    """
+    from surgery.inspection import describe, format_description
+    from surgery.reader import open_checkpoint
+
+    info = describe(open_checkpoint(checkpoint))
+    click.echo(json.dumps(info, indent=2) if as_json else format_description(info))
+
+
+@cli.command()
+@click.option(
+    "--values", is_flag=True, help="Also read every float tensor and flag NaN/inf values."
+)
+@quiet_option
+@click.argument("checkpoint", type=click.Path())
+def verify(values, quiet, checkpoint):
+    """Check every shard header and the index of CHECKPOINT; exit 1 on any defect.
+
+    \b
+    Examples:
+      surgery verify path/to/model
+      surgery verify --values merged
+    """
+    from surgery.verify import verify as run
+
+    report = run(checkpoint, values=values, quiet=quiet)
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    for problem in report.problems:
+        click.echo(f"defect: {problem}")
+    status = "ok" if report.ok else f"{len(report.problems)} defect(s)"
+    click.echo(f"{checkpoint}: {report.shards} shard(s), {report.tensors} tensors: {status}")
+    sys.exit(0 if report.ok else 1)
 
 
 def main() -> None:

@@ -109,9 +109,7 @@ def _parse_item(item: str, num_layers: int, spec: str) -> list[int]:
     parts = item.split(":")
     if len(parts) > 3:
         raise LayerSpecError(f"layer spec {spec!r}: {item!r} has too many colons")
-    start, stop, step = (
-        _parse_int(p, spec) if p.strip() else None for p in [*parts, ""][:3]
-    )
+    start, stop, step = (_parse_int(p, spec) if p.strip() else None for p in [*parts, ""][:3])
     if step == 0:
         raise LayerSpecError(f"layer spec {spec!r}: {item!r} has a step of zero")
     for bound in (start, stop):
@@ -218,3 +216,9 @@ def format_layers(indices: Iterable[int]) -> str:
             start = index
         prev = index
     return ",".join(parts)
+
+
+def stack_layer(name: str, stack: Stack) -> int | None:
+    """The layer index of a tensor name within `stack`, or None if it is not in that stack."""
+    ref = layer_of(name)
+    return ref[1] if ref is not None and ref[0] == stack.prefix else None

@@ -1,0 +1,129 @@
+"""interpolate: (1 - alpha) * BASE + alpha * TRAINED, per layer range if asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from surgery.errors import LayerSpecError
+from surgery.layers import (
+    LayerValues,
+    Stack,
+    parse_layer_spec,
+    parse_layer_values,
+    select_stack,
+    stack_layer,
+)
+from surgery.ops import write_plan
+from surgery.plan import (
+    OutputTensor,
+    Plan,
+    Source,
+    blend_of,
+    check_compatible,
+    copy_of,
+    require_equal_non_float,
+)
+from surgery.reader import Checkpoint, TensorInfo, open_checkpoint
+from surgery.recipe import make_recipe
+from surgery.source import SourcePool
+
+
+def resolve_alphas(
+    checkpoint: Checkpoint, alpha: str | float, layers: str | None, stack: str | None
+) -> tuple[LayerValues, Stack | None]:
+    """Turn `--alpha` (a number or `9:28=0.3,*=1.0`) and `--layers` into values per layer.
+
+    A bare number applies to every tensor, unless `layers` restricts it to those layers; tensors
+    not covered come from TRAINED (alpha 1).
+
+    Raises:
+        LayerSpecError: a bad spec, or per-range alphas combined with --layers.
+    """
+    text = str(alpha)
+    per_range = "=" in text
+    if per_range and layers is not None:
+        raise LayerSpecError("give either per-range alphas (9:28=0.3,*=1) or --layers, not both")
+    if not per_range and layers is None:
+        return parse_layer_values(text, 1), None
+    chosen = select_stack(checkpoint.stacks, stack)
+    if per_range:
+        return parse_layer_values(text, chosen.num_layers), chosen
+    value = parse_layer_values(text, 1).default
+    indices = parse_layer_spec(layers, chosen.num_layers)
+    return LayerValues(per_layer=dict.fromkeys(indices, value)), chosen
+
+
+def _blend(base: TensorInfo, trained: TensorInfo, alpha: float, dtype: str | None) -> OutputTensor:
+    # Exact endpoints: alpha 0 and 1 are byte copies, bit-identical to the input.
+    if alpha == 0.0:
+        return copy_of(base, dtype)
+    if alpha == 1.0:
+        return copy_of(trained, dtype)
+    return blend_of([Source(base, 1.0 - alpha), Source(trained, alpha)], dtype or trained.dtype)
+
+
+def plan_interpolate(
+    base: Checkpoint,
+    trained: Checkpoint,
+    alpha: str | float,
+    *,
+    layers: str | None = None,
+    stack: str | None = None,
+    dtype: str | None = None,
+) -> Plan:
+    """Plan (1 - a) * BASE + a * TRAINED with a per layer (see `resolve_alphas`).
+
+    Non-float tensors are copied from TRAINED and must equal BASE's.
+
+    Raises:
+        MismatchError: the checkpoints do not line up.
+        LayerSpecError: a bad alpha or layer spec.
+    """
+    check_compatible([trained, base], ["trained", "base"], dtype)
+    values, chosen = resolve_alphas(trained, alpha, layers, stack)
+    tensors = []
+    with SourcePool() as pool:
+        for name, tensor in trained.tensors.items():
+            if not tensor.is_float:
+                require_equal_non_float([tensor, base.tensors[name]], ["trained", "base"], pool)
+                tensors.append(copy_of(tensor))
+                continue
+            layer = stack_layer(name, chosen) if chosen is not None else None
+            value = values.value_for(layer)
+            tensors.append(
+                _blend(base.tensors[name], tensor, 1.0 if value is None else value, dtype)
+            )
+    recipe = make_recipe(
+        "interpolate",
+        [("base", base), ("trained", trained)],
+        alpha=str(alpha),
+        layers=layers,
+        stack=chosen.name if chosen is not None else None,
+        dtype=dtype,
+    )
+    return Plan(
+        "interpolate", tensors, recipe, files_from=trained, inputs=[base, trained], dtype=dtype
+    )
+
+
+def interpolate(
+    base: str | Path,
+    trained: str | Path,
+    out: str | Path,
+    alpha: str | float,
+    *,
+    layers: str | None = None,
+    stack: str | None = None,
+    dtype: str | None = None,
+    **write_options: object,
+) -> Path:
+    """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`."""
+    plan = plan_interpolate(
+        open_checkpoint(base),
+        open_checkpoint(trained),
+        alpha,
+        layers=layers,
+        stack=stack,
+        dtype=dtype,
+    )
+    return write_plan(plan, out, **write_options)

@@ -1,0 +1,62 @@
+"""revert: chosen layers from BASE, everything else from TRAINED, as byte copies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from surgery.layers import format_layers, parse_layer_spec, select_stack, stack_layer
+from surgery.ops import write_plan
+from surgery.plan import Plan, check_compatible, copy_of
+from surgery.reader import Checkpoint, open_checkpoint
+from surgery.recipe import make_recipe
+
+
+def plan_revert(
+    base: Checkpoint,
+    trained: Checkpoint,
+    layers: str,
+    *,
+    stack: str | None = None,
+    dtype: str | None = None,
+) -> Plan:
+    """Plan a revert of `layers` (a layer spec such as `9:28`) of one stack to BASE.
+
+    Embeddings, final norm, head and other stacks (a vision tower) stay from TRAINED.
+
+    Raises:
+        MismatchError: the checkpoints do not line up.
+        LayerSpecError: the spec does not parse or does not fit the model.
+    """
+    check_compatible([trained, base], ["trained", "base"], dtype)
+    chosen_stack = select_stack(trained.stacks, stack)
+    indices = set(parse_layer_spec(layers, chosen_stack.num_layers))
+    tensors = []
+    for name, tensor in trained.tensors.items():
+        from_base = stack_layer(name, chosen_stack) in indices
+        tensors.append(copy_of(base.tensors[name] if from_base else tensor, dtype))
+    recipe = make_recipe(
+        "revert",
+        [("base", base), ("trained", trained)],
+        layers=format_layers(indices),
+        stack=chosen_stack.name,
+        num_layers=chosen_stack.num_layers,
+        dtype=dtype,
+    )
+    return Plan("revert", tensors, recipe, files_from=trained, inputs=[base, trained], dtype=dtype)
+
+
+def revert(
+    base: str | Path,
+    trained: str | Path,
+    out: str | Path,
+    layers: str,
+    *,
+    stack: str | None = None,
+    dtype: str | None = None,
+    **write_options: object,
+) -> Path:
+    """Write TRAINED with `layers` taken from BASE to `out`. See `plan_revert` and `write_plan`."""
+    plan = plan_revert(
+        open_checkpoint(base), open_checkpoint(trained), layers, stack=stack, dtype=dtype
+    )
+    return write_plan(plan, out, **write_options)

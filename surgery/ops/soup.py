@@ -1,0 +1,82 @@
+"""soup: the uniform or weighted average of several checkpoints ("model soup")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from surgery.errors import SurgeryError
+from surgery.ops import write_plan
+from surgery.plan import Plan, Source, blend_of, check_compatible, copy_of, require_equal_non_float
+from surgery.reader import Checkpoint, open_checkpoint
+from surgery.recipe import make_recipe
+from surgery.source import SourcePool
+
+
+def parse_weights(text: str | None, count: int) -> list[float]:
+    """Parse `--weights 1,2,1`: one non-negative number per expert, not all zero."""
+    if text is None:
+        return [1.0] * count
+    try:
+        weights = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise SurgeryError(f"--weights {text!r}: give comma-separated numbers") from None
+    if len(weights) != count:
+        raise SurgeryError(f"--weights has {len(weights)} values for {count} checkpoints")
+    if any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise SurgeryError(f"--weights {text!r}: weights must be >= 0 and not all zero")
+    return weights
+
+
+def plan_soup(
+    experts: Sequence[Checkpoint],
+    weights: Sequence[float] | None = None,
+    *,
+    dtype: str | None = None,
+) -> Plan:
+    """Plan sum(w_i * expert_i) / sum(w_i) for every float tensor.
+
+    Dividing once by the total (rather than pre-normalizing each weight) keeps a soup of identical
+    checkpoints bit-identical to them for uniform or integer weights. Non-float tensors are
+    copied from the first expert and must be identical in all.
+
+    Raises:
+        SurgeryError: fewer than two experts, or bad weights.
+        MismatchError: the experts do not line up, or a non-float tensor differs.
+    """
+    if len(experts) < 2:
+        raise SurgeryError("soup needs at least two checkpoints")
+    weights = list(weights) if weights is not None else [1.0] * len(experts)
+    labels = [f"expert {i + 1} ({e.path})" for i, e in enumerate(experts)]
+    check_compatible(experts, labels, dtype)
+    total = sum(weights)
+    tensors = []
+    with SourcePool() as pool:
+        for name, first in experts[0].tensors.items():
+            column = [e.tensors[name] for e in experts]
+            if not first.is_float:
+                require_equal_non_float(column, labels, pool)
+                tensors.append(copy_of(first))
+                continue
+            sources = [Source(t, w) for t, w in zip(column, weights, strict=True) if w]
+            tensors.append(blend_of(sources, dtype or first.dtype, divisor=total))
+    recipe = make_recipe(
+        "soup",
+        [(f"expert{i + 1}", e) for i, e in enumerate(experts)],
+        weights=list(weights),
+        dtype=dtype,
+    )
+    return Plan("soup", tensors, recipe, files_from=experts[0], inputs=list(experts), dtype=dtype)
+
+
+def soup(
+    experts: Sequence[str | Path],
+    out: str | Path,
+    weights: Sequence[float] | None = None,
+    *,
+    dtype: str | None = None,
+    **write_options: object,
+) -> Path:
+    """Write the (weighted) average of `experts` to `out`. See `plan_soup` and `write_plan`."""
+    plan = plan_soup([open_checkpoint(p) for p in experts], weights, dtype=dtype)
+    return write_plan(plan, out, **write_options)

@@ -1,0 +1,170 @@
+"""Plans: for every output tensor, its sources and how they combine. Validated before any write.
+
+An operation (revert, soup, interpolate) only builds a `Plan`; reading, chunking, writing,
+checking and progress are shared by all of them (surgery/writer.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from surgery.dtypes import itemsize
+from surgery.errors import MismatchError
+from surgery.reader import Checkpoint, TensorInfo
+from surgery.source import SourcePool
+
+# Bytes compared at a time when checking that non-float tensors agree.
+_COMPARE_CHUNK = 8 * 2**20
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input tensor and its weight in the output."""
+
+    tensor: TensorInfo
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class OutputTensor:
+    """One output tensor: sum(weight * source) / divisor, rounded once to `dtype`.
+
+    A single source of weight 1 in the output's dtype is a byte copy: no decode, no round trip.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    sources: tuple[Source, ...]
+    divisor: float = 1.0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the output tensor."""
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count * itemsize(self.dtype)
+
+    @property
+    def is_copy(self) -> bool:
+        """Whether this tensor is written as a byte copy of its only source."""
+        (first, *rest) = self.sources
+        return (
+            not rest
+            and first.weight == 1.0
+            and self.divisor == 1.0
+            and first.tensor.dtype == self.dtype
+        )
+
+
+@dataclass
+class Plan:
+    """Everything the writer needs: tensors in output order, the recipe, and where small files
+    (config, tokenizer) come from."""
+
+    operation: str
+    tensors: list[OutputTensor]
+    recipe: dict
+    files_from: Checkpoint
+    inputs: list[Checkpoint] = field(default_factory=list)
+    dtype: str | None = None  # the --dtype override, if any (config.json is patched to match)
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of tensor data the output will hold."""
+        return sum(t.nbytes for t in self.tensors)
+
+
+def copy_of(tensor: TensorInfo, dtype: str | None = None) -> OutputTensor:
+    """An output tensor taken whole from `tensor`, cast to `dtype` if it is given and differs."""
+    out_dtype = dtype if (dtype and tensor.is_float) else tensor.dtype
+    return OutputTensor(tensor.name, out_dtype, tensor.shape, (Source(tensor),))
+
+
+def blend_of(
+    sources: Sequence[Source], dtype: str | None = None, divisor: float = 1.0
+) -> OutputTensor:
+    """An output tensor that blends float sources (all of one name, shape and dtype)."""
+    first = sources[0].tensor
+    return OutputTensor(first.name, dtype or first.dtype, first.shape, tuple(sources), divisor)
+
+
+def _preview(names: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_compatible(
+    checkpoints: Sequence[Checkpoint], labels: Sequence[str], dtype: str | None = None
+) -> None:
+    """Require the same tensor names and shapes everywhere, and the same dtypes unless `dtype`
+    sets the output's float dtype (non-float dtypes must always agree).
+
+    Raises:
+        MismatchError: naming the checkpoints and listing the differing tensors.
+    """
+    reference, ref_label = checkpoints[0], labels[0]
+    for other, label in zip(checkpoints[1:], labels[1:], strict=True):
+        missing = [n for n in reference.tensors if n not in other.tensors]
+        extra = [n for n in other.tensors if n not in reference.tensors]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"{label} lacks {_preview(missing)}")
+            if extra:
+                parts.append(f"{label} has extra {_preview(extra)}")
+            raise MismatchError(
+                f"{ref_label} and {label} have different tensors: {'; '.join(parts)}"
+            )
+        for name, tensor in reference.tensors.items():
+            theirs = other.tensors[name]
+            if theirs.shape != tensor.shape:
+                raise MismatchError(
+                    f"{name!r} has shape {list(tensor.shape)} in {ref_label} but "
+                    f"{list(theirs.shape)} in {label}"
+                )
+            float_ok = dtype is not None and tensor.is_float and theirs.is_float
+            if theirs.dtype != tensor.dtype and not float_ok:
+                raise MismatchError(
+                    f"{name!r} is {tensor.dtype} in {ref_label} but {theirs.dtype} in {label}; "
+                    "pass --dtype to choose the output's dtype"
+                )
+
+
+def tensors_equal(a: TensorInfo, b: TensorInfo, pool: SourcePool) -> bool:
+    """Byte equality of two tensors, compared in bounded chunks."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    left, right = bytearray(min(_COMPARE_CHUNK, a.nbytes)), bytearray(min(_COMPARE_CHUNK, a.nbytes))
+    for offset in range(0, a.nbytes, _COMPARE_CHUNK):
+        size = min(_COMPARE_CHUNK, a.nbytes - offset)
+        pool.get(a.file).read_into(a.start + offset, memoryview(left)[:size])
+        pool.get(b.file).read_into(b.start + offset, memoryview(right)[:size])
+        if left[:size] != right[:size]:
+            return False
+    return True
+
+
+def require_equal_non_float(
+    tensors: Sequence[TensorInfo], labels: Sequence[str], pool: SourcePool
+) -> None:
+    """Non-float tensors are never averaged: they must be identical in every input.
+
+    Raises:
+        MismatchError: naming the tensor and the input that differs.
+    """
+    first = tensors[0]
+    for other, label in zip(tensors[1:], labels[1:], strict=True):
+        if not tensors_equal(first, other, pool):
+            raise MismatchError(
+                f"non-float tensor {first.name!r} ({first.dtype}) differs between {labels[0]} "
+                f"and {label}; integer tensors cannot be averaged"
+            )
+
+
+def input_label(path: Path, role: str) -> str:
+    """How errors name an input: its role and path."""
+    return f"{role} ({path})"
