@@ -113,9 +113,9 @@ def check_compatible(
         if missing or extra:
             parts = []
             if missing:
-                parts.append(f"{label} lacks {_preview(missing)}")
+                parts.append(f"only in {ref_label}: {_preview(missing)}")
             if extra:
-                parts.append(f"{label} has extra {_preview(extra)}")
+                parts.append(f"only in {label}: {_preview(extra)}")
             raise MismatchError(
                 f"{ref_label} and {label} have different tensors: {'; '.join(parts)}"
             )

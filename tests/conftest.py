@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import tiny_models  # noqa: E402
+import tiny_models
 
 
 @pytest.fixture(scope="session")

@@ -65,27 +65,63 @@ def build_model(arch: str, seed: int = 0) -> PreTrainedModel:
     """A tiny random model of `arch` (one of ARCHS), deterministic from `seed`."""
     torch.manual_seed(seed)
     vocab = vocab_size()
-    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64,
-                  num_hidden_layers=NUM_LAYERS, num_attention_heads=2,
-                  max_position_embeddings=128)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=2,
+        max_position_embeddings=128,
+    )
     if arch == "llama":
-        config = LlamaConfig(**common, num_key_value_heads=1, tie_word_embeddings=False,
-                             bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        config = LlamaConfig(
+            **common,
+            num_key_value_heads=1,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
         return LlamaForCausalLM(config).to(torch.bfloat16)
     if arch in ("gemma3", "gemma3mm"):
-        text = dict(**common, num_key_value_heads=1, head_dim=16, sliding_window=16,
-                    bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        text = dict(
+            **common,
+            num_key_value_heads=1,
+            head_dim=16,
+            sliding_window=16,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
         if arch == "gemma3":
             return Gemma3ForCausalLM(Gemma3TextConfig(**text)).to(torch.bfloat16)
-        vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, image_size=28, patch_size=14)
-        config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
-                              image_token_index=vocab - 1, boi_token_index=vocab - 2,
-                              eoi_token_index=vocab - 3)
+        vision = dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        )
+        config = Gemma3Config(
+            text_config=text,
+            vision_config=vision,
+            mm_tokens_per_image=4,
+            image_token_index=vocab - 1,
+            boi_token_index=vocab - 2,
+            eoi_token_index=vocab - 3,
+        )
         return Gemma3ForConditionalGeneration(config).to(torch.bfloat16)
     if arch == "gpt2":
-        config = GPT2Config(vocab_size=vocab, n_embd=32, n_layer=NUM_LAYERS, n_head=2,
-                            n_positions=128, bos_token_id=1, eos_token_id=2)
+        config = GPT2Config(
+            vocab_size=vocab,
+            n_embd=32,
+            n_layer=NUM_LAYERS,
+            n_head=2,
+            n_positions=128,
+            bos_token_id=1,
+            eos_token_id=2,
+        )
         return GPT2LMHeadModel(config)
     if arch == "bert":
         config = BertConfig(**common, type_vocab_size=2, pad_token_id=0)
