@@ -167,6 +167,7 @@ def test_shape_mismatch_and_missing_tensor_are_refused(llama, tmp_path):
         (["revert", "--layers", "3:3"], "selects no layers"),
         (["revert", "--layers", "0", "--stack", "vision"], "no layer stack named 'vision'"),
         (["interpolate", "--alpha", "x"], "not a number"),
+        (["interpolate", "--alpha", "nan"], "not a finite number"),
         (["revert", "--layers", "0", "--dtype", "int8"], "unknown dtype"),
         (["revert", "--layers", "0", "--max-shard-size", "lots"], "cannot parse size"),
     ],
@@ -203,3 +204,15 @@ def test_inputs_are_never_modified(llama, tmp_path):
         reverted["model.layers.0.mlp.up_proj.weight"],
         load_state(base)["model.layers.0.mlp.up_proj.weight"],
     )
+
+
+def test_verify_values_flags_nan(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    save_file(
+        {"w": torch.tensor([1.0, float("nan")]), "i": torch.tensor([1])}, tmp_path / "m.safetensors"
+    )
+    assert run("verify", tmp_path / "m.safetensors").exit_code == 0
+    result = run("verify", "--values", "-q", tmp_path / "m.safetensors")
+    assert result.exit_code == 1 and "'w': 1 NaN or infinite values" in result.output

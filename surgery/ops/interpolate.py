@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from surgery.errors import LayerSpecError
@@ -43,14 +44,21 @@ def resolve_alphas(
     per_range = "=" in text
     if per_range and layers is not None:
         raise LayerSpecError("give either per-range alphas (9:28=0.3,*=1) or --layers, not both")
-    if not per_range and layers is None:
-        return parse_layer_values(text, 1), None
-    chosen = select_stack(checkpoint.stacks, stack)
-    if per_range:
-        return parse_layer_values(text, chosen.num_layers), chosen
-    value = parse_layer_values(text, 1).default
-    indices = parse_layer_spec(layers, chosen.num_layers)
-    return LayerValues(per_layer=dict.fromkeys(indices, value)), chosen
+    chosen = None if not per_range and layers is None else select_stack(checkpoint.stacks, stack)
+    if chosen is None:
+        values = parse_layer_values(text, 1)
+    elif per_range:
+        values = parse_layer_values(text, chosen.num_layers)
+    else:
+        value = parse_layer_values(text, 1).default
+        values = LayerValues(
+            per_layer=dict.fromkeys(parse_layer_spec(layers, chosen.num_layers), value)
+        )
+    if not all(
+        math.isfinite(v) for v in [*values.per_layer.values(), values.default] if v is not None
+    ):
+        raise LayerSpecError(f"alpha {text!r} is not a finite number")
+    return values, chosen
 
 
 def _blend(base: TensorInfo, trained: TensorInfo, alpha: float, dtype: str | None) -> OutputTensor:

@@ -1,0 +1,211 @@
+"""Benchmark: soup, revert and interpolate against mergekit, a naive in-memory baseline and cp.
+
+Builds Llama-shaped bf16 checkpoints (a base, a trained model and three experts, two shards
+each; about 0.97B parameters = 1.9 GB each by default), then runs, in one process tree at a time:
+
+- soup of three experts:  surgery soup | mergekit-yaml (linear) | naive (load all, average, save)
+- revert of layers 6:13:  surgery revert | mergekit-yaml (passthrough slices) | cp -r TRAINED
+- interpolate alpha 0.3:  surgery interpolate | mergekit-yaml (linear, weights 0.7/0.3)
+
+and prints wall time and peak private memory (RssAnon) of each, with ratios to ours.
+Run by hand:  python bench/bench_engine.py [--work DIR] [--layers 19] [--hidden 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+sys.path.insert(0, str(Path(__file__).parent))
+from measure import Measurement, measure
+
+VOCAB = 32000
+
+
+def llama_config(layers: int, hidden: int) -> dict:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": hidden * 11 // 4,
+        "num_hidden_layers": layers,
+        "num_attention_heads": hidden // 64,
+        "num_key_value_heads": max(1, hidden // 512),
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        "dtype": "bfloat16",
+    }
+
+
+def llama_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    h, i = config["hidden_size"], config["intermediate_size"]
+    kv = config["num_key_value_heads"] * 64
+    shapes = {"model.embed_tokens.weight": (VOCAB, h)}
+    for n in range(config["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        shapes |= {
+            p + "self_attn.q_proj.weight": (h, h),
+            p + "self_attn.k_proj.weight": (kv, h),
+            p + "self_attn.v_proj.weight": (kv, h),
+            p + "self_attn.o_proj.weight": (h, h),
+            p + "mlp.gate_proj.weight": (i, h),
+            p + "mlp.up_proj.weight": (i, h),
+            p + "mlp.down_proj.weight": (h, i),
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+        }
+    shapes |= {"model.norm.weight": (h,), "lm_head.weight": (VOCAB, h)}
+    return shapes
+
+
+def write_checkpoint(path: Path, config: dict, seed: int) -> None:
+    """Two shards of random bf16 weights with an index, written one shard at a time."""
+    path.mkdir(parents=True)
+    shapes = list(llama_shapes(config).items())
+    half = len(shapes) // 2
+    gen = torch.Generator().manual_seed(seed)
+    weight_map = {}
+    for number, part in enumerate((shapes[:half], shapes[half:]), start=1):
+        name = f"model-{number:05d}-of-00002.safetensors"
+        tensors = {
+            key: (torch.randn(shape, generator=gen) * 0.02).to(torch.bfloat16)
+            for key, shape in part
+        }
+        save_file(tensors, path / name, metadata={"format": "pt"})
+        weight_map |= dict.fromkeys(tensors, name)
+        del tensors
+    index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def mergekit(config_text: str, work: Path, name: str) -> Measurement:
+    config_path = work / f"{name}.yml"
+    config_path.write_text(config_text)
+    return measure(
+        [
+            "mergekit-yaml",
+            str(config_path),
+            str(work / name),
+            "--quiet",
+            "--no-copy-tokenizer",
+            "--no-write-model-card",
+        ]
+    )
+
+
+def surgery(*args: str) -> Measurement:
+    return measure([sys.executable, "-m", "cli", *args, "-q"])
+
+
+NAIVE_SOUP = """
+import sys, glob, os
+from safetensors.torch import load_file, save_file
+experts, out = sys.argv[1:-1], sys.argv[-1]
+states = [{k: v for f in sorted(glob.glob(e + "/*.safetensors")) for k, v in load_file(f).items()}
+          for e in experts]
+merged = {k: (sum(s[k].float() for s in states) / len(states)).to(states[0][k].dtype)
+          for k in states[0]}
+os.makedirs(out)
+save_file(merged, out + "/model.safetensors")
+"""
+
+
+def run(work: Path, layers: int, hidden: int) -> list[tuple[str, str, Measurement]]:
+    config = llama_config(layers, hidden)
+    names = ["base", "trained", "expert1", "expert2", "expert3"]
+    for seed, name in enumerate(names):
+        if not (work / name).exists():
+            print(f"building {name} ...", file=sys.stderr)
+            write_checkpoint(work / name, config, seed)
+    for old in work.iterdir():
+        if old.name.startswith("out-") or old.suffix == ".yml":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    b, t = str(work / "base"), str(work / "trained")
+    experts = [str(work / f"expert{i}") for i in (1, 2, 3)]
+    lo, hi = layers // 3, 2 * layers // 3
+    linear = "\n".join(f"  - model: {e}\n    parameters: {{weight: 1.0}}" for e in experts)
+    passthrough = (
+        "merge_method: passthrough\ndtype: bfloat16\nslices:\n"
+        f"  - sources: [{{model: {t}, layer_range: [0, {lo}]}}]\n"
+        f"  - sources: [{{model: {b}, layer_range: [{lo}, {hi}]}}]\n"
+        f"  - sources: [{{model: {t}, layer_range: [{hi}, {layers}]}}]\n"
+    )
+    interp = (
+        "merge_method: linear\ndtype: bfloat16\nmodels:\n"
+        f"  - model: {b}\n    parameters: {{weight: 0.7}}\n"
+        f"  - model: {t}\n    parameters: {{weight: 0.3}}\n"
+    )
+    results = [
+        ("soup", "surgery", surgery("soup", *experts, str(work / "out-soup"))),
+        (
+            "soup",
+            "mergekit",
+            mergekit(
+                f"merge_method: linear\ndtype: bfloat16\nmodels:\n{linear}\n", work, "out-mk-soup"
+            ),
+        ),
+        (
+            "soup",
+            "naive",
+            measure([sys.executable, "-c", NAIVE_SOUP, *experts, str(work / "out-naive")]),
+        ),
+        (
+            "revert",
+            "surgery",
+            surgery("revert", "--layers", f"{lo}:{hi}", b, t, str(work / "out-rev")),
+        ),
+        ("revert", "mergekit", mergekit(passthrough, work, "out-mk-rev")),
+        ("revert", "cp -r", measure(["cp", "-r", t, str(work / "out-cp")])),
+        (
+            "interpolate",
+            "surgery",
+            surgery("interpolate", "--alpha", "0.3", b, t, str(work / "out-int")),
+        ),
+        ("interpolate", "mergekit", mergekit(interp, work, "out-mk-int")),
+    ]
+    return results
+
+
+def report(results: list[tuple[str, str, Measurement]]) -> str:
+    ours = {op: m for op, tool, m in results if tool == "surgery"}
+    lines = [
+        "| operation | tool | wall s | peak RssAnon MB | time vs surgery | memory vs surgery |",
+        "|---|---|---|---|---|---|",
+    ]
+    for op, tool, m in results:
+        status = "" if m.returncode == 0 else f" (exit {m.returncode})"
+        lines.append(
+            f"| {op} | {tool}{status} | {m.seconds:.1f} | {m.peak_anon / 2**20:.0f} | "
+            f"{m.seconds / ours[op].seconds:.2f}x | {m.peak_anon / ours[op].peak_anon:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("bench/out"))
+    parser.add_argument("--layers", type=int, default=19)
+    parser.add_argument("--hidden", type=int, default=2048)
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    params = sum(
+        torch.Size(s).numel() for s in llama_shapes(llama_config(args.layers, args.hidden)).values()
+    )
+    print(
+        f"Llama-shaped bf16, {params / 1e9:.2f}B parameters, {2 * params / 1e9:.2f} GB each",
+        file=sys.stderr,
+    )
+    print(report(run(args.work, args.layers, args.hidden)))
+
+
+if __name__ == "__main__":
+    main()
