@@ -56,7 +56,12 @@ def tree_anon_bytes(pid: int) -> int:
 def measure(
     command: Sequence[str], env: dict | None = None, interval: float = 0.001
 ) -> Measurement:
-    """Run `command`, sampling the RssAnon of its process tree until it exits."""
+    """Run `command`, sampling the RssAnon of its process tree until it exits.
+
+    Dirty pages left by earlier runs are flushed first, so that no run pays for another's
+    writeback.
+    """
+    os.sync()
     start = time.perf_counter()
     process = subprocess.Popen(
         list(command), env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL

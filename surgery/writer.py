@@ -10,11 +10,14 @@ buffers whatever the model or tensor size.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -24,11 +27,12 @@ from surgery.dtypes import CONFIG_NAMES, TORCH_DTYPES, accumulator_for, itemsize
 from surgery.errors import OutputError
 from surgery.output_dir import staged_output
 from surgery.plan import OutputTensor, Plan
-from surgery.reader import INDEX_NAME, RECIPE_NAME
+from surgery.reader import INDEX_NAME, RECIPE_NAME, TensorInfo
 from surgery.source import SourcePool
 
-# Elements per blend chunk: 4M elements = 16 MiB of float32 accumulator per chunk.
-CHUNK_ELEMENTS = 4 * 2**20
+# Elements per blend chunk. 64K elements keep the float32 accumulator (256 KiB) in the CPU's L2
+# cache while every source is added into it: twice the throughput of 4M-element chunks.
+CHUNK_ELEMENTS = 2**16
 # Bytes per copy_file_range call (the kernel moves them; this only bounds each syscall).
 COPY_CHUNK = 64 * 2**20
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
@@ -121,100 +125,129 @@ def build_header(
     return len(text).to_bytes(8, "little") + text, ordered
 
 
-def _write_all(fd: int, data: memoryview) -> None:
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
     while len(data):
-        data = data[os.write(fd, data) :]
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
 
 
 class _TensorWriter:
-    """Writes output tensors to an open file; owns the reused chunk buffers."""
+    """Writes one output tensor at a known file offset; one per worker thread (owns its buffers).
+
+    Every tensor's place in its shard is known from the header, so workers write with `pwrite`
+    and `copy_file_range` at explicit offsets and need no coordination.
+    """
 
     def __init__(self, pool: SourcePool, progress: tqdm) -> None:
         self.pool = pool
         self.progress = progress
-        self.read_buffer = bytearray()
-        self.accumulators: dict[torch.dtype, torch.Tensor] = {}
-        self.kernel_copy = True
+        self.chunk_buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
 
-    def write(self, fd: int, tensor: OutputTensor) -> None:
+    def write(self, fd: int, tensor: OutputTensor, offset: int) -> None:
+        """Write `tensor` at byte `offset` of the open shard `fd`."""
         if tensor.is_copy:
-            self._copy(fd, tensor)
+            self._copy(fd, tensor, offset)
         else:
-            self._blend(fd, tensor)
+            self._blend(fd, tensor, offset)
 
-    def _read(self, nbytes: int) -> memoryview:
-        if len(self.read_buffer) < nbytes:
-            self.read_buffer = bytearray(nbytes)
-        return memoryview(self.read_buffer)[:nbytes]
-
-    def _copy(self, fd: int, tensor: OutputTensor) -> None:
+    def _copy(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         source = tensor.sources[0].tensor
         handle = self.pool.get(source.file)
         done = 0
         while done < source.nbytes:
             count = min(COPY_CHUNK, source.nbytes - done)
-            if self.kernel_copy:
-                try:
-                    count = os.copy_file_range(handle.fd, fd, count, source.start + done)
-                except OSError as error:
-                    if error.errno not in (
-                        errno.EXDEV,
-                        errno.ENOSYS,
-                        errno.EINVAL,
-                        errno.EOPNOTSUPP,
-                    ):
-                        raise
-                    self.kernel_copy = False  # e.g. across file systems on old kernels
-                    continue
-                if count == 0:
-                    handle.read_into(source.start + done, self._read(1))  # raises: truncated
-            else:
-                view = self._read(min(count, CHUNK_ELEMENTS * 4))
-                handle.read_into(source.start + done, view)
-                _write_all(fd, view)
-                count = len(view)
+            try:
+                count = os.copy_file_range(handle.fd, fd, count, source.start + done, offset + done)
+            except OSError as error:
+                if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                count = 0  # e.g. across file systems on old kernels: copy through the mapping
+            if count == 0:
+                count = min(COPY_CHUNK, source.nbytes - done)
+                _pwrite_all(fd, handle.view(source.start + done, count), offset + done)
             done += count
             self.progress.update(count)
 
-    def _blend(self, fd: int, tensor: OutputTensor) -> None:
+    def _blend(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         acc_dtype = max(
-            (accumulator_for(s.tensor.dtype) for s in tensor.sources),
+            [
+                accumulator_for(tensor.dtype),
+                *(accumulator_for(s.tensor.dtype) for s in tensor.sources),
+            ],
             key=lambda d: d.itemsize,
         )
-        acc_dtype = max(acc_dtype, accumulator_for(tensor.dtype), key=lambda d: d.itemsize)
         numel = tensor.nbytes // itemsize(tensor.dtype)
-        if acc_dtype not in self.accumulators:
-            self.accumulators[acc_dtype] = torch.empty(CHUNK_ELEMENTS, dtype=acc_dtype)
+        # Whole-tensor views of the memory-mapped inputs: slicing them below copies nothing.
+        inputs = [(self._source_values(s.tensor), s.weight) for s in tensor.sources]
+        acc_buffer = self._buffer("acc", acc_dtype)
+        out_buffer = self._buffer("out", TORCH_DTYPES[tensor.dtype])
         for start in range(0, numel, CHUNK_ELEMENTS):
-            count = min(CHUNK_ELEMENTS, numel - start)
-            acc = self.accumulators[acc_dtype][:count].zero_()
-            for source in tensor.sources:
-                info, size = source.tensor, itemsize(source.tensor.dtype)
-                view = self._read(count * size)
-                self.pool.get(info.file).read_into(info.start + start * size, view)
-                values = torch.frombuffer(view, dtype=TORCH_DTYPES[info.dtype], count=count)
-                acc.add_(values, alpha=source.weight)  # promotes to the accumulator dtype
+            stop = min(start + CHUNK_ELEMENTS, numel)
+            acc, out = acc_buffer[: stop - start], out_buffer[: stop - start]
+            for position, (values, weight) in enumerate(inputs):
+                chunk = values[start:stop]
+                if position == 0:
+                    # Convert first, then scale: torch.mul(chunk, w, out=acc) would multiply in
+                    # the input's 16-bit dtype and only then widen.
+                    acc.copy_(chunk).mul_(weight)
+                else:
+                    acc.add_(chunk, alpha=weight)  # promotes to the accumulator dtype
             if tensor.divisor != 1.0:
                 acc.div_(tensor.divisor)
-            out = acc.to(TORCH_DTYPES[tensor.dtype])
-            _write_all(fd, memoryview(out.view(torch.uint8).numpy()))
-            self.progress.update(out.nbytes)
+            out.copy_(acc)  # the one rounding to the output dtype
+            data = memoryview(out.view(torch.uint8).numpy())
+            _pwrite_all(fd, data, offset + start * out.element_size())
+            self.progress.update(len(data))
+
+    def _source_values(self, info: TensorInfo) -> torch.Tensor:
+        view = self.pool.get(info.file).view(info.start, info.nbytes)
+        return torch.frombuffer(view, dtype=TORCH_DTYPES[info.dtype], count=info.numel)
+
+    def _buffer(self, role: str, dtype: torch.dtype) -> torch.Tensor:
+        if (role, dtype) not in self.chunk_buffers:
+            self.chunk_buffers[role, dtype] = torch.empty(CHUNK_ELEMENTS, dtype=dtype)
+        return self.chunk_buffers[role, dtype]
 
 
-def _write_shard(
-    path: Path, header: bytes, tensors: Sequence[OutputTensor], writer: _TensorWriter
-) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        _write_all(fd, memoryview(header))
-        for tensor in tensors:
-            writer.write(fd, tensor)
-        expected = len(header) + sum(t.nbytes for t in tensors)
-        actual = os.fstat(fd).st_size
-        if actual != expected:  # a bug, not a user error: never leave such a shard behind
-            raise RuntimeError(f"{path.name}: wrote {actual} bytes, expected {expected}")
-    finally:
-        os.close(fd)
+class _ShardWriter:
+    """Writes whole shards, spreading their tensors over worker threads.
+
+    Torch runs each small chunk on one thread (its own thread pool would synchronize on every
+    64K-element op, which is slow and collapses on a busy machine); parallelism comes from
+    workers writing different tensors at once. torch and the I/O calls release the GIL.
+    """
+
+    def __init__(self, pool: SourcePool, progress: tqdm, workers: int) -> None:
+        self.local = threading.local()
+        self.pool, self.progress, self.workers = pool, progress, workers
+        self.executor = ThreadPoolExecutor(workers)
+
+    def _writer(self) -> _TensorWriter:
+        if not hasattr(self.local, "writer"):
+            self.local.writer = _TensorWriter(self.pool, self.progress)
+        return self.local.writer
+
+    def write(self, path: Path, header: bytes, tensors: Sequence[OutputTensor]) -> None:
+        """Write one shard: header first, then every tensor at its offset."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _pwrite_all(fd, memoryview(header), 0)
+            offsets = list(itertools.accumulate((t.nbytes for t in tensors), initial=len(header)))
+            jobs = [
+                self.executor.submit(lambda t, o: self._writer().write(fd, t, o), tensor, offset)
+                for tensor, offset in zip(tensors, offsets, strict=False)
+            ]
+            for job in jobs:
+                job.result()  # re-raises a worker's error
+            expected, actual = offsets[-1], os.fstat(fd).st_size
+            if actual != expected:  # a bug, not a user error: never leave such a shard behind
+                raise RuntimeError(f"{path.name}: wrote {actual} bytes, expected {expected}")
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        self.executor.shutdown(cancel_futures=True)
 
 
 def copy_companion_files(plan: Plan, staging: Path) -> list[str]:
@@ -279,10 +312,16 @@ def execute(
             file=sys.stderr,
             leave=False,
         )
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
         with SourcePool() as pool, bar:
-            writer = _TensorWriter(pool, bar)
-            for name, (header, ordered) in zip(names, headers, strict=True):
-                _write_shard(staging / name, header, ordered, writer)
+            writer = _ShardWriter(pool, bar, workers=max(1, min(threads, os.cpu_count() or 1)))
+            try:
+                for name, (header, ordered) in zip(names, headers, strict=True):
+                    writer.write(staging / name, header, ordered)
+            finally:
+                writer.close()
+                torch.set_num_threads(threads)
         if len(shards) > 1:
             _write_index(staging, plan, shards, names)
         copy_companion_files(plan, staging)
