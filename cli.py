@@ -55,6 +55,12 @@ def write_options(command):
             help="Largest output shard (e.g. 5GB, 500MB).",
         ),
         click.option("--force", is_flag=True, help="Replace OUT if it exists (never an input)."),
+        click.option(
+            "--push-to",
+            default=None,
+            metavar="REPO_ID",
+            help="Then push OUT to this Hub repository.",
+        ),
         quiet_option,
     ]
     for option in reversed(options):
@@ -74,9 +80,14 @@ def _write_kwargs(dtype: str | None, max_shard_size: str, force: bool, quiet: bo
     }
 
 
-def _done(out: Path, quiet: bool) -> None:
+def _done(out: Path, quiet: bool, push_to: str | None) -> None:
     if not quiet:
         click.echo(f"wrote {out}", err=True)
+    if push_to:
+        from surgery.push import push
+
+        url = push(out, push_to)
+        click.echo(f"pushed {out} to {url}", err=True)
 
 
 stack_option = click.option(
@@ -95,7 +106,7 @@ stack_option = click.option(
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
 @click.argument("out", type=click.Path())
-def revert(layers, stack, dtype, max_shard_size, force, quiet, base, trained, out):
+def revert(layers, stack, dtype, max_shard_size, force, push_to, quiet, base, trained, out):
     """Take LAYERS from BASE and everything else from TRAINED (byte copies).
 
     \b
@@ -107,7 +118,7 @@ def revert(layers, stack, dtype, max_shard_size, force, quiet, base, trained, ou
     from surgery.ops.revert import revert as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    _done(run(base, trained, out, layers, stack=stack, **kwargs), quiet)
+    _done(run(base, trained, out, layers, stack=stack, **kwargs), quiet, push_to)
 
 
 @cli.command()
@@ -117,7 +128,7 @@ def revert(layers, stack, dtype, max_shard_size, force, quiet, base, trained, ou
 @write_options
 @click.argument("experts", nargs=-1, required=True, type=click.Path())
 @click.argument("out", type=click.Path())
-def soup(weights, dtype, max_shard_size, force, quiet, experts, out):
+def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
     """Average EXPERTS (two or more) into OUT: sum(w_i * expert_i) / sum(w_i).
 
     Float tensors accumulate in float32 (float64 for 32-bit inputs) and are rounded once;
@@ -132,7 +143,7 @@ def soup(weights, dtype, max_shard_size, force, quiet, experts, out):
     from surgery.ops.soup import soup as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    _done(run(list(experts), out, parse_weights(weights, len(experts)), **kwargs), quiet)
+    _done(run(list(experts), out, parse_weights(weights, len(experts)), **kwargs), quiet, push_to)
 
 
 @cli.command()
@@ -147,7 +158,9 @@ def soup(weights, dtype, max_shard_size, force, quiet, experts, out):
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
 @click.argument("out", type=click.Path())
-def interpolate(alpha, layers, stack, dtype, max_shard_size, force, quiet, base, trained, out):
+def interpolate(
+    alpha, layers, stack, dtype, max_shard_size, force, push_to, quiet, base, trained, out
+):
     """Write (1 - alpha) * BASE + alpha * TRAINED.
 
     alpha 0 gives BASE and alpha 1 gives TRAINED, bit for bit. With per-range alphas, '*' covers
@@ -163,7 +176,7 @@ def interpolate(alpha, layers, stack, dtype, max_shard_size, force, quiet, base,
     from surgery.ops.interpolate import interpolate as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    _done(run(base, trained, out, alpha, layers=layers, stack=stack, **kwargs), quiet)
+    _done(run(base, trained, out, alpha, layers=layers, stack=stack, **kwargs), quiet, push_to)
 
 
 @cli.command()
@@ -208,6 +221,44 @@ def verify(values, quiet, checkpoint):
     status = "ok" if report.ok else f"{len(report.problems)} defect(s)"
     click.echo(f"{checkpoint}: {report.shards} shard(s), {report.tensors} tensors: {status}")
     sys.exit(0 if report.ok else 1)
+
+
+@cli.command()
+@click.option("--private", is_flag=True, help="Create the repository as private.")
+@click.option("--revision", default=None, help="Branch to commit to (created if missing).")
+@click.option("--commit-message", default=None, help="Commit message.")
+@click.option("--dry-run", is_flag=True, help="Print the files and the model card; send nothing.")
+@click.argument("checkpoint", type=click.Path())
+@click.argument("repo_id")
+def push(private, revision, commit_message, dry_run, checkpoint, repo_id):
+    """Upload CHECKPOINT to the Hub repository REPO_ID with a generated model card.
+
+    The folder must pass `surgery verify`. Its model card (README.md) is regenerated from
+    surgery_recipe.json with REPO_ID as title and eval_results.json when present. Needs a token
+    (HF_TOKEN or `hf auth login`).
+
+    \b
+    Examples:
+      surgery push merged my-org/gemma-3-4b-soup --private
+      surgery push reverted my-org/reverted --revision layers-9-28 --dry-run
+    """
+    from surgery.push import push as run
+
+    url = run(
+        checkpoint,
+        repo_id,
+        private=private,
+        revision=revision,
+        commit_message=commit_message,
+        dry_run=dry_run,
+        echo=click.echo,
+    )
+    if url:
+        click.echo(f"pushed {checkpoint} to {url}")
+
+
+
+
 
 
 def main() -> None:

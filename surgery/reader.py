@@ -18,6 +18,7 @@ from pathlib import Path
 
 from surgery.dtypes import TORCH_DTYPES, is_float, itemsize
 from surgery.errors import CheckpointError
+from surgery.hub import HubRef, resolve
 from surgery.layers import Stack, find_stacks
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -158,9 +159,11 @@ class Checkpoint:
     which outputs follow.
     """
 
-    path: Path  # the folder, or the single file
+    path: Path  # the folder, or the single file (for a Hub id: its local snapshot)
     shards: list[Shard]
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    spec: str = ""  # what the user gave: a path or a Hub id
+    hub: HubRef | None = None  # the repository and commit, when `spec` was a Hub id
 
     @property
     def folder(self) -> Path | None:
@@ -257,14 +260,14 @@ def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint's headers: a folder (indexed shards or one file) or a .safetensors file.
+    """Read a checkpoint's headers: a folder (indexed shards or one file), a .safetensors file, or
+    a Hub id (`org/name[@revision]`, see surgery/hub.py).
 
     Raises:
         CheckpointError: missing path, no weights, an inconsistent index, or a corrupt shard.
     """
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such file or folder")
+    spec = str(path)
+    path, hub = resolve(path)
     if path.is_dir():
         files, weight_map = _shard_files(path)
     else:
@@ -275,7 +278,7 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise _fail(path, f"{problems[0]}{more}")
-    checkpoint = Checkpoint(path=path, shards=shards)
+    checkpoint = Checkpoint(path=path, shards=shards, spec=spec, hub=hub)
     for shard in shards:
         for tensor in shard.tensors:
             if tensor.name in checkpoint.tensors:

@@ -8,6 +8,14 @@ from surgery import __version__
 from surgery.reader import Checkpoint
 
 
+def describe_input(role: str, checkpoint: Checkpoint) -> dict[str, str]:
+    """An input as the recipe records it: its role, what the user gave, and the Hub revision."""
+    entry = {"role": role, "path": checkpoint.spec or str(checkpoint.path)}
+    if checkpoint.hub is not None:
+        entry |= {"repo_id": checkpoint.hub.repo_id, "revision": checkpoint.hub.revision}
+    return entry
+
+
 def make_recipe(operation: str, inputs: Sequence[tuple[str, Checkpoint]], **params: object) -> dict:
     """A JSON-ready description of an operation: tool, version, inputs by role, parameters.
 
@@ -17,7 +25,7 @@ def make_recipe(operation: str, inputs: Sequence[tuple[str, Checkpoint]], **para
         "tool": "checkpoint-surgery",
         "version": __version__,
         "operation": operation,
-        "inputs": [{"role": role, "path": str(ckpt.path)} for role, ckpt in inputs],
+        "inputs": [describe_input(role, ckpt) for role, ckpt in inputs],
     }
     recipe.update({key: value for key, value in params.items() if value is not None})
     return recipe

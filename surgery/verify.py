@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from surgery.dtypes import TORCH_DTYPES
 from surgery.errors import CheckpointError
+from surgery.hub import resolve
 from surgery.reader import INDEX_NAME, Shard, TensorInfo, index_problems, load_index, read_shard
 from surgery.source import SourcePool
 
@@ -105,16 +106,14 @@ def verify(path: str | Path, *, values: bool = False, quiet: bool = True) -> Rep
     """Check a checkpoint folder or file and report every defect found, not only the first.
 
     Args:
-        path: checkpoint folder or .safetensors file.
+        path: checkpoint folder, .safetensors file or Hub id.
         values: also read every float tensor and report NaN or infinite values.
         quiet: no progress bar.
 
     Raises:
         CheckpointError: the path does not exist.
     """
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such file or folder")
+    path, _ = resolve(path)
     report = Report(path)
     shards = _check_folder(path, report) if path.is_dir() else _read_shards([path], report)
     report.shards, report.tensors = len(shards), sum(len(s.tensors) for s in shards)

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from surgery.dtypes import CONFIG_NAMES, TORCH_DTYPES, accumulator_for, itemsize
 from surgery.errors import OutputError
+from surgery.model_card import CARD_NAME, RESULTS_NAME, render_card
 from surgery.output_dir import staged_output
 from surgery.plan import OutputTensor, Plan
 from surgery.reader import INDEX_NAME, RECIPE_NAME, TensorInfo
@@ -37,8 +38,8 @@ CHUNK_ELEMENTS = 2**16
 COPY_CHUNK = 64 * 2**20
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
 
-# Companion files never copied from an input: weights (ours are rewritten), the input's recipe
-# and model card (they describe the input, not the output).
+# Companion files never copied from an input: weights (ours are rewritten), the input's recipe,
+# model card and eval results (they describe the input, not the output).
 _SKIP_SUFFIXES = (
     ".safetensors",
     ".bin",
@@ -50,7 +51,7 @@ _SKIP_SUFFIXES = (
     ".gguf",
     ".onnx",
 )
-_SKIP_NAMES = {INDEX_NAME, RECIPE_NAME, "README.md", ".gitattributes"}
+_SKIP_NAMES = {INDEX_NAME, RECIPE_NAME, CARD_NAME, RESULTS_NAME, ".gitattributes"}
 
 
 def parse_size(text: str | int) -> int:
@@ -326,6 +327,7 @@ def execute(
             _write_index(staging, plan, shards, names)
         copy_companion_files(plan, staging)
         (staging / RECIPE_NAME).write_text(json.dumps(plan.recipe, indent=2, sort_keys=True) + "\n")
+        (staging / CARD_NAME).write_text(render_card(plan.recipe, title=Path(out).name))
     return Path(out)
 
 

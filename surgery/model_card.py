@@ -1,0 +1,121 @@
+"""Model cards (README.md) in the Hub's conventions, generated from a recipe.
+
+Every surgery output gets one, so a local output documents itself; `surgery push` regenerates it
+with the repository's name and any eval results found beside the weights.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from surgery.reader import RECIPE_NAME
+
+RESULTS_NAME = "eval_results.json"
+CARD_NAME = "README.md"
+
+
+def _name(entry: dict) -> str:
+    return entry.get("repo_id") or entry["path"]
+
+
+def _inputs_by_role(recipe: dict) -> dict[str, str]:
+    return {entry["role"]: f"**{_name(entry)}**" for entry in recipe.get("inputs", [])}
+
+
+def describe_operation(recipe: dict) -> str:
+    """One paragraph saying what the operation did, in words."""
+    operation, roles = recipe.get("operation"), _inputs_by_role(recipe)
+    if operation == "revert":
+        return (
+            f"Layers `{recipe['layers']}` of the {recipe.get('stack', 'text')} stack "
+            f"({recipe.get('num_layers', '?')} layers) come from {roles.get('base')}; every other "
+            f"tensor comes from {roles.get('trained')}. Reverted tensors are byte copies."
+        )
+    if operation == "soup":
+        names = [f"**{_name(e)}**" for e in recipe.get("inputs", [])]
+        weights = recipe.get("weights") or [1.0] * len(names)
+        parts = ", ".join(f"{n} (weight {w:g})" for n, w in zip(names, weights, strict=False))
+        return (
+            f"A weighted average (model soup) of {len(names)} checkpoints: {parts}, normalized by "
+            "the sum of the weights, accumulated in float32 and rounded once."
+        )
+    if operation == "interpolate":
+        where = f" on layers `{recipe['layers']}`" if recipe.get("layers") else ""
+        return (
+            f"(1 - alpha) * {roles.get('base')} + alpha * {roles.get('trained')} with alpha "
+            f"`{recipe.get('alpha')}`{where}; tensors not covered come from {roles.get('trained')}."
+        )
+    return f"Made by the `{operation}` operation."
+
+
+def _front_matter(recipe: dict) -> str:
+    hub_inputs = [e["repo_id"] for e in recipe.get("inputs", []) if e.get("repo_id")]
+    meta: dict[str, object] = {}
+    if hub_inputs:
+        meta["base_model"] = list(dict.fromkeys(hub_inputs))
+        if len(recipe.get("inputs", [])) > 1:
+            meta["base_model_relation"] = "merge"
+    meta["library_name"] = "transformers"
+    meta["tags"] = ["checkpoint-surgery", recipe.get("operation", "surgery")]
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
+
+
+def _results_table(results: dict) -> list[str]:
+    metrics = results.get("metrics", results)
+    rows = [
+        f"| {name} | {value:.4g} |"
+        for name, value in metrics.items()
+        if isinstance(value, int | float) and not name.endswith("/n")
+    ]
+    return ["## Evaluation", "", "| metric | value |", "|---|---|", *rows, ""] if rows else []
+
+
+def render_card(recipe: dict, title: str, results: dict | None = None) -> str:
+    """The model card text for an output made by `recipe`.
+
+    Args:
+        recipe: the recipe the operation recorded (surgery_recipe.json).
+        title: the model's name (the output folder or the Hub repository).
+        results: an eval results JSON (`{"metrics": {...}}`), shown as a table when given.
+    """
+    inputs = [
+        f"| {e['role']} | {_name(e)} | {e.get('revision', 'local')} |"
+        for e in recipe.get("inputs", [])
+    ]
+    lines = [
+        _front_matter(recipe),
+        f"# {title}",
+        "",
+        f"Made with checkpoint-surgery {recipe.get('version', '')} "
+        f"(`surgery {recipe.get('operation')}`).",
+        "",
+        describe_operation(recipe),
+        "",
+        "## Inputs",
+        "",
+        "| role | checkpoint | revision |",
+        "|---|---|---|",
+        *inputs,
+        "",
+        "## Recipe",
+        "",
+        "```yaml",
+        yaml.safe_dump(recipe, sort_keys=True).rstrip(),
+        "```",
+        "",
+        *_results_table(results or {}),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def card_for_folder(folder: Path, title: str) -> str | None:
+    """The card of a folder this tool made (None when it has no recipe), with its eval results."""
+    recipe_path = folder / RECIPE_NAME
+    if not recipe_path.is_file():
+        return None
+    results_path = folder / RESULTS_NAME
+    results = json.loads(results_path.read_text()) if results_path.is_file() else None
+    return render_card(json.loads(recipe_path.read_text()), title, results)

@@ -1,0 +1,106 @@
+"""push: upload a checkpoint folder to the Hugging Face Hub, with a model card, never unverified."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from surgery.errors import SurgeryError
+from surgery.model_card import CARD_NAME, card_for_folder
+from surgery.verify import verify
+
+
+class PushError(SurgeryError):
+    """The Hub refused or could not take the upload."""
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def plan_upload(folder: Path, repo_id: str) -> tuple[list[Path], str | None]:
+    """The files to upload and the model card to put in README.md (None: keep the folder's)."""
+    card = card_for_folder(folder, title=repo_id)
+    files = [p for p in _files(folder) if not (card is not None and p.name == CARD_NAME)]
+    return files, card
+
+
+def _hub_error(error: Exception, repo_id: str) -> PushError:
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    if isinstance(error, RepositoryNotFoundError):
+        return PushError(f"{repo_id}: repository not found, or your token cannot see it")
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if isinstance(error, HfHubHTTPError) and status in (401, 403):
+        return PushError(f"{repo_id}: not writable with this token (HTTP {status})")
+    first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return PushError(f"{repo_id}: upload failed ({first_line})")
+
+
+def push(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    dry_run: bool = False,
+    echo: Callable[[str], None] = print,
+) -> str | None:
+    """Verify `folder`, then create `repo_id` if needed and upload the folder in one commit.
+
+    Args:
+        folder: a local checkpoint folder.
+        repo_id: `org/name` on the Hub.
+        private: create the repository as private (an existing one keeps its visibility).
+        revision: a branch to commit to, created from main if missing.
+        commit_message: defaults to one naming the operation.
+        dry_run: print the files and the model card; send nothing.
+        echo: where messages go.
+
+    Returns:
+        The commit URL, or None for a dry run.
+
+    Raises:
+        SurgeryError: the folder fails verify, or no token.
+        PushError: the Hub refused (not found, not writable) or could not be reached.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise SurgeryError(f"{folder}: not a checkpoint folder")
+    report = verify(folder)
+    if not report.ok:
+        raise SurgeryError(f"{folder} fails verify, not pushed: {report.problems[0]}")
+    files, card = plan_upload(folder, repo_id)
+    if dry_run:
+        for path in files:
+            echo(f"{path.stat().st_size:>14,d}  {path.name}")
+        if card is not None:
+            echo(f"{len(card.encode()):>14,d}  {CARD_NAME} (generated):\n\n{card}")
+        return None
+    return _upload(folder, repo_id, files, card, private, revision, commit_message)
+
+
+def _upload(folder, repo_id, files, card, private, revision, commit_message) -> str:
+    from huggingface_hub import CommitOperationAdd, HfApi, get_token
+
+    if get_token() is None:
+        raise SurgeryError("no Hugging Face token: run `hf auth login` or set HF_TOKEN")
+    operations = [CommitOperationAdd(path.name, str(path)) for path in files]
+    if card is not None:
+        operations.append(CommitOperationAdd(CARD_NAME, card.encode()))
+    api = HfApi()
+    try:
+        # None, not False, without --private: an organization that defaults to private stays so.
+        api.create_repo(repo_id, private=True if private else None, exist_ok=True)
+        if revision:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        info = api.create_commit(
+            repo_id,
+            operations,
+            commit_message=commit_message or f"Upload {folder.name} (checkpoint-surgery)",
+            revision=revision,
+        )
+    except Exception as error:  # huggingface_hub raises many types; all end as one line here
+        raise _hub_error(error, repo_id) from error
+    return info.commit_url

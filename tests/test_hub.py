@@ -1,0 +1,205 @@
+"""Hub ids as inputs (from a pre-populated cache, offline), model cards, and push over HTTP to a
+fake Hub on loopback. CLI runs happen in subprocesses so each sees its own HF_* environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from checks import assert_valid_output
+from hub_server import FakeHub
+
+from surgery.model_card import render_card
+
+ROOT = Path(__file__).parents[1]
+SHA_BASE, SHA_TRAINED, SHA_V1 = "1" * 40, "2" * 40, "3" * 40
+
+
+def surgery(*args, env: dict, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *map(str, args)],
+        env={**clean, "PYTHONPATH": str(ROOT), **env},
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
+def _cache_repo(hub_cache: Path, repo_id: str, folder: Path, refs: dict[str, str]) -> None:
+    """Lay out `folder` as huggingface_hub's cache does: refs/<name> -> sha, snapshots/<sha>/."""
+    repo = hub_cache / f"models--{repo_id.replace('/', '--')}"
+    for ref, sha in refs.items():
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / ref).write_text(sha)
+        if not (repo / "snapshots" / sha).exists():
+            shutil.copytree(folder, repo / "snapshots" / sha)
+
+
+@pytest.fixture
+def hf_home(families, tmp_path) -> Path:
+    paths = families("llama")
+    home = tmp_path / "hf_home"
+    _cache_repo(home / "hub", "acme/tiny-base", paths["base"], {"main": SHA_BASE})
+    _cache_repo(home / "hub", "acme/tiny-trained", paths["trained"], {"main": SHA_TRAINED})
+    _cache_repo(home / "hub", "acme/tiny-trained", paths["experts"][0], {"v1": SHA_V1})
+    return home
+
+
+def test_hub_ids_resolve_offline_from_the_cache(hf_home, tmp_path, families):
+    env = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
+    out = tmp_path / "out"
+    result = surgery(
+        "revert", "--layers", "1:3", "-q", "acme/tiny-base", "acme/tiny-trained@v1", out, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert_valid_output(out)
+    recipe = json.loads((out / "surgery_recipe.json").read_text())
+    assert recipe["inputs"] == [
+        {
+            "role": "base",
+            "path": "acme/tiny-base",
+            "repo_id": "acme/tiny-base",
+            "revision": SHA_BASE,
+        },
+        {
+            "role": "trained",
+            "path": "acme/tiny-trained@v1",
+            "repo_id": "acme/tiny-trained",
+            "revision": SHA_V1,
+        },
+    ]
+    # @v1 is the expert snapshot, not main: its config and weights came through.
+    expert = families("llama")["experts"][0]
+    assert (out / "tokenizer.json").read_bytes() == (expert / "tokenizer.json").read_bytes()
+    card = (out / "README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["base_model"] == ["acme/tiny-base", "acme/tiny-trained"]
+    assert front["base_model_relation"] == "merge" and front["library_name"] == "transformers"
+    inspect = surgery("inspect", "acme/tiny-base", env=env)
+    assert inspect.returncode == 0 and "4 layers" in inspect.stdout
+
+
+def test_local_path_wins_over_hub_id(hf_home, tmp_path, families):
+    shutil.copytree(families("llama")["base"], tmp_path / "acme" / "tiny-base")
+    env = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
+    result = surgery(
+        "soup", "-q", "acme/tiny-base", "acme/tiny-trained", tmp_path / "out", env=env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    inputs = json.loads((tmp_path / "out" / "surgery_recipe.json").read_text())["inputs"]
+    assert "repo_id" not in inputs[0] and inputs[1]["repo_id"] == "acme/tiny-trained"
+
+
+def test_offline_with_nothing_cached_is_a_clear_error(tmp_path):
+    env = {"HF_HOME": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
+    result = surgery(
+        "revert", "--layers", "0", "acme/missing", "acme/other", tmp_path / "out", env=env
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: acme/missing is not a local path and not in the Hub cache, and the Hub cannot be "
+        "reached (HF_HUB_OFFLINE set, or no network)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+GOLDEN = Path(__file__).parent / "data" / "model_card_revert.md"
+
+
+def test_model_card_matches_golden_file():
+    recipe = {
+        "tool": "checkpoint-surgery",
+        "version": "0.1.0",
+        "operation": "revert",
+        "inputs": [
+            {
+                "role": "base",
+                "path": "google/gemma-3-4b-pt",
+                "repo_id": "google/gemma-3-4b-pt",
+                "revision": "cc012e0a6d0787b4adcc0fa2c4da74402494554d",
+            },
+            {"role": "trained", "path": "runs/slavic-expert"},
+        ],
+        "layers": "9:28",
+        "stack": "text",
+        "num_layers": 34,
+    }
+    results = {"metrics": {"belebele/acc": 0.5123, "belebele/n": 900, "flores/chrf": 41.27}}
+    card = render_card(recipe, "my-org/slavic-reverted", results)
+    assert card == GOLDEN.read_text()
+
+
+@pytest.fixture
+def merged(families, tmp_path) -> Path:
+    from surgery.ops.soup import soup
+
+    out = soup(families("llama")["experts"], tmp_path / "merged", quiet=True)
+    (out / "eval_results.json").write_text(json.dumps({"metrics": {"copain/acc": 0.25}}))
+    return out
+
+
+def test_push_uploads_folder_and_card(merged):
+    with FakeHub() as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_test", "HF_HOME": str(merged.parent)}
+        result = surgery("push", merged, "acme/merged", "--private", "--revision", "exp", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "pushed" in result.stdout
+    assert hub.state.repos["acme/merged"] == {"private": True, "branches": {"main", "exp"}}
+    (commit,) = hub.state.commits
+    assert commit["revision"] == "exp"
+    local = {p.name: p.read_bytes() for p in merged.iterdir() if p.name != "README.md"}
+    uploaded = dict(commit["files"])
+    card = uploaded.pop("README.md").decode()
+    assert uploaded == local
+    assert card.startswith("---\nlibrary_name: transformers") and "# acme/merged" in card
+    assert "| copain/acc | 0.25 |" in card
+
+
+def test_push_to_after_an_operation(families, tmp_path):
+    paths = families("llama")
+    with FakeHub() as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_test", "HF_HOME": str(tmp_path)}
+        result = surgery(
+            "revert",
+            "--layers",
+            "0",
+            "-q",
+            "--push-to",
+            "acme/reverted",
+            paths["base"],
+            paths["trained"],
+            tmp_path / "out",
+            env=env,
+        )
+    assert result.returncode == 0, result.stderr
+    (commit,) = hub.state.commits
+    assert commit["repo"] == "acme/reverted" and "model.safetensors" in commit["files"]
+
+
+def test_push_refusals(merged, tmp_path):
+    with FakeHub() as hub:
+        hub.state.read_only.add("acme/locked")
+        base_env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "home")}
+        no_token = surgery("push", merged, "acme/merged", env=base_env)
+        env = {**base_env, "HF_TOKEN": "hf_test"}
+        locked = surgery("push", merged, "acme/locked", env=env)
+        dry = surgery("push", merged, "acme/merged", "--dry-run", env=env)
+        shard = next(merged.glob("*.safetensors"))
+        shard.write_bytes(shard.read_bytes()[:-10])
+        broken = surgery("push", merged, "acme/merged", env=env)
+    assert no_token.returncode == 2 and "no Hugging Face token" in no_token.stderr
+    assert locked.returncode == 2
+    assert locked.stderr.strip() == "error: acme/locked: not writable with this token (HTTP 403)"
+    assert dry.returncode == 0 and "README.md (generated)" in dry.stdout
+    assert broken.returncode == 2 and "fails verify, not pushed" in broken.stderr
+    assert hub.state.commits == []
+    # Only the locked push reached the commit endpoint; the dry run and the broken one sent nothing.
+    commits = [path for method, path in hub.state.requests if "/commit/" in path]
+    assert commits == ["/api/models/acme/locked/commit/main"]
