@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from surgery.dtypes import CONFIG_NAMES, TORCH_DTYPES, accumulator_for, itemsize
+from surgery.blend import accumulate, accumulator_dtype
+from surgery.dtypes import CONFIG_NAMES, TORCH_DTYPES, itemsize
 from surgery.errors import OutputError
 from surgery.model_card import CARD_NAME, RESULTS_NAME, render_card
 from surgery.output_dir import staged_output
@@ -170,13 +171,7 @@ class _TensorWriter:
             self.progress.update(count)
 
     def _blend(self, fd: int, tensor: OutputTensor, offset: int) -> None:
-        acc_dtype = max(
-            [
-                accumulator_for(tensor.dtype),
-                *(accumulator_for(s.tensor.dtype) for s in tensor.sources),
-            ],
-            key=lambda d: d.itemsize,
-        )
+        acc_dtype = accumulator_dtype(tensor.dtype, (s.tensor.dtype for s in tensor.sources))
         numel = tensor.nbytes // itemsize(tensor.dtype)
         # Whole-tensor views of the memory-mapped inputs: slicing them below copies nothing.
         inputs = [(self._source_values(s.tensor), s.weight) for s in tensor.sources]
@@ -185,16 +180,9 @@ class _TensorWriter:
         for start in range(0, numel, CHUNK_ELEMENTS):
             stop = min(start + CHUNK_ELEMENTS, numel)
             acc, out = acc_buffer[: stop - start], out_buffer[: stop - start]
-            for position, (values, weight) in enumerate(inputs):
-                chunk = values[start:stop]
-                if position == 0:
-                    # Convert first, then scale: torch.mul(chunk, w, out=acc) would multiply in
-                    # the input's 16-bit dtype and only then widen.
-                    acc.copy_(chunk).mul_(weight)
-                else:
-                    acc.add_(chunk, alpha=weight)  # promotes to the accumulator dtype
-            if tensor.divisor != 1.0:
-                acc.div_(tensor.divisor)
+            accumulate(
+                acc, [(values[start:stop], weight) for values, weight in inputs], tensor.divisor
+            )
             out.copy_(acc)  # the one rounding to the output dtype
             data = memoryview(out.view(torch.uint8).numpy())
             _pwrite_all(fd, data, offset + start * out.element_size())
