@@ -40,32 +40,36 @@ def cli(debug: bool) -> None:
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 
 
-def write_options(command):
-    """Options shared by every command that writes a checkpoint."""
-    options = [
-        click.option(
-            "--dtype",
-            default=None,
-            help="Output float dtype (bf16, fp16, fp32); default: the inputs'.",
-        ),
-        click.option(
-            "--max-shard-size",
-            default="5GB",
-            show_default=True,
-            help="Largest output shard (e.g. 5GB, 500MB).",
-        ),
-        click.option("--force", is_flag=True, help="Replace OUT if it exists (never an input)."),
-        click.option(
-            "--push-to",
-            default=None,
-            metavar="REPO_ID",
-            help="Then push OUT to this Hub repository.",
-        ),
-        quiet_option,
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+dtype_option = click.option(
+    "--dtype", default=None, help="Output float dtype (bf16, fp16, fp32); default: the inputs'."
+)
+shard_option = click.option(
+    "--max-shard-size",
+    default="5GB",
+    show_default=True,
+    help="Largest output shard (e.g. 5GB, 500MB).",
+)
+force_option = click.option(
+    "--force", is_flag=True, help="Replace OUT if it exists (never an input)."
+)
+push_option = click.option(
+    "--push-to", default=None, metavar="REPO_ID", help="Then push OUT to this Hub repository."
+)
+
+
+def options(*decorators):
+    """Apply several click options as one decorator, in the order given."""
+
+    def apply(command):
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+# Every command that writes one checkpoint.
+write_options = options(dtype_option, shard_option, force_option, push_option, quiet_option)
 
 
 def _write_kwargs(dtype: str | None, max_shard_size: str, force: bool, quiet: bool) -> dict:
@@ -221,6 +225,238 @@ def verify(values, quiet, checkpoint):
     status = "ok" if report.ok else f"{len(report.problems)} defect(s)"
     click.echo(f"{checkpoint}: {report.shards} shard(s), {report.tensors} tensors: {status}")
     sys.exit(0 if report.ok else 1)
+
+
+# Every command that scores models with the eval wrapper (task grammar: surgery eval --help).
+eval_options = options(
+    click.option(
+        "--eval",
+        "tasks",
+        multiple=True,
+        metavar="TASK",
+        help="Eval task string (repeatable): copain, ppl:data/ind, belebele:b.jsonl, ...",
+    ),
+    click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ..."),
+    click.option(
+        "--eval-dtype", default=None, help="Model dtype for scoring [fp32 on cpu, bf16 else]."
+    ),
+    click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1)),
+    click.option(
+        "--limit", type=click.IntRange(min=1), help="Score only the first N items per task."
+    ),
+    click.option("--seed", default=0, show_default=True, type=int),
+    click.option("--max-length", type=click.IntRange(min=2), help="Longest sequence scored."),
+)
+
+
+def _eval_kwargs(device, eval_dtype, batch_size, limit, seed, max_length) -> dict:
+    return {
+        "device": device,
+        "dtype": eval_dtype,
+        "batch_size": batch_size,
+        "limit": limit,
+        "seed": seed,
+        "max_length": max_length,
+    }
+
+
+@cli.command()
+@click.option(
+    "--alpha",
+    "grid",
+    default="0:1:0.1",
+    show_default=True,
+    help="start:stop:step (stop included on the grid) or a list 0,0.5,1.",
+)
+@click.option("--layers", default=None, help="Blend only these layers; others from TRAINED.")
+@stack_option
+@click.option("--no-save", is_flag=True, help="Do not keep a checkpoint per alpha (needs --eval).")
+@click.option(
+    "--in-memory/--write-and-reload",
+    default=None,
+    help="How to score points [default: in memory when the model fits].",
+)
+@eval_options
+@options(shard_option, force_option, quiet_option)
+@click.argument("base", type=click.Path())
+@click.argument("trained", type=click.Path())
+@click.argument("out_dir", type=click.Path())
+def sweep(
+    grid,
+    layers,
+    stack,
+    no_save,
+    in_memory,
+    tasks,
+    device,
+    eval_dtype,
+    batch_size,
+    limit,
+    seed,
+    max_length,
+    max_shard_size,
+    force,
+    quiet,
+    base,
+    trained,
+    out_dir,
+):
+    """Interpolate BASE -> TRAINED at every alpha; save alpha-X.XX checkpoints and/or score them.
+
+    With --eval, writes sweep.csv, sweep.json and sweep.png (each metric against alpha) in
+    OUT_DIR; alpha 0 is BASE and alpha 1 is TRAINED, bit for bit.
+
+    \b
+    Examples:
+      surgery sweep --alpha 0:1:0.25 base trained sweep/
+      surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ --eval copain --no-save
+      surgery sweep --alpha 0,0.5,1 base trained sweep/ --eval ppl:madlad/ --eval belebele:b.jsonl
+    """
+    from surgery.sweep import parse_alpha_grid, run_sweep
+
+    kwargs = _write_kwargs(None, max_shard_size, force, quiet)
+    kwargs.pop("dtype")
+    rows = run_sweep(
+        base,
+        trained,
+        out_dir,
+        parse_alpha_grid(grid),
+        layers=layers,
+        stack=stack,
+        tasks=list(tasks),
+        save=not no_save,
+        in_memory=in_memory,
+        eval_options=_eval_kwargs(device, eval_dtype, batch_size, limit, seed, max_length),
+        **kwargs,
+    )
+    if tasks:
+        from surgery.sweep import metric_names
+
+        metrics = metric_names(rows)
+        click.echo("alpha  " + "  ".join(metrics))
+        for row in rows:
+            click.echo(f"{row['alpha']:<5g}  " + "  ".join(f"{row[m]:.4g}" for m in metrics))
+    _done(Path(out_dir), quiet, None)
+
+
+@cli.command()
+@stack_option
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Per-tensor rows as CSV.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="PNG bar chart of drift over layers.")
+@quiet_option
+@click.argument("base", type=click.Path())
+@click.argument("trained", type=click.Path())
+def drift(stack, csv_path, plot, quiet, base, trained):
+    """How far TRAINED moved from BASE: relative L2 and cosine per layer and module kind.
+
+    Streamed: the models are never loaded whole.
+
+    \b
+    Examples:
+      surgery drift base trained
+      surgery drift base trained --csv drift.csv --plot drift.png
+    """
+    import csv
+
+    from surgery.drift import drift as run
+    from surgery.drift import drift_rows, format_drift
+    from surgery.reader import open_checkpoint
+
+    report = run(open_checkpoint(base), open_checkpoint(trained), stack=stack, quiet=quiet)
+    click.echo(format_drift(report))
+    if csv_path:
+        rows = drift_rows(report)
+        with open(csv_path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    if plot:
+        from surgery.plots import plot_drift_by_layer
+
+        values = {key: sums.relative_l2 for key, sums in report.layer_kinds.items()}
+        plot_drift_by_layer(
+            values, Path(plot), f"Drift of {Path(trained).name} from {Path(base).name}"
+        )
+
+
+@cli.command()
+@click.option(
+    "--blocks", default=None, help="Comma-separated blocks, each a slice: 0:9,9:28,28:34."
+)
+@click.option("--block-size", type=int, default=None, help="Or consecutive blocks of this width.")
+@click.option(
+    "--alphas",
+    default="0",
+    show_default=True,
+    help="Blend of each block toward TRAINED while scoring (0 = full revert), e.g. 0,0.5.",
+)
+@stack_option
+@click.option(
+    "--out-dir",
+    default="localize",
+    show_default=True,
+    type=click.Path(),
+    help="Where localize.csv/.json/.png go.",
+)
+@force_option
+@eval_options
+@quiet_option
+@click.argument("base", type=click.Path())
+@click.argument("trained", type=click.Path())
+def localize(
+    blocks,
+    block_size,
+    alphas,
+    stack,
+    out_dir,
+    force,
+    tasks,
+    device,
+    eval_dtype,
+    batch_size,
+    limit,
+    seed,
+    max_length,
+    quiet,
+    base,
+    trained,
+):
+    """Revert one block of layers at a time to BASE and score: which block carries each metric?
+
+    Recovery = (score - TRAINED's) / (BASE's - TRAINED's): 1 means reverting the block alone gives
+    BASE's score. Prints a table and the best block per metric; writes a heatmap.
+
+    \b
+    Examples:
+      surgery localize base trained --blocks 0:9,9:28,28:34 --eval belebele:b.jsonl --eval copain
+      surgery localize base trained --block-size 4 --alphas 0,0.5 --eval ppl:madlad/
+    """
+    from surgery.localize import format_localization, run_localize, save_localization
+    from surgery.reader import open_checkpoint
+    from surgery.sweep import parse_alpha_grid
+
+    if not tasks:
+        raise click.UsageError("localize needs at least one --eval task")
+    inputs = [open_checkpoint(base).path, open_checkpoint(trained).path]
+    from surgery.output_dir import check_output
+
+    check_output(Path(out_dir), inputs, force)  # before minutes of scoring, not after
+    result = run_localize(
+        base,
+        trained,
+        list(tasks),
+        blocks=blocks,
+        block_size=block_size,
+        alphas=parse_alpha_grid(alphas),
+        stack=stack,
+        quiet=quiet,
+        eval_options=_eval_kwargs(device, eval_dtype, batch_size, limit, seed, max_length),
+    )
+    click.echo(format_localization(result))
+    save_localization(
+        result, Path(out_dir), f"Recovery by reverted block: {Path(trained).name}", force, inputs
+    )
+    _done(Path(out_dir), quiet, None)
 
 
 @cli.command()

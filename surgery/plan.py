@@ -98,10 +98,10 @@ def _preview(names: Sequence[str], limit: int = 5) -> str:
 
 
 def check_compatible(
-    checkpoints: Sequence[Checkpoint], labels: Sequence[str], dtype: str | None = None
+    checkpoints: Sequence[Checkpoint], labels: Sequence[str], *, float_dtypes_may_differ: bool
 ) -> None:
-    """Require the same tensor names and shapes everywhere, and the same dtypes unless `dtype`
-    sets the output's float dtype (non-float dtypes must always agree).
+    """Require the same tensor names and shapes everywhere, and the same dtypes unless
+    `float_dtypes_may_differ` (when --dtype sets the output's; non-float dtypes always agree).
 
     Raises:
         MismatchError: naming the checkpoints and listing the differing tensors.
@@ -126,7 +126,7 @@ def check_compatible(
                     f"{name!r} has shape {list(tensor.shape)} in {ref_label} but "
                     f"{list(theirs.shape)} in {label}"
                 )
-            float_ok = dtype is not None and tensor.is_float and theirs.is_float
+            float_ok = float_dtypes_may_differ and tensor.is_float and theirs.is_float
             if theirs.dtype != tensor.dtype and not float_ok:
                 raise MismatchError(
                     f"{name!r} is {tensor.dtype} in {ref_label} but {theirs.dtype} in {label}; "

@@ -87,7 +87,9 @@ def plan_interpolate(
         MismatchError: the checkpoints do not line up.
         LayerSpecError: a bad alpha or layer spec.
     """
-    check_compatible([trained, base], ["trained", "base"], dtype)
+    check_compatible(
+        [trained, base], ["trained", "base"], float_dtypes_may_differ=dtype is not None
+    )
     values, chosen = resolve_alphas(trained, alpha, layers, stack)
     tensors = []
     with SourcePool() as pool:

@@ -27,7 +27,9 @@ def plan_revert(
         MismatchError: the checkpoints do not line up.
         LayerSpecError: the spec does not parse or does not fit the model.
     """
-    check_compatible([trained, base], ["trained", "base"], dtype)
+    check_compatible(
+        [trained, base], ["trained", "base"], float_dtypes_may_differ=dtype is not None
+    )
     chosen_stack = select_stack(trained.stacks, stack)
     indices = set(parse_layer_spec(layers, chosen_stack.num_layers))
     tensors = []

@@ -48,7 +48,7 @@ def plan_soup(
         raise SurgeryError("soup needs at least two checkpoints")
     weights = list(weights) if weights is not None else [1.0] * len(experts)
     labels = [f"expert {i + 1} ({e.path})" for i, e in enumerate(experts)]
-    check_compatible(experts, labels, dtype)
+    check_compatible(experts, labels, float_dtypes_may_differ=dtype is not None)
     total = sum(weights)
     tensors = []
     with SourcePool() as pool:

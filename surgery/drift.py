@@ -1,0 +1,173 @@
+"""drift: how far TRAINED moved from BASE, per tensor, per layer and per module kind. Streamed.
+
+relative L2 drift = ||theta - theta0|| / ||theta0||;
+cosine = <theta, theta0> / (||theta|| ||theta0||).
+Sums of squares and dot products accumulate in float64 over bounded chunks of the memory-mapped
+inputs, so the whole model is never loaded; layers and kinds aggregate the sums, not the ratios.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from surgery.dtypes import TORCH_DTYPES
+from surgery.layers import Stack, select_stack, stack_layer
+from surgery.plan import check_compatible
+from surgery.reader import Checkpoint, TensorInfo
+from surgery.source import SourcePool
+
+_CHUNK = 2**20  # elements per chunk
+
+# Module kind from a tensor name; first match wins (norms before attention: `attention_norm`).
+_KINDS = [
+    ("norms", re.compile(r"norm|\bln_|layernorm|\.ln\d|_ln\b", re.I)),
+    ("embeddings", re.compile(r"embed|\bwte\b|\bwpe\b|embeddings", re.I)),
+    ("head", re.compile(r"lm_head|\.head\.|cls\.predictions|score\.", re.I)),
+    ("attention", re.compile(r"attn|attention|q_proj|k_proj|v_proj|o_proj", re.I)),
+    ("mlp", re.compile(r"mlp|feed_forward|ffn|intermediate|\.output\.dense|fc\d|experts", re.I)),
+]
+
+
+def module_kind(name: str) -> str:
+    """attention, mlp, norms, embeddings, head or other, from a tensor name."""
+    for kind, pattern in _KINDS:
+        if pattern.search(name):
+            return kind
+    return "other"
+
+
+@dataclass
+class Sums:
+    """Running sums from which drift and cosine follow; they add across tensors."""
+
+    diff_sq: float = 0.0  # ||t - b||^2
+    base_sq: float = 0.0  # ||b||^2
+    trained_sq: float = 0.0  # ||t||^2
+    dot: float = 0.0  # <t, b>
+    numel: int = 0
+
+    def add(self, other: Sums) -> None:
+        """Accumulate another tensor's (or group's) sums."""
+        self.diff_sq += other.diff_sq
+        self.base_sq += other.base_sq
+        self.trained_sq += other.trained_sq
+        self.dot += other.dot
+        self.numel += other.numel
+
+    @property
+    def relative_l2(self) -> float:
+        """||t - b|| / ||b|| (inf when the base is all zeros and the tensor moved)."""
+        if self.base_sq == 0:
+            return 0.0 if self.diff_sq == 0 else math.inf
+        return math.sqrt(self.diff_sq / self.base_sq)
+
+    @property
+    def cosine(self) -> float:
+        """Cosine similarity between t and b (1 when both are zero)."""
+        if self.base_sq == 0 or self.trained_sq == 0:
+            return 1.0 if self.base_sq == self.trained_sq else 0.0
+        return self.dot / math.sqrt(self.base_sq * self.trained_sq)
+
+
+@dataclass
+class DriftReport:
+    """Drift per tensor, per layer of the chosen stack, and per module kind."""
+
+    stack: Stack | None
+    tensors: dict[str, Sums] = field(default_factory=dict)
+    layers: dict[int, Sums] = field(default_factory=dict)
+    kinds: dict[str, Sums] = field(default_factory=dict)
+    layer_kinds: dict[tuple[int, str], Sums] = field(default_factory=dict)
+    total: Sums = field(default_factory=Sums)
+
+
+def tensor_sums(base: TensorInfo, trained: TensorInfo, pool: SourcePool) -> Sums:
+    """Stream one pair of tensors and return their sums."""
+    sums = Sums(numel=base.numel)
+    b_all = torch.frombuffer(
+        pool.get(base.file).view(base.start, base.nbytes), dtype=TORCH_DTYPES[base.dtype]
+    )
+    t_all = torch.frombuffer(
+        pool.get(trained.file).view(trained.start, trained.nbytes),
+        dtype=TORCH_DTYPES[trained.dtype],
+    )
+    for start in range(0, base.numel, _CHUNK):
+        b = b_all[start : start + _CHUNK].double()
+        t = t_all[start : start + _CHUNK].double()
+        sums.base_sq += float(b.dot(b))
+        sums.trained_sq += float(t.dot(t))
+        sums.dot += float(t.dot(b))
+        sums.diff_sq += float((t - b).square().sum())
+    return sums
+
+
+def drift(
+    base: Checkpoint, trained: Checkpoint, *, stack: str | None = None, quiet: bool = True
+) -> DriftReport:
+    """Measure drift of every float tensor of TRAINED from BASE.
+
+    Raises:
+        MismatchError: the checkpoints do not line up (dtypes may differ).
+    """
+    check_compatible([trained, base], ["trained", "base"], float_dtypes_may_differ=True)
+    chosen = select_stack(trained.stacks, stack) if trained.stacks else None
+    report = DriftReport(stack=chosen)
+    pairs = [(base.tensors[n], t) for n, t in trained.tensors.items() if t.is_float and t.numel]
+    bar = tqdm(
+        total=sum(t.nbytes for _, t in pairs),
+        unit="B",
+        unit_scale=True,
+        desc="drift",
+        disable=quiet,
+        leave=False,
+    )
+    with SourcePool() as pool, bar:
+        for b, t in pairs:
+            sums = tensor_sums(b, t, pool)
+            kind = module_kind(t.name)
+            report.tensors[t.name] = sums
+            report.total.add(sums)
+            report.kinds.setdefault(kind, Sums()).add(sums)
+            layer = stack_layer(t.name, chosen) if chosen is not None else None
+            if layer is not None:
+                report.layers.setdefault(layer, Sums()).add(sums)
+                report.layer_kinds.setdefault((layer, kind), Sums()).add(sums)
+            bar.update(t.nbytes)
+    report.layers = dict(sorted(report.layers.items()))
+    return report
+
+
+def format_drift(report: DriftReport) -> str:
+    """Per-layer and per-kind tables, plain text."""
+    lines = [f"{'layer':>6}  {'rel. L2':>10}  {'cosine':>10}  params"]
+    for layer, sums in report.layers.items():
+        lines.append(f"{layer:>6}  {sums.relative_l2:>10.3e}  {sums.cosine:>10.6f}  {sums.numel}")
+    lines += ["", f"{'kind':>10}  {'rel. L2':>10}  {'cosine':>10}  params"]
+    for kind, sums in sorted(report.kinds.items()):
+        lines.append(f"{kind:>10}  {sums.relative_l2:>10.3e}  {sums.cosine:>10.6f}  {sums.numel}")
+    total = report.total
+    lines.append(f"{'all':>10}  {total.relative_l2:>10.3e}  {total.cosine:>10.6f}  {total.numel}")
+    return "\n".join(lines)
+
+
+def drift_rows(report: DriftReport) -> list[dict]:
+    """One CSV row per tensor: name, layer, kind, relative L2, cosine, parameters."""
+    rows = []
+    for name, sums in report.tensors.items():
+        layer = stack_layer(name, report.stack) if report.stack is not None else None
+        rows.append(
+            {
+                "tensor": name,
+                "layer": "" if layer is None else layer,
+                "kind": module_kind(name),
+                "relative_l2": sums.relative_l2,
+                "cosine": sums.cosine,
+                "params": sums.numel,
+            }
+        )
+    return rows

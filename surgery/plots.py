@@ -1,0 +1,95 @@
+"""PNG plots for the diagnostics: titled, labelled, with legends, saved next to the data.
+
+matplotlib is imported here only, and with the Agg backend: no display needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_metrics_vs_alpha(
+    rows: Sequence[dict], metrics: Sequence[str], path: Path, title: str
+) -> Path:
+    """One panel per metric against alpha (0 = BASE, 1 = TRAINED)."""
+    plt = _pyplot()
+    cols = min(3, len(metrics))
+    nrows = math.ceil(len(metrics) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.4 * nrows), squeeze=False)
+    alphas = [row["alpha"] for row in rows]
+    for ax, metric in zip(axes.flat, metrics, strict=False):
+        ax.plot(alphas, [row[metric] for row in rows], marker="o", label=metric)
+        ax.set_title(metric)
+        ax.set_xlabel("alpha (0 = base, 1 = trained)")
+        ax.set_ylabel(metric.rsplit("/", 1)[-1])
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    for ax in list(axes.flat)[len(metrics) :]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))  # leave the suptitle its own room
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_drift_by_layer(layer_kinds: dict[tuple[int, str], float], path: Path, title: str) -> Path:
+    """Grouped bars: relative L2 drift per layer, one bar per module kind."""
+    plt = _pyplot()
+    layers = sorted({layer for layer, _ in layer_kinds})
+    kinds = sorted({kind for _, kind in layer_kinds})
+    width = 0.8 / max(1, len(kinds))
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(layers) + 2), 3.8))
+    for i, kind in enumerate(kinds):
+        xs = [layer + (i - (len(kinds) - 1) / 2) * width for layer in layers]
+        ax.bar(xs, [layer_kinds.get((layer, kind), 0.0) for layer in layers], width, label=kind)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("relative L2 drift ||θ-θ0|| / ||θ0||")
+    ax.set_title(title)
+    ax.set_xticks(layers)
+    ax.legend(loc="best", fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_heatmap(
+    values: list[list[float]],
+    rows: Sequence[str],
+    cols: Sequence[str],
+    path: Path,
+    title: str,
+    label: str,
+) -> Path:
+    """A labelled heatmap with the value written in each cell."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(cols) + 2.5), max(2.5, 0.5 * len(rows) + 1.5)))
+    import numpy as np
+
+    grid = np.ma.masked_invalid(np.array(values, dtype=float))  # NaN cells stay blank
+    image = ax.imshow(grid, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(cols)), labels=cols, rotation=30, ha="right")
+    ax.set_yticks(range(len(rows)), labels=rows)
+    for r, row in enumerate(values):
+        for c, value in enumerate(row):
+            text = "n/a" if value != value else f"{value:.2f}"  # NaN: metric did not move
+            ax.text(c, r, text, ha="center", va="center", color="white", fontsize="small")
+    fig.colorbar(image, ax=ax, label=label)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

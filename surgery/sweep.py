@@ -1,0 +1,186 @@
+"""sweep: interpolate BASE -> TRAINED over a grid of alphas, save and/or score every point.
+
+With eval tasks and a model that fits in memory, BASE and TRAINED are loaded once and the layers
+in range are set to each blend in place (surgery/memory_blend.py): no checkpoint is written and
+re-read between two scores. Otherwise each point is written, loaded and scored.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from surgery.errors import SurgeryError
+from surgery.memory_blend import MemoryBlender, fits_in_memory
+from surgery.ops.interpolate import plan_interpolate, resolve_alphas
+from surgery.output_dir import check_output, staged_output
+from surgery.reader import open_checkpoint
+from surgery.writer import DEFAULT_MAX_SHARD_SIZE, execute
+
+
+def parse_alpha_grid(text: str) -> list[float]:
+    """`0:1:0.1` (start:stop:step, stop included when it falls on the grid) or `0,0.5,1`.
+
+    Decimal arithmetic keeps 0.1-steps exact: 0:1:0.1 gives 11 points ending at 1.0.
+    """
+    try:
+        if ":" not in text:
+            return [float(Decimal(part)) for part in text.split(",")]
+        start, stop, step = (Decimal(part) for part in text.split(":"))
+    except (InvalidOperation, ValueError):
+        raise SurgeryError(
+            f"alpha grid {text!r}: write start:stop:step or a list like 0,0.5,1"
+        ) from None
+    if step <= 0 or stop < start:
+        raise SurgeryError(f"alpha grid {text!r}: needs start <= stop and a positive step")
+    count = int((stop - start) / step)
+    values = [start + i * step for i in range(count + 1)]
+    if len(values) > 1000:
+        raise SurgeryError(f"alpha grid {text!r} has {len(values)} points; use a coarser step")
+    return [float(v) for v in values]
+
+
+def point_names(alphas: Sequence[float]) -> list[str]:
+    """Folder names that sort with alpha: alpha-0.30, or more decimals when the grid needs them."""
+    decimals = max(2, *(len(f"{a:.6f}".rstrip("0").split(".")[1]) for a in alphas))
+    return [f"alpha-{a:.{decimals}f}" for a in alphas]
+
+
+def metric_names(rows: Sequence[dict]) -> list[str]:
+    """The metrics worth plotting: float columns other than alpha (integers are counts: n,
+    tokens)."""
+    names = [k for k in rows[0] if k != "alpha"] if rows else []
+    return [k for k in names if all(isinstance(r.get(k), float) for r in rows)]
+
+
+def write_results(rows: list[dict], folder: Path, stem: str, config: dict) -> list[Path]:
+    """`stem`.json (rows + config) and `stem`.csv."""
+    json_path, csv_path = folder / f"{stem}.json", folder / f"{stem}.csv"
+    json_path.write_text(json.dumps({"config": config, "rows": rows}, indent=2) + "\n")
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return [json_path, csv_path]
+
+
+def run_sweep(
+    base: str | Path,
+    trained: str | Path,
+    out_dir: str | Path,
+    alphas: Sequence[float],
+    *,
+    layers: str | None = None,
+    stack: str | None = None,
+    tasks: Sequence[str] = (),
+    save: bool = True,
+    in_memory: bool | None = None,
+    eval_options: dict | None = None,
+    force: bool = False,
+    quiet: bool = False,
+    max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+) -> list[dict]:
+    """Write and/or score one interpolation per alpha into `out_dir`.
+
+    Args:
+        alphas: the grid (see `parse_alpha_grid`).
+        layers, stack: restrict the blend to these layers (others from TRAINED).
+        tasks: eval task strings; none means only checkpoints are written.
+        save: write one checkpoint per alpha (alpha-0.30, ...).
+        in_memory: blend in memory for scoring; None decides by whether the model fits.
+        eval_options: passed to `eval.api.evaluate` (batch_size, limit, seed, max_length) and
+            `load_model` (device, dtype).
+
+    Returns:
+        One row per alpha: {"alpha": a, "<task>/<metric>": value, ...}.
+
+    Raises:
+        SurgeryError: nothing to do, or a bad input (see interpolate).
+    """
+    if not save and not tasks:
+        raise SurgeryError("--no-save without --eval leaves nothing to do")
+    base_ckpt, trained_ckpt = open_checkpoint(base), open_checkpoint(trained)
+    plans = [
+        plan_interpolate(base_ckpt, trained_ckpt, a, layers=layers, stack=stack) for a in alphas
+    ]  # validates inputs, layers and alphas before anything is written or loaded
+    options = dict(eval_options or {})
+    load_options = {"device": options.pop("device", "cpu"), "dtype": options.pop("dtype", None)}
+    if tasks:
+        from eval.api import load_tasks
+
+        tasks = load_tasks(tasks)  # bad data fails now, not after the first blend
+    if in_memory is None:
+        in_memory = bool(tasks) and fits_in_memory(trained_ckpt)
+    out_dir = Path(out_dir)
+    check_output(out_dir, [base_ckpt.path, trained_ckpt.path], force)
+    names = point_names(alphas)
+    rows = [{"alpha": a} for a in alphas]
+    with staged_output(out_dir) as staging:
+        if save:
+            for plan, name in zip(plans, names, strict=True):
+                execute(plan, staging / name, quiet=quiet, max_shard_size=max_shard_size)
+        if tasks:
+            if in_memory:
+                blender = MemoryBlender(base_ckpt.path, trained_ckpt.path, **load_options)
+                points = [resolve_alphas(trained_ckpt, a, layers, stack) for a in alphas]
+                scores = _memory_scores(blender, points, tasks, options, quiet)
+            else:
+                folders = [staging / (n if save else f".scratch-{n}") for n in names]
+                scores = _disk_scores(plans, folders, save, tasks, load_options, options, quiet)
+            for row, metrics in zip(rows, scores, strict=True):
+                row.update(metrics)
+            config = {
+                "base": str(base),
+                "trained": str(trained),
+                "layers": layers,
+                "stack": stack,
+                "in_memory": in_memory,
+                **load_options,
+                **options,
+            }
+            write_results(rows, staging, "sweep", config)
+            metrics = metric_names(rows)
+            if metrics:
+                from surgery.plots import plot_metrics_vs_alpha
+
+                where = f" (layers {layers})" if layers else ""
+                plot_metrics_vs_alpha(
+                    rows,
+                    metrics,
+                    staging / "sweep.png",
+                    f"Interpolation sweep{where}: {Path(str(trained)).name}",
+                )
+    return rows
+
+
+def _memory_scores(blender: MemoryBlender, points, tasks, options: dict, quiet: bool) -> list[dict]:
+    """Score each (LayerValues, disk stack) point on the in-memory model."""
+    from eval.api import evaluate
+
+    scores = []
+    for values, disk_stack in points:
+        memory_stack = blender.stack(disk_stack.name) if disk_stack is not None else None
+        blender.set_alphas(values, memory_stack)
+        result = evaluate(blender.model, blender.tokenizer, tasks, progress=not quiet, **options)
+        scores.append(result["metrics"])
+    return scores
+
+
+def _disk_scores(plans, folders, saved: bool, tasks, load_options, options, quiet) -> list[dict]:
+    """Score each written point (writing scratch checkpoints first when nothing was saved)."""
+    from eval.api import evaluate, load_model
+
+    scores = []
+    for plan, folder in zip(plans, folders, strict=True):
+        if not saved:
+            execute(plan, folder, quiet=True)
+        model, tokenizer = load_model(folder, progress=False, **load_options)
+        scores.append(evaluate(model, tokenizer, tasks, progress=not quiet, **options)["metrics"])
+        del model
+        if not saved:
+            shutil.rmtree(folder)
+    return scores
