@@ -495,6 +495,9 @@ def push(private, revision, commit_message, dry_run, checkpoint, repo_id):
 
 
 
+from train.command import train_command  # noqa: E402
+
+cli.add_command(train_command, "train")
 
 
 def main() -> None:

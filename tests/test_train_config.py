@@ -1,0 +1,194 @@
+"""Option parsing and validation of the training wrapper (no training)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from train_helpers import tiny_config, write_corpus
+
+from cli import cli
+from surgery.errors import CheckpointError, LayerSpecError, OutputError
+from train.api import training_arguments
+from train.config import (
+    DataSource,
+    apply_mix_until,
+    drift_groups,
+    normalize_shares,
+    parse_data_source,
+    parse_lora,
+)
+from train.errors import TrainConfigError
+
+
+def test_data_source_forms(tmp_path):
+    path = write_corpus(tmp_path / "sk.jsonl")
+    assert parse_data_source(f"slavic={path}:0.8") == DataSource("slavic", str(path), 0.8)
+    assert parse_data_source(str(path)) == DataSource("sk", str(path), None)
+    hub = parse_data_source("en=hub:allenai/madlad-400#en@clean:0.2")
+    assert (hub.name, hub.location, hub.share, hub.hub) == (
+        "en",
+        "allenai/madlad-400#en@clean",
+        0.2,
+        True,
+    )
+    assert parse_data_source("hub:org/set").location == "org/set"
+
+
+@pytest.mark.parametrize(
+    "spec", ["en=data.txt:abc", "en=data.txt:-0.2", "en=data.txt:0", "en=data.txt:nan", "en=:0.5"]
+)
+def test_bad_shares(spec):
+    with pytest.raises(TrainConfigError):
+        parse_data_source(spec)
+
+
+def test_shares_normalize_and_must_be_all_or_none():
+    sources = normalize_shares([DataSource("a", "x", 4.0), DataSource("b", "y", 1.0)])
+    assert [s.share for s in sources] == pytest.approx([0.8, 0.2])
+    equal = normalize_shares([DataSource("a", "x"), DataSource("b", "y")])
+    assert [s.share for s in equal] == [0.5, 0.5]
+    with pytest.raises(TrainConfigError, match="every --data source or to none"):
+        normalize_shares([DataSource("a", "x", 0.5), DataSource("b", "y")])
+    with pytest.raises(TrainConfigError, match="unique"):
+        normalize_shares([DataSource("a", "x"), DataSource("a", "y")])
+
+
+def test_mix_until():
+    sources = normalize_shares([DataSource("sk", "x", 0.8), DataSource("en", "y", 0.2)])
+    assert apply_mix_until(sources, ["0.1"])[1].until == 0.1
+    assert apply_mix_until(sources, ["sk=0.5"])[0].until == 0.5
+    for bad, message in [
+        ("fr=0.1", "no --data source"),
+        ("1.5", r"\(0, 1\]"),
+        ("x", "not a number"),
+    ]:
+        with pytest.raises(TrainConfigError, match=message):
+            apply_mix_until(sources, [bad])
+    with pytest.raises(TrainConfigError, match="leave at least one"):
+        apply_mix_until(sources, ["sk=0.5", "en=0.5"])
+    with pytest.raises(TrainConfigError, match="two --data"):
+        apply_mix_until(sources[:1], ["0.1"])
+
+
+def test_lora_spec():
+    spec = parse_lora("r=16,alpha=32")
+    assert (spec.r, spec.alpha, spec.dropout, spec.targets) == (16, 32.0, 0.0, "all-linear")
+    assert parse_lora("r=4,targets=q_proj+v_proj").targets == ("q_proj", "v_proj")
+    for bad in ["alpha=3", "r=0", "r=4,beta=1", "r=x", "r=4,dropout=1"]:
+        with pytest.raises(TrainConfigError):
+            parse_lora(bad)
+
+
+def test_drift_groups_follow_the_named_ranges():
+    assert [g for _, g in drift_groups(None, 34, range(9, 28), None)] == [
+        tuple(range(9)),
+        tuple(range(9, 28)),
+        tuple(range(28, 34)),
+    ]
+    labels = [label for label, _ in drift_groups(None, 34, (), None)]
+    assert labels == ["layers_0:11", "layers_11:22", "layers_22:34"]
+    assert [g for _, g in drift_groups("0:2,2:4", 4, (), None)] == [(0, 1), (2, 3)]
+
+
+@pytest.fixture
+def llama(families):
+    return families("llama")["base"]
+
+
+def test_validate_resolves_specs(llama, tmp_path):
+    data = write_corpus(tmp_path / "d.txt")
+    plan = tiny_config(
+        llama, tmp_path / "out", [str(data)], freeze="1:3", l2sp="1:3=0.05,*=0.001"
+    ).validate()
+    assert plan.num_layers == 4 and plan.frozen_layers == (1, 2)
+    assert plan.l2sp.value_for(1) == 0.05 and plan.l2sp.value_for(None) == 0.001
+    assert plan.sources[0].share == 1.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "message"),
+    [
+        ({"freeze": "2:9"}, LayerSpecError, "outside the model"),
+        ({"l2sp": "1:3=-0.05"}, TrainConfigError, "lambda must be >= 0"),
+        ({"l2sp": "0:9=0.1"}, LayerSpecError, "outside the model"),
+        ({"max_steps": None}, TrainConfigError, "exactly one budget"),
+        ({"ema": 1.0}, TrainConfigError, "in \\(0, 1\\)"),
+        ({"lora": "r=4", "ema": 0.9}, TrainConfigError, "baseline on its own"),
+        ({"dtype": "int8"}, TrainConfigError, "--dtype"),
+        ({"block_size": 4096}, TrainConfigError, "exceeds the model's context"),
+        ({"batch_size": 0}, TrainConfigError, "--batch-size must be positive"),
+    ],
+)
+def test_validate_errors(llama, tmp_path, overrides, error, message):
+    data = write_corpus(tmp_path / "d.txt")
+    with pytest.raises(error, match=message):
+        tiny_config(llama, tmp_path / "out", [str(data)], **overrides).validate()
+
+
+def test_data_errors(llama, tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "blank.jsonl").write_text('{"text": " "}\n\n')
+    (tmp_path / "notext.jsonl").write_text('{"body": "hello"}\n')
+    (tmp_path / "data.csv").write_text("a,b\n")
+    cases = {
+        str(tmp_path / "missing.txt"): "does not exist",
+        str(tmp_path / "empty.jsonl"): "is empty",
+        str(tmp_path / "blank.jsonl"): "has no text",
+        str(tmp_path / "notext.jsonl"): "no string 'text' field",
+        str(tmp_path / "data.csv"): "is not one of",
+    }
+    for data, message in cases.items():
+        with pytest.raises(TrainConfigError, match=message):
+            tiny_config(llama, tmp_path / "out", [data]).validate()
+
+
+def test_output_rules(llama, tmp_path):
+    data = write_corpus(tmp_path / "d.txt")
+    out = tmp_path / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    with pytest.raises(OutputError, match="already exists"):
+        tiny_config(llama, out, [str(data)]).validate()
+    assert tiny_config(llama, out, [str(data)], resume=True).validate().resume_from is None
+    (out / "config.json").write_text("{}")
+    with pytest.raises(OutputError, match="not resumed"):
+        tiny_config(llama, out, [str(data)], resume=True).validate()
+
+
+def test_base_must_exist(tmp_path):
+    data = write_corpus(tmp_path / "d.txt")
+    with pytest.raises(CheckpointError, match="could not be fetched"):
+        tiny_config("nobody/no-such-model", tmp_path / "o", [str(data)]).validate()
+
+
+def test_report_to_and_precision_pass_through(llama, tmp_path):
+    data = write_corpus(tmp_path / "d.txt")
+    plan = tiny_config(
+        llama, tmp_path / "out", [str(data)], report_to="tensorboard", warmup=0.1, grad_accum=3
+    ).validate()
+    args = training_arguments(plan)
+    assert args.report_to == ["tensorboard"]
+    assert args.gradient_accumulation_steps == 3 and args.warmup_steps == 0.1
+    assert args.output_dir == str(tmp_path / "out" / "checkpoints")
+
+
+def test_cli_reports_errors_in_one_line(llama, tmp_path):
+    data = write_corpus(tmp_path / "d.txt")
+    runner = CliRunner()
+    cases = [
+        (["--data", f"{data}:x"], "share 'x' does not parse"),
+        (["--data", str(data), "--freeze", "0:40"], "outside the model"),
+        (["--data", str(data), "--l2sp", "*=-1"], "lambda must be >= 0"),
+        (["--data", str(tmp_path / "none.jsonl")], "does not exist"),
+    ]
+    for extra, message in cases:
+        result = runner.invoke(
+            cli, ["train", str(llama), str(tmp_path / "o"), "--max-steps", "2", *extra]
+        )
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("error: ") and message in result.output
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("")
+    result = runner.invoke(
+        cli, ["train", str(llama), str(tmp_path / "taken"), "--data", str(data), "--max-steps", "2"]
+    )
+    assert result.exit_code == 2 and "already exists" in result.output

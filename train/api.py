@@ -1,0 +1,206 @@
+"""The Python entry point: `train(TrainConfig(...)) -> Path` of the saved checkpoint.
+
+Usable from other commands (a demo pipeline) and under `torchrun` / `accelerate launch`: every
+rank runs the same function; the main process writes the checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from train.config import TrainConfig, TrainPlan
+from train.errors import TrainConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, TrainerCallback, TrainingArguments
+
+    from train.trainer import SurgeryTrainer
+
+logger = logging.getLogger(__name__)
+
+
+def train(config: TrainConfig, callbacks: Sequence[TrainerCallback] = ()) -> Path:
+    """Validate `config`, train, and save a checkpoint in the base's layout.
+
+    Args:
+        config: the run's configuration.
+        callbacks: extra `TrainerCallback`s, called after the wrapper's own (so on_step_end
+            sees the weights after the EMA average).
+
+    Returns:
+        The output folder, holding safetensors shards named and typed like BASE, its config
+        and tokenizer files, and `surgery_train.json` (the configuration used).
+
+    Raises:
+        SurgeryError: any problem with the request (see `TrainConfig.validate`).
+    """
+    return run(config.validate(), callbacks)
+
+
+def training_arguments(plan: TrainPlan) -> TrainingArguments:
+    """transformers TrainingArguments for the plan (max_steps is set once the world is known)."""
+    import torch
+    from transformers import TrainingArguments
+
+    cfg = plan.config
+    warmup = int(cfg.warmup) if cfg.warmup >= 1 else cfg.warmup
+    report_to = [r.strip() for r in cfg.report_to.split(",") if r.strip()] or ["none"]
+    has_accelerator = hasattr(torch, "accelerator") and torch.accelerator.is_available()
+    return TrainingArguments(
+        output_dir=str(plan.checkpoints_dir),
+        max_steps=cfg.max_steps or 1,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=warmup,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        bf16=cfg.mixed_precision == "bf16",
+        fp16=cfg.mixed_precision == "fp16",
+        activation_checkpointing=cfg.gradient_checkpointing or None,
+        seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        logging_first_step=True,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        report_to=report_to,
+        disable_tqdm=not cfg.progress,
+        use_cpu=not has_accelerator,
+        dataloader_num_workers=0,
+        **cfg.extra_args,
+    )
+
+
+def _check_distributed(plan: TrainPlan, trainer: SurgeryTrainer) -> None:
+    sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
+    if sharded and (plan.l2sp is not None or plan.config.ema is not None or plan.lora):
+        raise TrainConfigError(
+            "--l2sp, --ema and --lora need whole parameters on every rank: run them with DDP "
+            "(plain torchrun / accelerate launch), not FSDP or DeepSpeed"
+        )
+
+
+def _attach_strategies(plan: TrainPlan, trainer: SurgeryTrainer, layers: dict) -> list:
+    """Create L2-SP, drift and EMA on the model as it sits on its device; EMA is a callback."""
+    from train.drift import DriftMonitor
+    from train.ema import ANCHOR_FILE, EMA, EMACallback
+    from train.regularizers import L2SP
+
+    model = trainer.model
+    if plan.l2sp is not None:
+        trainer.l2sp = L2SP.from_model(model, plan.l2sp, layers)
+        logger.info("L2-SP: %d regularized tensors", len(trainer.l2sp))
+    sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
+    if plan.config.drift and not plan.lora and not sharded and trainer.is_world_process_zero():
+        trainer.drift = DriftMonitor(model, plan.drift_groups, layers)
+    if plan.config.ema is None:
+        return []
+    ema = EMA(model, plan.config.ema, plan.config.ema_every)
+    if plan.resume_from is not None and (plan.resume_from / ANCHOR_FILE).is_file():
+        ema.load(plan.resume_from / ANCHOR_FILE)
+    return [EMACallback(ema)]
+
+
+def _prepare_model(plan: TrainPlan) -> tuple[PreTrainedModel, dict[str, int | None]]:
+    from train.checkpoint_io import load_for_training
+    from train.freezing import freeze, layer_map
+    from train.lora import apply_lora
+
+    model = load_for_training(plan.layout, plan.dtype)
+    freeze(model, plan.frozen_layers, plan.num_layers, plan.config.freeze_embeddings)
+    if plan.lora is not None:
+        # Adapters only where layers train: --freeze keeps its layers bit-identical under LoRA.
+        keep = [i for i in range(plan.num_layers) if i not in set(plan.frozen_layers)]
+        model = apply_lora(
+            model, plan.lora, keep if plan.frozen_layers else None, plan.layout.text_stack.prefix
+        )
+    layers = layer_map((n for n, _ in model.named_parameters()), plan.num_layers)
+    return model, layers
+
+
+def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
+    """Train a validated plan; see `train`."""
+    from transformers import AutoTokenizer, default_data_collator, set_seed
+
+    from train.data import MixtureSchedule, PackedMixture
+    from train.trainer import SkipFinalCheckpoint, SurgeryTrainer
+
+    cfg = plan.config
+    set_seed(cfg.seed)
+    model, layers = _prepare_model(plan)
+    tokenizer = AutoTokenizer.from_pretrained(plan.base_dir)
+    tokenizer.model_max_length = int(1e30)  # packing splits long documents; no length warning
+    block = plan.block_size
+    args = training_arguments(plan)
+    # The world size is known only now; a step takes one block per device per micro-batch.
+    per_step = cfg.batch_size * cfg.grad_accum * args.world_size
+    steps = cfg.max_steps or math.ceil(cfg.max_tokens / (per_step * block))
+    args.max_steps = steps
+    schedule = MixtureSchedule(
+        [s.share for s in plan.sources], [s.until for s in plan.sources], steps, per_step, cfg.seed
+    )
+    dataset = PackedMixture(plan.sources, tokenizer, block, schedule)
+    trainer = SurgeryTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=default_data_collator,
+        processing_class=tokenizer,
+    )
+    _check_distributed(plan, trainer)
+    trainer.tokens_per_step = per_step * block
+    own = _attach_strategies(plan, trainer, layers)
+    if not cfg.keep_checkpoints:
+        own.append(SkipFinalCheckpoint())
+    for callback in [*own, *callbacks]:
+        trainer.add_callback(callback)
+    logger.info(
+        "training %d steps x %d blocks of %d tokens on %d process(es)",
+        steps,
+        per_step,
+        block,
+        args.world_size,
+    )
+    trainer.train(resume_from_checkpoint=str(plan.resume_from) if plan.resume_from else None)
+    _save(plan, trainer, steps * per_step * block)
+    return plan.output
+
+
+def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:
+    """Gather full weights, write them in BASE's layout on the main process, clean up."""
+    from train.checkpoint_io import to_base_layout, write_checkpoint
+    from train.lora import merge_lora
+
+    if plan.lora is not None:
+        model = merge_lora(trainer.accelerator.unwrap_model(trainer.model))
+        state_dict = model.state_dict()
+    else:
+        # A collective under FSDP (every rank must call it); a plain state dict otherwise.
+        state_dict = trainer.accelerator.get_state_dict(trainer.model_wrapped)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+    if trainer.is_world_process_zero():
+        tensors = to_base_layout(model, state_dict, plan.layout)
+        record = {
+            "config": dataclasses.asdict(plan.config),
+            "steps": trainer.state.global_step,
+            "tokens": tokens,
+            "world_size": trainer.args.world_size,
+            "log_history": trainer.state.log_history,
+        }
+        write_checkpoint(plan.output, plan.layout, tensors, record)
+        if not plan.config.keep_checkpoints:
+            shutil.rmtree(plan.checkpoints_dir, ignore_errors=True)
+        logger.info("saved %s", plan.output)
+    trainer.accelerator.wait_for_everyone()
+    # Let the next run in this process (tests, pipelines) start without a stale process group.
+    if os.environ.get("WORLD_SIZE", "1") == "1":
+        trainer.accelerator.free_memory()

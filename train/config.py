@@ -1,0 +1,445 @@
+"""The training configuration: one dataclass, validated once, into a resolved plan.
+
+`TrainConfig` holds what a user asks for, as plain values (strings for specs, so the CLI and the
+Python API share one parser). `TrainConfig.validate()` checks everything that can be checked
+without loading weights (paths, budgets, specs against the checkpoint's layer count, data files)
+and returns a `TrainPlan`, the only thing the training code reads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from surgery.errors import OutputError
+from surgery.layers import LayerValues, format_layers, parse_layer_spec, parse_layer_values
+from train.checkpoint_io import CheckpointLayout, read_layout, resolve_base
+from train.errors import TrainConfigError
+
+DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
+MIXED_PRECISION = ("no", "bf16", "fp16")
+CHECKPOINTS_DIR = "checkpoints"
+DEFAULT_BLOCK = 1024
+HUB_PREFIX = "hub:"
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """One training corpus: a file, a folder of files, or a Hub dataset, with its share.
+
+    `share` is None until normalized by `normalize_shares`; `until` is the fraction of training
+    steps during which the source is mixed in (None: the whole run).
+    """
+
+    name: str
+    location: str
+    share: float | None = None
+    hub: bool = False
+    until: float | None = None
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA hyperparameters; `targets` is "all-linear" or a list of module names."""
+
+    r: int
+    alpha: float
+    dropout: float = 0.0
+    targets: str | tuple[str, ...] = "all-linear"
+
+
+def _parse_share(text: str, spec: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        raise TrainConfigError(
+            f"--data {spec!r}: share {text!r} does not parse; write NAME=PATH:SHARE, e.g. "
+            "en=data/en.jsonl.gz:0.2"
+        ) from None
+    if not math.isfinite(share) or share <= 0:
+        raise TrainConfigError(f"--data {spec!r}: share must be a positive number, got {text}")
+    return share
+
+
+def _default_name(location: str, index: int) -> str:
+    stem = location.rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".jsonl.gz", ".jsonl", ".txt"):
+        if stem.endswith(suffix):
+            return stem[: -len(suffix)] or f"source{index}"
+    return stem or f"source{index}"
+
+
+def parse_data_source(spec: str, index: int = 0) -> DataSource:
+    """Parse `[NAME=]LOCATION[:SHARE]`; LOCATION is a path or `hub:ID[#CONFIG][@SPLIT]`.
+
+    A suffix after the last `:` is a share when it contains no `/`; anything else there is a
+    path (so `C:/data` and `hub:` ids survive), unless it is not an existing file either, in
+    which case it is reported as a share that does not parse.
+
+    Args:
+        spec: the `--data` value.
+        index: position among the sources, for a default name.
+
+    Returns:
+        The source, share None when not given.
+
+    Raises:
+        TrainConfigError: on an empty location or a share that does not parse.
+    """
+    name, rest = None, spec.strip()
+    head, sep, tail = rest.partition("=")
+    if sep and re.fullmatch(r"[\w.-]+", head.strip()):
+        name, rest = head.strip(), tail.strip()
+    hub = rest.startswith(HUB_PREFIX)
+    body = rest[len(HUB_PREFIX) :] if hub else rest
+    share = None
+    location, colon, suffix = body.rpartition(":")
+    if colon and "/" not in suffix and not (not hub and Path(body).exists()):
+        share = _parse_share(suffix.strip(), spec)
+        body = location
+    if not body.strip():
+        raise TrainConfigError(f"--data {spec!r} names no file or dataset")
+    return DataSource(
+        name=name or _default_name(body, index), location=body.strip(), share=share, hub=hub
+    )
+
+
+def normalize_shares(sources: Sequence[DataSource]) -> tuple[DataSource, ...]:
+    """Give every source a share summing to 1: all given (rescaled) or none given (equal).
+
+    Raises:
+        TrainConfigError: when only some sources have a share, or names repeat.
+    """
+    names = [s.name for s in sources]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise TrainConfigError(
+            f"--data names must be unique; repeated: {', '.join(duplicates)} (use NAME=PATH)"
+        )
+    given = [s.share is not None for s in sources]
+    if any(given) and not all(given):
+        raise TrainConfigError("give a share to every --data source or to none (equal shares)")
+    shares = [s.share if s.share is not None else 1.0 for s in sources]
+    total = sum(shares)
+    return tuple(replace(s, share=share / total) for s, share in zip(sources, shares, strict=True))
+
+
+def apply_mix_until(
+    sources: tuple[DataSource, ...], specs: Sequence[str]
+) -> tuple[DataSource, ...]:
+    """Attach `--mix-until [NAME=]FRACTION` to sources; a bare fraction means the last source.
+
+    Raises:
+        TrainConfigError: on an unknown name, a fraction outside (0, 1], a bare fraction with a
+            single source, or every source limited (no data would be left for the end).
+    """
+    by_name = {s.name: s for s in sources}
+    for spec in specs:
+        name, sep, value = spec.rpartition("=")
+        if not sep:
+            if len(sources) < 2:
+                raise TrainConfigError("--mix-until needs at least two --data sources")
+            name = sources[-1].name
+        if name not in by_name:
+            raise TrainConfigError(
+                f"--mix-until {spec!r}: no --data source named {name!r} "
+                f"(sources: {', '.join(by_name)})"
+            )
+        try:
+            fraction = float(value)
+        except ValueError:
+            raise TrainConfigError(f"--mix-until {spec!r}: {value!r} is not a number") from None
+        if not 0 < fraction <= 1:
+            raise TrainConfigError(f"--mix-until {spec!r}: the fraction must be in (0, 1]")
+        by_name[name] = replace(by_name[name], until=fraction)
+    result = tuple(by_name[s.name] for s in sources)
+    if all(s.until is not None for s in result):
+        raise TrainConfigError("--mix-until limits every source; leave at least one unlimited")
+    return result
+
+
+def parse_lora(spec: str) -> LoraSpec:
+    """Parse `r=16,alpha=32[,dropout=0.05][,targets=q_proj+v_proj]`; alpha defaults to r.
+
+    Raises:
+        TrainConfigError: on unknown keys, a missing or non-positive r, or bad numbers.
+    """
+    values: dict[str, str] = {}
+    for item in (part.strip() for part in spec.split(",") if part.strip()):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in ("r", "alpha", "dropout", "targets"):
+            raise TrainConfigError(
+                f"--lora {spec!r}: {item!r} is not one of r=, alpha=, dropout=, targets="
+            )
+        values[key.strip()] = value.strip()
+    try:
+        r = int(values["r"])
+        alpha = float(values.get("alpha", r))
+        dropout = float(values.get("dropout", 0.0))
+    except KeyError:
+        raise TrainConfigError(f"--lora {spec!r}: r= is required, e.g. r=16,alpha=32") from None
+    except ValueError as error:
+        raise TrainConfigError(f"--lora {spec!r}: {error}") from None
+    if r <= 0 or alpha <= 0 or not 0 <= dropout < 1:
+        raise TrainConfigError(f"--lora {spec!r}: need r > 0, alpha > 0, 0 <= dropout < 1")
+    targets_text = values.get("targets", "all-linear")
+    targets = targets_text if targets_text == "all-linear" else tuple(targets_text.split("+"))
+    return LoraSpec(r=r, alpha=alpha, dropout=dropout, targets=targets)
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """A validated configuration, resolved against the base checkpoint (no weights loaded)."""
+
+    config: TrainConfig
+    base_dir: Path
+    output: Path
+    layout: CheckpointLayout
+    sources: tuple[DataSource, ...]
+    num_layers: int
+    frozen_layers: tuple[int, ...]
+    l2sp: LayerValues | None
+    lora: LoraSpec | None
+    drift_groups: tuple[tuple[str, tuple[int, ...]], ...]
+    resume_from: Path | None
+    dtype: str
+    block_size: int
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        """Where the Trainer keeps its intermediate (resumable) checkpoints."""
+        return self.output / CHECKPOINTS_DIR
+
+
+@dataclass
+class TrainConfig:
+    """Everything `surgery train` accepts (one field per CLI option); see `validate`.
+
+    Budget: exactly one of `max_steps` and `max_tokens`. One optimizer step consumes
+    `batch_size * grad_accum * world_size` blocks of `block_size` tokens.
+
+    Attributes:
+        base: checkpoint folder or Hub id.
+        output: the folder to create (must not exist, unless `resume`).
+        data: `[NAME=]PATH[:SHARE]` strings (or `DataSource`s); see `parse_data_source`.
+        mix_until: `[NAME=]FRACTION` curriculum limits; see `apply_mix_until`.
+        freeze: layer spec of layers that get no gradient ("9:28").
+        freeze_embeddings: also freeze input embeddings and output head.
+        l2sp: per-layer lambda spec ("9:28=0.05,*=0.001"); penalty lambda/2 * ||w - w0||^2.
+        ema, ema_every: alpha and eta of the weight average.
+        lora: "r=16,alpha=32[,dropout=..][,targets=a+b]"; merged into full weights when saved.
+        dtype: weights dtype while training; the checkpoint keeps BASE's dtypes.
+        mixed_precision: "no", "bf16" or "fp16" autocast.
+        drift, drift_groups: log per-group drift from BASE; groups as a layer spec list.
+        progress: show the progress bar (else plain log lines).
+        extra_args: more `transformers.TrainingArguments` keywords (e.g. fsdp settings).
+    """
+
+    base: str
+    output: str | Path
+    data: Sequence[str | DataSource]
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    mix_until: Sequence[str] = ()
+    block_size: int | None = None
+    batch_size: int = 8
+    grad_accum: int = 1
+    learning_rate: float = 2e-5
+    lr_scheduler: str = "cosine"
+    warmup: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    freeze: str | None = None
+    freeze_embeddings: bool = False
+    l2sp: str | None = None
+    ema: float | None = None
+    ema_every: int = 1
+    lora: str | None = None
+    dtype: str = "float32"
+    mixed_precision: str = "no"
+    gradient_checkpointing: bool = False
+    seed: int = 0
+    logging_steps: int = 10
+    save_steps: int = 500
+    save_total_limit: int | None = 2
+    resume: bool = False
+    keep_checkpoints: bool = False
+    report_to: str = "none"
+    drift: bool = True
+    drift_groups: str | None = None
+    progress: bool = True
+    extra_args: dict = field(default_factory=dict)
+
+    def validate(self) -> TrainPlan:
+        """Check the request and resolve it against the base checkpoint's layout.
+
+        Returns:
+            The plan the training code runs.
+
+        Raises:
+            TrainConfigError: bad numbers, specs, data files or option combinations.
+            LayerSpecError: a layer range outside the model.
+            OutputError: the output exists (and this is not a resume).
+            CheckpointError: the base cannot be found or read.
+        """
+        self._check_numbers()
+        output = Path(self.output)
+        resume_from = _check_output(output, self.resume)
+        sources = self._resolve_sources()
+        base_dir = resolve_base(self.base)
+        layout = read_layout(base_dir)
+        num_layers = layout.text_stack.num_layers
+        frozen = tuple(parse_layer_spec(self.freeze, num_layers)) if self.freeze else ()
+        l2sp = _parse_l2sp(self.l2sp, num_layers) if self.l2sp else None
+        lora = parse_lora(self.lora) if self.lora else None
+        if lora is not None and (l2sp is not None or self.ema is not None):
+            raise TrainConfigError("--lora is a baseline on its own: drop --l2sp and --ema")
+        groups = drift_groups(self.drift_groups, num_layers, frozen, l2sp)
+        return TrainPlan(
+            config=self,
+            base_dir=base_dir,
+            output=output,
+            layout=layout,
+            sources=sources,
+            num_layers=num_layers,
+            frozen_layers=frozen,
+            l2sp=l2sp,
+            lora=lora,
+            drift_groups=groups,
+            resume_from=resume_from,
+            dtype=DTYPES[self.dtype.lower()],
+            block_size=_block_size(self.block_size, layout.config),
+        )
+
+    def _check_numbers(self) -> None:
+        if (self.max_steps is None) == (self.max_tokens is None):
+            raise TrainConfigError("give exactly one budget: --max-steps or --max-tokens")
+        positive = {
+            "--max-steps": self.max_steps,
+            "--max-tokens": self.max_tokens,
+            "--block-size": self.block_size,
+            "--batch-size": self.batch_size,
+            "--grad-accum": self.grad_accum,
+            "--ema-every": self.ema_every,
+            "--logging-steps": self.logging_steps,
+            "--save-steps": self.save_steps,
+        }
+        for option, value in positive.items():
+            if value is not None and value <= 0:
+                raise TrainConfigError(f"{option} must be positive, got {value}")
+        if self.learning_rate <= 0 or self.warmup < 0 or self.weight_decay < 0:
+            raise TrainConfigError("--lr must be positive; --warmup and --weight-decay >= 0")
+        if self.ema is not None and not 0 < self.ema < 1:
+            raise TrainConfigError(
+                f"--ema is the weight of the previous average, in (0, 1); got {self.ema}"
+            )
+        if self.dtype.lower() not in DTYPES:
+            raise TrainConfigError(f"--dtype {self.dtype!r}: choose float32, bfloat16 or float16")
+        if self.mixed_precision not in MIXED_PRECISION:
+            raise TrainConfigError(
+                f"mixed precision {self.mixed_precision!r}: choose {', '.join(MIXED_PRECISION)}"
+            )
+        if not self.data:
+            raise TrainConfigError("no training data: give at least one --data")
+
+    def _resolve_sources(self) -> tuple[DataSource, ...]:
+        from train.data import check_source
+
+        parsed = [
+            s if isinstance(s, DataSource) else parse_data_source(s, i)
+            for i, s in enumerate(self.data)
+        ]
+        sources = apply_mix_until(normalize_shares(parsed), self.mix_until)
+        for source in sources:
+            check_source(source)
+        return sources
+
+
+def _block_size(requested: int | None, config: Mapping) -> int:
+    """The requested block, or min(1024, the model's context); never longer than the context."""
+    text = config.get("text_config") or config
+    limit = next((text[k] for k in ("max_position_embeddings", "n_positions") if k in text), None)
+    block = requested or min(DEFAULT_BLOCK, limit or DEFAULT_BLOCK)
+    if limit is not None and block > limit:
+        raise TrainConfigError(f"--block-size {block} exceeds the model's context ({limit})")
+    return block
+
+
+def _parse_l2sp(spec: str, num_layers: int) -> LayerValues:
+    values = parse_layer_values(spec, num_layers)
+    for value in [*values.per_layer.values(), values.default]:
+        if value is not None and (value < 0 or not math.isfinite(value)):
+            raise TrainConfigError(f"--l2sp {spec!r}: lambda must be >= 0, got {value}")
+    return values
+
+
+def _check_output(output: Path, resume: bool) -> Path | None:
+    """Refuse to overwrite; with resume, return the last checkpoint to continue from (or None)."""
+    if output.exists() and not output.is_dir():
+        raise OutputError(f"output {output} exists and is not a folder")
+    entries = sorted(p.name for p in output.iterdir()) if output.exists() else []
+    if not entries:
+        return None
+    if not resume:
+        raise OutputError(
+            f"output {output} already exists; choose a new path, or pass --resume to continue "
+            "an interrupted run"
+        )
+    if entries != [CHECKPOINTS_DIR]:
+        raise OutputError(
+            f"output {output} holds more than an interrupted run ({', '.join(entries[:5])}); "
+            "a finished run is not resumed"
+        )
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(output / CHECKPOINTS_DIR))
+    return Path(last) if last else None
+
+
+def _runs(indices: Sequence[int]) -> list[tuple[int, int]]:
+    """Contiguous runs of sorted indices as half-open (start, stop) pairs."""
+    runs: list[tuple[int, int]] = []
+    for index in sorted(set(indices)):
+        if runs and runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], index + 1)
+        else:
+            runs.append((index, index + 1))
+    return runs
+
+
+def drift_groups(
+    spec: str | None, num_layers: int, frozen: Sequence[int], l2sp: LayerValues | None
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The layer groups whose drift from the base is logged.
+
+    Explicit `spec` ("0:9,9:28,28:34": one group per item) wins; otherwise the boundaries of the
+    `--freeze` or `--l2sp` ranges cut the stack (9:28 on 34 layers gives 0:9, 9:28, 28:34);
+    otherwise thirds. Tensors outside the stack form the extra group "outside".
+
+    Raises:
+        LayerSpecError: an item of `spec` outside the model.
+    """
+    if spec:
+        items = [item.strip() for item in spec.split(",") if item.strip()]
+        groups = [tuple(parse_layer_spec(item, num_layers)) for item in items]
+    else:
+        named = list(frozen) or (list(l2sp.per_layer) if l2sp is not None else [])
+        cuts = {0, num_layers}
+        for start, stop in _runs(named):
+            cuts.update((start, stop))
+        if not named:
+            cuts.update((num_layers // 3, 2 * num_layers // 3))
+        edges = sorted(cuts)
+        groups = [tuple(range(a, b)) for a, b in itertools.pairwise(edges) if b > a]
+    return tuple((f"layers_{format_layers(g)}", g) for g in groups)

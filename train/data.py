@@ -1,0 +1,279 @@
+"""Training data: documents from files or the Hub, packed into fixed blocks, mixed by share.
+
+Each source is read in order as one stream of packed blocks (documents tokenized with the
+tokenizer's special tokens, an EOS appended, concatenated, cut every `block_size` tokens). A
+`MixtureSchedule` decides, per optimizer step, how many blocks of the global batch come from each
+source: exact shares up to rounding, with the rounding error carried to the next step so the
+cumulative count never drifts by more than one block. A source with `until` is dropped after that
+fraction of the steps and its share goes to the others. Because every source is its own stream,
+dropping one never rewinds another: target data is never replayed because of the switch (a
+source is only re-read from the start when it runs out, which is logged).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import os
+import random
+from collections.abc import Iterator, Sequence
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch.utils.data import IterableDataset
+
+from train.config import DataSource
+from train.errors import TrainConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
+
+SUFFIXES = (".jsonl.gz", ".jsonl", ".txt")
+_TOKENIZE_BATCH = 64
+
+
+def _has_suffix(path: Path) -> bool:
+    return path.name.endswith(SUFFIXES)
+
+
+def data_files(source: DataSource) -> list[Path]:
+    """The files of a local source: the file itself, or a folder's supported files, sorted.
+
+    Raises:
+        TrainConfigError: a missing path, an unsupported suffix, an empty file or folder.
+    """
+    path = Path(source.location)
+    if not path.exists():
+        raise TrainConfigError(f"data {source.name!r}: {path} does not exist")
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and _has_suffix(p))
+        if not files:
+            raise TrainConfigError(
+                f"data {source.name!r}: folder {path} has no {', '.join(SUFFIXES)} files"
+            )
+    else:
+        if not _has_suffix(path):
+            raise TrainConfigError(
+                f"data {source.name!r}: {path} is not one of {', '.join(SUFFIXES)}"
+            )
+        files = [path]
+    empty = [f for f in files if f.stat().st_size == 0]
+    if empty:
+        raise TrainConfigError(f"data {source.name!r}: {empty[0]} is empty")
+    return files
+
+
+def _iter_text_file(path: Path) -> Iterator[str]:
+    """Documents of a .txt file: blocks of lines separated by blank lines."""
+    lines: list[str] = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                lines.append(line.rstrip("\n"))
+            elif lines:
+                yield "\n".join(lines)
+                lines = []
+    if lines:
+        yield "\n".join(lines)
+
+
+def _iter_jsonl_file(path: Path) -> Iterator[str]:
+    """The `text` field of each JSON line (MADLAD-400 layout), gzip or plain."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                text = json.loads(line).get("text")
+            except (json.JSONDecodeError, AttributeError):
+                raise TrainConfigError(f"{path}:{number} is not a JSON object") from None
+            if not isinstance(text, str):
+                raise TrainConfigError(f"{path}:{number} has no string 'text' field")
+            if text.strip():
+                yield text
+
+
+def _parse_hub(location: str) -> tuple[str, str | None, str]:
+    """`ID[#CONFIG][@SPLIT]` -> (id, config, split); split defaults to train."""
+    rest, _, split = location.partition("@")
+    dataset_id, _, config = rest.partition("#")
+    return dataset_id, config or None, split or "train"
+
+
+def _iter_hub(source: DataSource) -> Iterator[str]:
+    try:
+        import datasets
+    except ImportError:
+        raise TrainConfigError(
+            "Hub datasets need the `datasets` package: pip install datasets"
+        ) from None
+    dataset_id, config, split = _parse_hub(source.location)
+    try:
+        stream = datasets.load_dataset(dataset_id, config, split=split, streaming=True)
+    except Exception as error:  # offline, unknown id, gated: all mean "cannot read it"
+        raise TrainConfigError(
+            f"data {source.name!r}: cannot open Hub dataset "
+            f"{source.location!r} ({type(error).__name__}: {error})"
+        ) from None
+    for row in stream:
+        text = row.get("text")
+        if isinstance(text, str) and text.strip():
+            yield text
+
+
+def iter_documents(source: DataSource) -> Iterator[str]:
+    """Every non-empty document of a source, in file order.
+
+    Raises:
+        TrainConfigError: unreadable files or records without text.
+    """
+    if source.hub:
+        yield from _iter_hub(source)
+        return
+    for path in data_files(source):
+        if path.name.endswith(".txt"):
+            yield from _iter_text_file(path)
+        else:
+            yield from _iter_jsonl_file(path)
+
+
+def check_source(source: DataSource) -> None:
+    """Fail early on a missing, empty or unreadable source by reading its first document.
+
+    Raises:
+        TrainConfigError: when the source has no document with text.
+    """
+    if not source.hub:
+        data_files(source)
+    elif os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        raise TrainConfigError(
+            f"data {source.name!r}: Hub datasets need network access, but HF_HUB_OFFLINE is set"
+        )
+    if next(iter_documents(source), None) is None:
+        raise TrainConfigError(f"data {source.name!r}: {source.location} has no text")
+
+
+def iter_blocks(
+    source: DataSource, tokenizer: PreTrainedTokenizerBase, block_size: int
+) -> Iterator[list[int]]:
+    """Endless packed blocks of a source; the source is re-read (logged) when it runs out.
+
+    Raises:
+        TrainConfigError: when a whole pass over the source yields no token.
+    """
+    eos = tokenizer.eos_token_id
+    buffer: list[int] = []
+    for epoch in range(1_000_000_000):
+        tokens = 0
+        documents = iter_documents(source)
+        while texts := list(islice(documents, _TOKENIZE_BATCH)):
+            for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]:
+                buffer.extend(ids)
+                if eos is not None and (not ids or ids[-1] != eos):
+                    buffer.append(eos)
+                tokens += len(ids)
+            while len(buffer) >= block_size:
+                yield buffer[:block_size]
+                del buffer[:block_size]
+        if tokens == 0:
+            raise TrainConfigError(f"data {source.name!r} produced no tokens")
+        logger.warning(
+            "data %r ran out after %d pass(es); reading it again", source.name, epoch + 1
+        )
+
+
+class MixtureSchedule:
+    """Which source fills each slot of each optimizer step's global batch.
+
+    Args:
+        shares: the share of each source, summing to 1.
+        until: per source, the fraction of steps it is mixed in for (None: always).
+        total_steps: optimizer steps of the run.
+        per_step: blocks per optimizer step (batch size x accumulation x ranks).
+        seed: orders the slots within a step.
+    """
+
+    def __init__(
+        self,
+        shares: Sequence[float],
+        until: Sequence[float | None],
+        total_steps: int,
+        per_step: int,
+        seed: int,
+    ) -> None:
+        self.shares = list(shares)
+        self.until = list(until)
+        self.total_steps = total_steps
+        self.per_step = per_step
+        self.seed = seed
+
+    def active(self, step: int) -> list[int]:
+        """Sources mixed in at `step` (0-based): `until` limits them to step < until * total."""
+        return [i for i, u in enumerate(self.until) if u is None or step < u * self.total_steps]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        """Per step, the source index of each slot, in the order the slots are consumed."""
+        rng = random.Random(self.seed)
+        carry = [0.0] * len(self.shares)
+        previous: list[int] = []
+        for step in range(self.total_steps):
+            active = self.active(step)
+            if active != previous:
+                # New shares: start the rounding error afresh (carries always sum to zero).
+                carry, previous = [0.0] * len(self.shares), active
+            norm = sum(self.shares[i] for i in active)
+            expected = {i: self.shares[i] / norm * self.per_step + carry[i] for i in active}
+            counts = {i: max(math.floor(expected[i] + 1e-9), 0) for i in active}
+            # Hand the slots floor() left over to the largest remainders (ties: source order).
+            short = self.per_step - sum(counts.values())
+            for i in sorted(active, key=lambda i: (counts[i] - expected[i], i))[:short]:
+                counts[i] += 1
+            carry = [
+                expected[i] - counts[i] if i in counts else 0.0 for i in range(len(self.shares))
+            ]
+            slots = [i for i in active for _ in range(counts[i])]
+            rng.shuffle(slots)
+            yield slots
+
+
+class PackedMixture(IterableDataset):
+    """A torch IterableDataset of exactly `total_steps * per_step` packed blocks.
+
+    Items are dicts with `input_ids` and `labels` (the same block; the model shifts).
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[DataSource],
+        tokenizer: PreTrainedTokenizerBase,
+        block_size: int,
+        schedule: MixtureSchedule,
+    ) -> None:
+        super().__init__()
+        self.sources = list(sources)
+        self.tokenizer = tokenizer
+        self.block_size = block_size
+        self.schedule = schedule
+
+    def iter_tagged(self) -> Iterator[tuple[int, list[int]]]:
+        """(source index, block) pairs in training order; streams open on first use."""
+        streams: dict[int, Iterator[list[int]]] = {}
+        for slots in self.schedule:
+            for index in slots:
+                if index not in streams:
+                    streams[index] = iter_blocks(
+                        self.sources[index], self.tokenizer, self.block_size
+                    )
+                yield index, next(streams[index])
+
+    def __iter__(self) -> Iterator[dict]:
+        for _, block in self.iter_tagged():
+            ids = torch.tensor(block, dtype=torch.long)
+            yield {"input_ids": ids, "labels": ids}

@@ -1,0 +1,93 @@
+"""Weight averaging in training: every eta steps, theta = alpha * theta_prev + (1 - alpha) * theta'.
+
+`theta_prev` is the average taken eta steps earlier (the base weights at the start), `theta'` the
+weights the optimizer reached since; training continues from the average, so the optimizer's
+moments carry on while the weights are pulled back. Only trainable parameters are averaged
+(frozen ones never move). When the run does not end on a multiple of eta, one last average is
+taken at the end, so the saved checkpoint is always an average.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+ANCHOR_FILE = "ema_anchor.safetensors"
+
+
+class EMA:
+    """The running average of a model's trainable parameters.
+
+    Args:
+        model: the model (its current weights become theta_0).
+        alpha: weight of the previous average, in (0, 1).
+        every: eta, the number of optimizer steps between averages.
+    """
+
+    def __init__(self, model: nn.Module, alpha: float, every: int) -> None:
+        self.alpha = alpha
+        self.every = every
+        self.params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        self.anchor = {n: p.detach().clone() for n, p in self.params.items()}
+        self.updates = 0
+
+    def update(self) -> None:
+        """theta = alpha * anchor + (1 - alpha) * theta'; the model and the anchor take theta."""
+        import torch
+
+        with torch.no_grad():
+            for name, param in self.params.items():
+                anchor = self.anchor[name]
+                anchor.mul_(self.alpha).add_(param.detach().to(anchor.dtype), alpha=1 - self.alpha)
+                param.copy_(anchor)
+        self.updates += 1
+
+    def save(self, path: Path) -> None:
+        """Write the anchor (for resuming between two averages)."""
+        from safetensors.torch import save_file
+
+        save_file({n: t.detach().cpu().contiguous() for n, t in self.anchor.items()}, path)
+
+    def load(self, path: Path) -> None:
+        """Read an anchor written by `save`, onto the parameters' devices."""
+        from safetensors.torch import load_file
+
+        loaded = load_file(path)
+        for name, anchor in self.anchor.items():
+            anchor.copy_(loaded[name].to(anchor.device))
+
+
+class EMACallback(TrainerCallback):
+    """Applies `EMA.update` after every eta-th optimizer step and saves it with checkpoints."""
+
+    def __init__(self, ema: EMA) -> None:
+        self.ema = ema
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
+    ) -> None:
+        """Average on every eta-th step; runs before the step's logging and saving."""
+        if state.global_step % self.ema.every == 0:
+            self.ema.update()
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
+    ) -> None:
+        """Take the last average when the run ends between two averaging steps."""
+        if state.global_step % self.ema.every != 0:
+            self.ema.update()
+
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
+    ) -> None:
+        """Store the anchor next to the Trainer's checkpoint, on the main process."""
+        if state.is_world_process_zero:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if folder.is_dir():
+                self.ema.save(folder / ANCHOR_FILE)

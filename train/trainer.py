@@ -1,0 +1,77 @@
+"""A transformers Trainer with the wrapper's two hooks: the L2-SP gradient and richer logs."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from train.drift import DriftMonitor
+from train.regularizers import L2SP
+
+
+class SurgeryTrainer(Trainer):
+    """`Trainer` plus L2-SP and logs of tokens per second, penalty and drift.
+
+    Set the attributes after construction, once the Trainer has moved the model to its device:
+    `l2sp` (an `L2SP` or None), `drift` (a `DriftMonitor` or None), `tokens_per_step`.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.l2sp: L2SP | None = None
+        self.drift: DriftMonitor | None = None
+        self.tokens_per_step = 0
+        # (time, step) of the last log; set at the first step so startup does not count.
+        self._last_log: tuple[float, int] | None = None
+
+    def training_step(
+        self,
+        model: torch.nn.Module,
+        inputs: dict,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor:
+        """The usual step; on the last micro-batch of an optimizer step, add the L2-SP gradient.
+
+        `sync_gradients` is true only on that micro-batch, after whose backward pass the data
+        gradients are complete (accumulated and averaged across ranks).
+        """
+        if self._last_log is None:
+            self._last_log = (time.perf_counter(), self.state.global_step)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.l2sp is not None and self.accelerator.sync_gradients:
+            scaler = getattr(self.accelerator, "scaler", None)
+            self.l2sp.add_gradient(scale=scaler.get_scale() if scaler is not None else 1.0)
+        return loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Add tokens per second, the L2-SP penalty and per-group drift to training logs."""
+        if "loss" in logs and self._last_log is not None:
+            now, step = time.perf_counter(), self.state.global_step
+            last_time, last_step = self._last_log
+            if now > last_time and step > last_step:
+                rate = (step - last_step) * self.tokens_per_step / (now - last_time)
+                logs["tokens_per_second"] = round(rate, 1)
+            if self.l2sp is not None:
+                logs["l2sp_penalty"] = self.l2sp.penalty()
+            if self.drift is not None:
+                logs.update({k: round(v, 6) for k, v in self.drift.measure().items()})
+            # Restart the clock after measuring, so the next rate excludes the logging itself.
+            self._last_log = (time.perf_counter(), step)
+        super().log(logs, start_time)
+
+
+class SkipFinalCheckpoint(TrainerCallback):
+    """Cancel the Trainer's resumable checkpoint at the last step.
+
+    The final weights are written in BASE's layout right after training, and the checkpoints
+    folder is then deleted, so that save (full weights plus optimizer state) would be wasted.
+    """
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
+    ) -> None:
+        """Runs after DefaultFlowCallback has asked for the final save."""
+        if state.global_step >= state.max_steps:
+            control.should_save = False
