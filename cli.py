@@ -493,6 +493,9 @@ def push(private, revision, commit_message, dry_run, checkpoint, repo_id):
         click.echo(f"pushed {checkpoint} to {url}")
 
 
+from eval.command import eval_command  # noqa: E402
+
+cli.add_command(eval_command, "eval")
 
 
 from train.command import train_command  # noqa: E402

@@ -1,1 +1,5 @@
-"""Eval wrapper: perplexity, multiple choice, translation chrF and the Copain probe."""
+"""Eval wrapper: perplexity, multiple choice, translation chrF and the Copain probe.
+
+`eval.api.evaluate(model, tokenizer, tasks)` scores a model held in memory; `surgery eval`
+(eval/command.py) loads a checkpoint and calls it. Task strings are parsed in eval/tasks.py.
+"""

@@ -1,0 +1,34 @@
+"""The eval wrapper's exception types: `SurgeryError`s, so the CLI prints one line, exits 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from surgery.errors import SurgeryError
+
+
+class EvalDataError(SurgeryError):
+    """A data file for an eval task is missing, empty or malformed."""
+
+
+class TaskSpecError(SurgeryError):
+    """A task string that does not parse, or names an unknown task or option."""
+
+
+class ModelError(SurgeryError):
+    """A model eval cannot score: not a causal LM, no tokenizer, or an unusable device or dtype."""
+
+
+def data_error(path: Path, line: int | None, message: str) -> EvalDataError:
+    """Build an `EvalDataError` whose message starts with `file:line:` like a compiler's.
+
+    Args:
+        path: the data file.
+        line: 1-based line number, or None when the problem concerns the whole file.
+        message: what is wrong.
+
+    Returns:
+        The exception, for the caller to raise.
+    """
+    where = f"{path}:{line}" if line is not None else str(path)
+    return EvalDataError(f"{where}: {message}")

@@ -1,0 +1,98 @@
+"""Greedy generation that stops at the end of the line, batched (translation and Copain)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+from eval.batching import left_pad
+from eval.model_loading import encode, model_device, pad_id, prefix_ids
+
+
+class StopAtNewline(StoppingCriteria):
+    """Marks a row done once it has produced a token whose text contains a newline."""
+
+    def __init__(self, newline_ids: torch.Tensor) -> None:
+        self.newline_ids = newline_ids
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        """Per row: did the last token contain a newline?"""
+        return torch.isin(input_ids[:, -1], self.newline_ids.to(input_ids.device))
+
+
+def newline_token_ids(tokenizer: Any) -> torch.Tensor:
+    """Every id whose decoded text contains a newline (one batched decode of the vocabulary).
+
+    A newline is one byte, so in byte-level and byte-fallback vocabularies it never straddles
+    two tokens: checking single tokens is enough.
+    """
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    return torch.tensor([i for i, text in enumerate(texts) if "\n" in text], dtype=torch.long)
+
+
+def first_line(text: str) -> str:
+    """The text before the first newline, without surrounding spaces."""
+    return text.split("\n", 1)[0].strip()
+
+
+@torch.no_grad()
+def generate_lines(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    max_length: int,
+    batch_size: int = 8,
+    progress: bool = False,
+    desc: str = "generating",
+) -> list[str]:
+    """Greedy continuation of each prompt up to its first newline (or EOS, or the token limit).
+
+    Args:
+        model: a causal LM in eval mode.
+        tokenizer: its tokenizer.
+        prompts: the prompts; the BOS prefix is added here.
+        max_new_tokens: most tokens generated per prompt.
+        max_length: most tokens of prompt plus generation; prompts are cut from the left.
+        batch_size: prompts per `generate` call.
+        progress: show a progress bar.
+        desc: its label.
+
+    Returns:
+        One stripped line per prompt, in order.
+    """
+    prefix = prefix_ids(tokenizer)
+    room = max(1, max_length - max_new_tokens)
+    encoded = [(prefix + encode(tokenizer, p))[-room:] for p in prompts]
+    config = _greedy_config(model, tokenizer, max_new_tokens)
+    stop = StoppingCriteriaList([StopAtNewline(newline_token_ids(tokenizer))])
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    lines = [""] * len(encoded)
+    device = model_device(model)
+    starts = range(0, len(order), batch_size)
+    for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
+        indices = order[start : start + batch_size]
+        ids, mask = left_pad([encoded[i] for i in indices], device, pad_id(tokenizer))
+        out = model.generate(
+            input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop
+        )
+        for index, row in zip(indices, out[:, ids.shape[1] :], strict=True):
+            lines[index] = first_line(tokenizer.decode(row, skip_special_tokens=True))
+    return lines
+
+
+def _greedy_config(model: Any, tokenizer: Any, max_new_tokens: int) -> GenerationConfig:
+    # A fresh config: the checkpoint's own may ask for sampling (temperature, top_p).
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    return GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos if eos is not None else tokenizer.eos_token_id,
+        pad_token_id=pad_id(tokenizer),
+    )

@@ -1,0 +1,186 @@
+"""Load a checkpoint for scoring, and the facts about a model every task needs.
+
+`AutoModelForCausalLM` maps a Gemma-3 multimodal config to `Gemma3ForConditionalGeneration`,
+which scores text when given only `input_ids`, so one loader serves text-only and multimodal
+checkpoints alike.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eval.errors import ModelError
+from surgery.dtypes import TORCH_DTYPES, parse_dtype
+from surgery.errors import SurgeryError
+
+# Float dtypes a model may be scored in (safetensors names, as surgery.dtypes parses them).
+_SCORING_DTYPES = ("F32", "BF16", "F16", "F64")
+# Architectures whose name ends like this are decoders that predict the next token.
+_CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
+    """The dtype to load weights in: float32 on CPU unless asked, bfloat16 on an accelerator.
+
+    Args:
+        dtype: a torch dtype, None, or a name as the other commands take it (bf16, bfloat16,
+            fp16, float16, fp32, float32).
+        device: where the model will run.
+
+    Returns:
+        The torch dtype.
+
+    Raises:
+        ModelError: a name that is not a float dtype a model can run in.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+    try:
+        name = parse_dtype(dtype)
+    except SurgeryError:
+        name = ""
+    if name not in _SCORING_DTYPES:
+        raise ModelError(f"unknown dtype {dtype!r}; use bf16, fp16 or fp32")
+    return TORCH_DTYPES[name]
+
+
+def check_device(device: str) -> None:
+    """Raise `ModelError` if `device` does not parse or its accelerator is not present."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as error:
+        raise ModelError(f"bad device {device!r}: {error}") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"device {device!r} asked for, but torch sees no CUDA device")
+
+
+@contextmanager
+def _quiet_transformers(progress: bool):
+    """Hide transformers' own progress bars (weight loading) when progress is off."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled and not progress:
+            hf_logging.enable_progress_bar()
+
+
+def load_model(
+    path: str | Path,
+    device: str = "cpu",
+    dtype: str | torch.dtype | None = None,
+    *,
+    tokenizer: str | Path | None = None,
+    progress: bool = True,
+) -> tuple[Any, Any]:
+    """Load a causal LM checkpoint and its tokenizer for scoring.
+
+    Args:
+        path: a checkpoint folder (or Hub id already in the local cache).
+        device: "cpu", "cuda", "cuda:1", ...
+        dtype: bf16, fp16, fp32 (or bfloat16, float16, float32), a torch dtype, or None
+            (float32 on CPU, bfloat16 elsewhere).
+        tokenizer: where the tokenizer lives, if not next to the weights.
+        progress: show transformers' loading bar.
+
+    Returns:
+        `(model, tokenizer)`, the model in eval mode on `device`.
+
+    Raises:
+        ModelError: not a causal LM, no tokenizer, bad device or dtype.
+        CheckpointError: the checkpoint cannot be read.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from surgery.errors import CheckpointError
+
+    check_device(device)
+    torch_dtype = resolve_dtype(dtype, device)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"cannot read a model config from {path}: {error}") from None
+    _check_causal(path, config)
+    with _quiet_transformers(progress):
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        except (OSError, ValueError) as error:
+            raise CheckpointError(f"cannot load {path}: {error}") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(tokenizer or path)
+    except (OSError, ValueError) as error:
+        raise ModelError(
+            f"no usable tokenizer at {tokenizer or path} ({error}); pass --tokenizer PATH"
+        ) from None
+    return model.to(device).eval(), tok
+
+
+def _check_causal(path: str | Path, config: Any) -> None:
+    architectures = getattr(config, "architectures", None) or []
+    if getattr(config, "is_encoder_decoder", False) or (
+        architectures and not any(a.endswith(_CAUSAL_SUFFIXES) for a in architectures)
+    ):
+        raise ModelError(
+            f"{path} is a {', '.join(architectures) or config.model_type} checkpoint; "
+            "eval scores decoder-only causal language models"
+        )
+
+
+def model_context(model: Any) -> int | None:
+    """The longest sequence the model was built for, or None if its config does not say."""
+    config = model.config
+    text_config = getattr(config, "text_config", None) or config
+    for attribute in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(text_config, attribute, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def prefix_ids(tokenizer: Any) -> list[int]:
+    """Token(s) put before every text: BOS, else EOS (GPT-2's document separator), else none.
+
+    Text is always encoded without special tokens and this prefix is added by hand, so every
+    task treats BOS the same way whatever the tokenizer's own post-processor does.
+    """
+    for token_id in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if token_id is not None:
+            return [int(token_id)]
+    return []
+
+
+def describe_prefix(tokenizer: Any) -> str:
+    """How texts start, in words, for the output's config."""
+    ids = prefix_ids(tokenizer)
+    if not ids:
+        return "none (the tokenizer has neither BOS nor EOS; the first token is not scored)"
+    token = tokenizer.convert_ids_to_tokens(ids[0])
+    return f"{token} (id {ids[0]}) prepended to every text, never scored"
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of `text` without special tokens."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def pad_id(tokenizer: Any) -> int:
+    """An id to fill padding with (masked out, so any valid id works)."""
+    for token_id in (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id):
+        if token_id is not None:
+            return int(token_id)
+    return 0
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of the model's first parameter (where inputs must go)."""
+    return next(model.parameters()).device

@@ -1,0 +1,203 @@
+"""FLORES+/FLORES-200 translation: k-shot prompt, greedy line, corpus chrF by sacrebleu.
+
+Prompt (k demonstrations drawn from the same split, never the sentence being translated):
+
+    English sentence: <src>
+    Indonesian sentence: <tgt>
+
+    English sentence: <src>
+    Indonesian sentence:
+
+The model's first line after the last colon is the hypothesis. chrF is sacrebleu's corpus chrF
+(character order 6, beta 2, word order 0; word order 2 for chrF++), its signature recorded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eval.data import JSONL_SUFFIXES, has_suffix, read_jsonl, read_lines
+from eval.errors import EvalDataError, data_error
+from eval.generation import generate_lines
+from eval.shots import draw_shots
+from eval.tasks import Settings, TaskSpec
+
+# FLORES-200 codes -> names used in prompts; other codes appear as themselves unless the task
+# string gives src_name=/tgt_name=.
+# fmt: off
+LANGUAGE_NAMES = {
+    "afr_Latn": "Afrikaans", "arb_Arab": "Arabic", "asm_Beng": "Assamese",
+    "bel_Cyrl": "Belarusian", "ben_Beng": "Bengali", "bul_Cyrl": "Bulgarian",
+    "cat_Latn": "Catalan", "ceb_Latn": "Cebuano", "ces_Latn": "Czech", "cmn_Hans": "Chinese",
+    "dan_Latn": "Danish", "deu_Latn": "German", "ell_Grek": "Greek", "eng_Latn": "English",
+    "eus_Latn": "Basque", "fra_Latn": "French", "glg_Latn": "Galician", "guj_Gujr": "Gujarati",
+    "hin_Deva": "Hindi", "hrv_Latn": "Croatian", "ind_Latn": "Indonesian", "isl_Latn": "Icelandic",
+    "ita_Latn": "Italian", "jav_Latn": "Javanese", "jpn_Jpan": "Japanese", "kor_Hang": "Korean",
+    "mar_Deva": "Marathi", "mkd_Cyrl": "Macedonian", "nld_Latn": "Dutch",
+    "nob_Latn": "Norwegian Bokmål", "npi_Deva": "Nepali", "ory_Orya": "Odia",
+    "pan_Guru": "Punjabi", "pol_Latn": "Polish", "por_Latn": "Portuguese", "ron_Latn": "Romanian",
+    "rus_Cyrl": "Russian", "sin_Sinh": "Sinhala", "slk_Latn": "Slovak", "slv_Latn": "Slovenian",
+    "spa_Latn": "Spanish", "srp_Cyrl": "Serbian", "sun_Latn": "Sundanese", "swe_Latn": "Swedish",
+    "tgl_Latn": "Tagalog", "tha_Thai": "Thai", "tur_Latn": "Turkish", "ukr_Cyrl": "Ukrainian",
+    "urd_Arab": "Urdu", "vie_Latn": "Vietnamese", "zho_Hans": "Chinese", "zsm_Latn": "Malay",
+}
+# fmt: on
+
+
+def find_language_file(root: Path, split: str, lang: str) -> Path:
+    """Locate one language's sentences under a FLORES folder.
+
+    Looks in `root/<split>/` then `root/` for `<lang>.<split>` (FLORES-200), `<split>.<lang>`
+    (FLORES+ on GitHub), `<lang>.jsonl`, `<lang>.jsonl.gz` and `<lang>.txt`.
+
+    Raises:
+        EvalDataError: none of them exists.
+    """
+    names = [f"{lang}.{split}", f"{split}.{lang}", f"{lang}.jsonl", f"{lang}.jsonl.gz"]
+    names.append(f"{lang}.txt")
+    for folder in (root / split, root):
+        for name in names:
+            if (folder / name).is_file():
+                return folder / name
+    looked = ", ".join(names)
+    raise data_error(root, None, f"no {lang} file for split {split} (looked for {looked})")
+
+
+def read_sentences(path: Path) -> dict[str, str]:
+    """Sentences by id: jsonl rows with `id` and `text`, or a text file with one per line.
+
+    Raises:
+        EvalDataError: malformed rows, duplicate ids, empty lines, or an empty file.
+    """
+    if has_suffix(path, JSONL_SUFFIXES):
+        sentences: dict[str, str] = {}
+        for row in read_jsonl(path):
+            key = str(row.field("id"))
+            if key in sentences:
+                raise data_error(path, row.line, f"duplicate id {key}")
+            sentences[key] = row.text("text")
+        return sentences
+    sentences = {}
+    for line_no, line in read_lines(path):
+        if not line.strip():
+            # Sentences are aligned by line number: a blank line would shift every later pair.
+            raise data_error(path, line_no, "empty line (one sentence per line expected)")
+        sentences[str(line_no)] = line.strip()
+    if not sentences:
+        raise data_error(path, None, "empty: no sentences")
+    return sentences
+
+
+def align(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
+    """(source, target) pairs in the source file's order, matched by id.
+
+    Raises:
+        EvalDataError: the files do not hold the same ids.
+    """
+    src, tgt = read_sentences(src_path), read_sentences(tgt_path)
+    missing = [key for key in src if key not in tgt]
+    if missing or len(src) != len(tgt):
+        raise EvalDataError(
+            f"{src_path} ({len(src)} sentences) and {tgt_path} ({len(tgt)}) are not aligned"
+            + (f": id {missing[0]} is missing from the second" if missing else "")
+        )
+    return [(text, tgt[key]) for key, text in src.items()]
+
+
+def chrf(hypotheses: list[str], references: list[str], word_order: int = 0) -> tuple[float, str]:
+    """Corpus chrF (word_order 0) or chrF++ (word_order 2) by sacrebleu, with its signature.
+
+    Args:
+        hypotheses: system outputs.
+        references: one reference per hypothesis.
+        word_order: 0 for chrF, 2 for chrF++.
+
+    Returns:
+        `(score in 0..100, sacrebleu signature)`.
+    """
+    from sacrebleu.metrics import CHRF
+
+    metric = CHRF(word_order=word_order)
+    score = metric.corpus_score(hypotheses, [references]).score
+    return score, str(metric.get_signature())
+
+
+class TranslationTask:
+    """One translation direction of FLORES, read and aligned."""
+
+    def __init__(self, spec: TaskSpec, pairs: list[tuple[str, str]], files: list[Path]) -> None:
+        self.spec = spec
+        self.pairs = pairs
+        self.files = files
+        options = spec.options
+        self.src_name = options["src_name"] or LANGUAGE_NAMES.get(options["src"], options["src"])
+        self.tgt_name = options["tgt_name"] or LANGUAGE_NAMES.get(options["tgt"], options["tgt"])
+
+    @classmethod
+    def from_spec(cls, spec: TaskSpec) -> TranslationTask:
+        """Find, read and align both languages' files.
+
+        Raises:
+            EvalDataError: a file is missing, malformed, misaligned or too short for the shots.
+        """
+        assert spec.path is not None  # parse_task guarantees a path for flores
+        options = spec.options
+        src = find_language_file(spec.path, options["split"], options["src"])
+        tgt = find_language_file(spec.path, options["split"], options["tgt"])
+        pairs = align(src, tgt)
+        if len(pairs) <= options["shots"]:
+            raise data_error(
+                src, None, f"{len(pairs)} sentences; {options['shots']}-shot needs more"
+            )
+        return cls(spec, pairs, [src, tgt])
+
+    def config(self) -> dict[str, Any]:
+        """Files, direction, prompt names, shots, metric and generation limit."""
+        options = self.spec.options
+        return {
+            "kind": "flores",
+            "files": [str(path) for path in self.files],
+            "src": options["src"],
+            "tgt": options["tgt"],
+            "prompt_names": [self.src_name, self.tgt_name],
+            "shots": options["shots"],
+            "metric": options["metric"],
+            "max_new_tokens": options["max_new_tokens"],
+        }
+
+    def prompts(self, count: int, seed: int) -> list[str]:
+        """The k-shot prompts of the first `count` sentences."""
+        blocks = []
+        for index in range(count):
+            others = [j for j in range(len(self.pairs)) if j != index]
+            chosen = draw_shots(others, self.spec.options["shots"], f"flores/{seed}/{index}")
+            demos = [self._block(*self.pairs[j]) for j in chosen]
+            blocks.append("\n\n".join([*demos, self._block(self.pairs[index][0], None)]))
+        return blocks
+
+    def _block(self, source: str, target: str | None) -> str:
+        answer = f" {target}" if target is not None else ""
+        return f"{self.src_name} sentence: {source}\n{self.tgt_name} sentence:{answer}"
+
+    def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
+        """Translate the first `limit` sentences and score them.
+
+        Returns:
+            `({chrf or chrf++, n}, {signature})`.
+        """
+        count = min(settings.limit or len(self.pairs), len(self.pairs))
+        hypotheses = generate_lines(
+            model,
+            tokenizer,
+            self.prompts(count, settings.seed),
+            max_new_tokens=self.spec.options["max_new_tokens"],
+            max_length=settings.max_length,
+            batch_size=settings.batch_size,
+            progress=settings.progress,
+            desc=f"translating {self.spec.options['src']}->{self.spec.options['tgt']}",
+        )
+        metric = self.spec.options["metric"]
+        references = [tgt for _, tgt in self.pairs[:count]]
+        score, signature = chrf(hypotheses, references, word_order=2 if metric == "chrf++" else 0)
+        return {metric: score, "n": count}, {"signature": signature}

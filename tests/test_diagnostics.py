@@ -1,0 +1,228 @@
+"""sweep, drift and localize on tiny models, scored with the eval wrapper."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from checks import load_state, same_bits
+from click.testing import CliRunner
+from tiny_models import build_model, save
+
+from cli import cli
+from eval.api import evaluate, load_model
+from surgery.drift import drift, module_kind
+from surgery.errors import SurgeryError
+from surgery.localize import recovery, run_localize, save_localization
+from surgery.reader import open_checkpoint
+from surgery.sweep import parse_alpha_grid, point_names, run_sweep
+
+DATA = "tests/data/eval"
+TASKS = [f"ppl:{DATA}/held_out.txt", f"piqa:{DATA}/piqa.jsonl"]
+
+
+def test_parse_alpha_grid():
+    assert parse_alpha_grid("0:1:0.1") == [i / 10 for i in range(11)]
+    assert parse_alpha_grid("0:1:0.3") == [0.0, 0.3, 0.6, 0.9]
+    assert parse_alpha_grid("0,0.5,1") == [0.0, 0.5, 1.0]
+    for bad in ("0:1", "1:0:0.1", "0:1:0", "a,b"):
+        with pytest.raises(SurgeryError):
+            parse_alpha_grid(bad)
+    assert point_names([0.0, 0.3, 1.0]) == ["alpha-0.00", "alpha-0.30", "alpha-1.00"]
+    assert point_names([0.0, 0.125]) == ["alpha-0.000", "alpha-0.125"]
+
+
+def _scores(path) -> dict:
+    model, tokenizer = load_model(path, progress=False)
+    return evaluate(model, tokenizer, TASKS, progress=False)["metrics"]
+
+
+def test_sweep_endpoints_score_as_base_and_trained(families, tmp_path):
+    paths = families("llama")
+    rows = run_sweep(
+        paths["base"],
+        paths["trained"],
+        tmp_path / "s",
+        [0.0, 0.5, 1.0],
+        tasks=TASKS,
+        save=False,
+        in_memory=True,
+        quiet=True,
+    )
+    assert rows[0] | {"alpha": 0.0} == {"alpha": 0.0, **_scores(paths["base"])}
+    assert rows[2] | {"alpha": 1.0} == {"alpha": 1.0, **_scores(paths["trained"])}
+    assert rows[1]["piqa/acc"] is not None
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+        "sweep.csv",
+        "sweep.json",
+        "sweep.png",
+    ]
+    assert (tmp_path / "s" / "sweep.png").stat().st_size > 10_000
+
+
+def test_in_memory_and_written_sweeps_agree(families, tmp_path):
+    paths = families("gemma3")
+    common = dict(layers="1:3", tasks=TASKS, quiet=True)
+    memory = run_sweep(
+        paths["base"],
+        paths["trained"],
+        tmp_path / "m",
+        [0.0, 0.3, 1.0],
+        save=False,
+        in_memory=True,
+        **common,
+    )
+    written = run_sweep(
+        paths["base"],
+        paths["trained"],
+        tmp_path / "w",
+        [0.0, 0.3, 1.0],
+        save=True,
+        in_memory=False,
+        **common,
+    )
+    assert memory == written
+    assert memory[0] != memory[1]  # the blend does move the scores
+    folders = sorted(p.name for p in (tmp_path / "w").iterdir() if p.is_dir())
+    assert folders == ["alpha-0.00", "alpha-0.30", "alpha-1.00"]
+    base, zero = load_state(paths["base"]), load_state(tmp_path / "w" / "alpha-0.00")
+    trained = load_state(paths["trained"])
+    for name, tensor in zero.items():
+        in_range = ".layers.1." in name or ".layers.2." in name
+        assert same_bits(tensor, base[name] if in_range else trained[name])
+    recorded = json.loads((tmp_path / "w" / "sweep.json").read_text())
+    assert [row["alpha"] for row in recorded["rows"]] == [0.0, 0.3, 1.0]
+
+
+def test_sweep_without_eval_writes_checkpoints_only(families, tmp_path):
+    paths = families("gpt2")
+    result = CliRunner().invoke(
+        cli,
+        [
+            "sweep",
+            "--alpha",
+            "0,1",
+            "-q",
+            str(paths["base"]),
+            str(paths["trained"]),
+            str(tmp_path / "s"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["alpha-0.00", "alpha-1.00"]
+    nothing = CliRunner().invoke(
+        cli, ["sweep", "--no-save", str(paths["base"]), str(paths["trained"]), str(tmp_path / "t")]
+    )
+    assert nothing.exit_code == 2 and "nothing to do" in nothing.stderr
+    assert not (tmp_path / "t").exists()
+
+
+def test_drift_is_zero_for_identical_and_matches_direct_computation(families, tmp_path):
+    paths = families("gemma3mm")
+    same = drift(open_checkpoint(paths["base"]), open_checkpoint(paths["base"]))
+    assert all(s.diff_sq == 0 and s.relative_l2 == 0 for s in same.tensors.values())
+    assert all(math.isclose(s.cosine, 1.0) for s in same.tensors.values() if s.base_sq)
+    report = drift(open_checkpoint(paths["base"]), open_checkpoint(paths["trained"]))
+    base, trained = load_state(paths["base"]), load_state(paths["trained"])
+    for name in (
+        "language_model.model.layers.1.mlp.up_proj.weight",
+        "language_model.model.embed_tokens.weight",
+    ):
+        b, t = base[name].double(), trained[name].double()
+        assert math.isclose(
+            report.tensors[name].relative_l2, float((t - b).norm() / b.norm()), rel_tol=1e-9
+        )
+        cosine = float(torch.nn.functional.cosine_similarity(t.flatten(), b.flatten(), dim=0))
+        assert math.isclose(report.tensors[name].cosine, cosine, rel_tol=1e-9)
+    layer = [n for n in base if n.startswith("language_model.model.layers.2.")]
+    diff = sum(float((trained[n].double() - base[n].double()).square().sum()) for n in layer)
+    norm = sum(float(base[n].double().square().sum()) for n in layer)
+    assert math.isclose(report.layers[2].relative_l2, math.sqrt(diff / norm), rel_tol=1e-9)
+    assert set(report.layers) == {0, 1, 2, 3}  # the vision tower's layers are not text layers
+    assert module_kind("model.layers.0.self_attn.q_proj.weight") == "attention"
+    assert module_kind("model.layers.0.mlp.down_proj.weight") == "mlp"
+    assert module_kind("model.layers.0.input_layernorm.weight") == "norms"
+    assert module_kind("transformer.wte.weight") == "embeddings"
+
+
+def test_drift_command_writes_table_csv_and_plot(families, tmp_path):
+    paths = families("llama")
+    result = CliRunner().invoke(
+        cli,
+        [
+            "drift",
+            "-q",
+            str(paths["base"]),
+            str(paths["trained"]),
+            "--csv",
+            str(tmp_path / "d.csv"),
+            "--plot",
+            str(tmp_path / "d.png"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "rel. L2" in result.output and "attention" in result.output
+    assert len((tmp_path / "d.csv").read_text().splitlines()) == 1 + len(load_state(paths["base"]))
+    assert (tmp_path / "d.png").stat().st_size > 5_000
+
+
+@pytest.fixture(scope="module")
+def one_block_changed(tmp_path_factory):
+    """BASE, and a TRAINED that differs from it only in layers 2 and 3."""
+    root = tmp_path_factory.mktemp("one_block")
+    base = build_model("llama")
+    save(base, root / "base")
+    trained = build_model("llama")
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, param in trained.named_parameters():
+            if ".layers.2." in name or ".layers.3." in name:
+                param.add_((torch.randn(param.shape, generator=gen) * 0.2).to(param.dtype))
+    save(trained, root / "trained")
+    return root / "base", root / "trained"
+
+
+def test_localize_attributes_the_effect_to_the_changed_block(one_block_changed, tmp_path):
+    base, trained = one_block_changed
+    result = run_localize(base, trained, TASKS[:1], blocks="0:2,2:4", alphas=[0.0, 0.5], quiet=True)
+    assert result.metrics and result.base != result.trained
+    by_block = {(r["block"], r["alpha"]): r for r in result.rows}
+    for metric in result.metrics:
+        assert by_block["2:4", 0.0][f"recovery/{metric}"] == 1.0
+        assert by_block["0:2", 0.0][f"recovery/{metric}"] == 0.0
+        assert by_block["0:2", 0.5][f"recovery/{metric}"] == 0.0
+        assert result.best()[metric] == "2:4 @ alpha 0"
+    out = save_localization(result, tmp_path / "loc", "test", False, [base, trained])
+    assert (out / "localize.png").stat().st_size > 5_000
+    assert len((out / "localize.csv").read_text().splitlines()) == 5
+
+
+def test_localize_cli_and_block_size(one_block_changed, tmp_path):
+    base, trained = one_block_changed
+    args = [
+        "localize",
+        "-q",
+        "--block-size",
+        "2",
+        "--eval",
+        TASKS[0],
+        str(base),
+        str(trained),
+        "--out-dir",
+        str(tmp_path / "loc"),
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "most recovery of ppl/held_out/ppl: block 2:4 @ alpha 0" in result.output
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 2 and "--force" in again.stderr
+    no_task = CliRunner().invoke(cli, ["localize", "--blocks", "0:2", str(base), str(trained)])
+    assert no_task.exit_code == 2
+
+
+def test_recovery():
+    assert recovery(5.0, trained=5.0, base=10.0) == 0.0
+    assert recovery(10.0, trained=5.0, base=10.0) == 1.0
+    assert math.isnan(recovery(3.0, trained=5.0, base=5.0))

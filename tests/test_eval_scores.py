@@ -1,0 +1,290 @@
+"""Eval scores on tiny models, each checked against a plain computation (eval_reference.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import eval_reference as ref
+import pytest
+import sacrebleu
+import tiny_models
+import torch
+from click.testing import CliRunner
+
+from cli import cli
+from eval import copain
+from eval.api import evaluate, load_model
+from eval.errors import ModelError
+from eval.multiple_choice import build_contexts, score_items
+from eval.scoring import ChoiceRequest, choice_loglikelihoods
+from eval.tasks import Settings, load_task, parse_task
+from eval.translation import chrf
+from surgery.errors import CheckpointError
+
+DATA = Path(__file__).parent / "data" / "eval"
+MC_FILES = {"belebele": DATA / "belebele.jsonl", "piqa": DATA / "piqa.jsonl"}
+FLORES = f"flores:{DATA / 'flores'}:src=eng_Latn,tgt=ind_Latn,shots=1,max_new_tokens=6"
+# Long enough that no fixture prompt is cut: the references below see whole prompts.
+LONG = 1024
+
+
+@pytest.fixture(scope="module")
+def llama(families):
+    return load_model(families("llama")["base"], progress=False)
+
+
+@pytest.fixture(scope="module")
+def gemma3mm(families):
+    return load_model(families("gemma3mm")["base"], progress=False)
+
+
+@pytest.fixture(params=["llama", "gemma3mm"])
+def model_and_tokenizer(request):
+    return request.getfixturevalue(request.param)
+
+
+def _run(model, tokenizer, tasks, **kwargs):
+    return evaluate(model, tokenizer, tasks, progress=False, **kwargs)["metrics"]
+
+
+# --- multiple choice --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["belebele", "piqa"])
+def test_multiple_choice_equals_per_choice_forwards(model_and_tokenizer, kind):
+    model, tok = model_and_tokenizer
+    task = load_task(parse_task(f"{kind}:{MC_FILES[kind]}:shots=1"))
+    items = task.items
+    contexts = build_contexts(items, len(items), 1, f"{kind}/0")
+    settings = Settings(batch_size=4, max_length=LONG, progress=False)  # 6 items: a ragged batch
+    scores, truncated = score_items(model, tok, contexts, items, settings)
+    expected = [
+        [ref.choice_logprob(model, tok, context, choice) for choice in item.choices]
+        for context, item in zip(contexts, items, strict=True)
+    ]
+    assert truncated == 0
+    assert torch.allclose(torch.tensor(scores), torch.tensor(expected), atol=1e-4, rtol=0)
+
+    hits = hits_norm = 0
+    for row, item in zip(expected, items, strict=True):
+        normed = [score / len(choice) for score, choice in zip(row, item.choices, strict=True)]
+        hits += row.index(max(row)) == item.label
+        hits_norm += normed.index(max(normed)) == item.label
+    metrics = _run(model, tok, [f"{kind}:{MC_FILES[kind]}:shots=1"], batch_size=4, max_length=LONG)
+    assert metrics == {
+        f"{kind}/acc": hits / len(items),
+        f"{kind}/acc_norm": hits_norm / len(items),
+        f"{kind}/n": len(items),
+    }
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gpt2"])
+def test_shared_context_engine_on_ragged_requests(arch):
+    """Random ids: contexts 2..40 tokens, 1 to 4 choices of 1..30 tokens (past Gemma-3's
+    16-token sliding window), batches mixing them all."""
+    model = tiny_models.build_model(arch).float().eval()
+    rng = random.Random(arch)
+    vocab = model.config.vocab_size
+
+    def tokens(low: int, high: int) -> list[int]:
+        return [rng.randrange(3, vocab) for _ in range(rng.randint(low, high))]
+
+    requests = [
+        ChoiceRequest([1, *tokens(1, 39)], [tokens(1, 30) for _ in range(rng.randint(1, 4))])
+        for _ in range(7)
+    ]
+    got = choice_loglikelihoods(model, requests, batch_size=3)
+    for request, item_scores in zip(requests, got, strict=True):
+        for cont, score in zip(request.continuations, item_scores, strict=True):
+            whole = request.context + cont
+            table = ref.logprobs(model, whole)
+            n = len(request.context)
+            expected = sum(table[n - 1 + j, cont[j]].item() for j in range(len(cont)))
+            assert score == pytest.approx(expected, abs=1e-4)
+
+
+def test_contexts_too_long_are_cut_from_the_left(llama):
+    model, tok = llama
+    task = load_task(parse_task(f"belebele:{MC_FILES['belebele']}:shots=1"))
+    contexts = build_contexts(task.items, 2, 1, "belebele/0")
+    settings = Settings(max_length=48, progress=False)
+    scores, truncated = score_items(model, tok, contexts, task.items[:2], settings)
+    assert truncated == 2
+    for context, item, item_scores in zip(contexts, task.items[:2], scores, strict=True):
+        choices = [ref.ids_of(tok, choice) for choice in item.choices]
+        # The context keeps its last tokens, leaving room for the longest choice.
+        kept = [tok.bos_token_id, *ref.ids_of(tok, context)][-(48 - max(map(len, choices))) :]
+        expected = [ref.logprob_after(model, kept, choice) for choice in choices]
+        assert item_scores == pytest.approx(expected, abs=1e-4)
+
+
+# --- perplexity -------------------------------------------------------------------------------
+
+
+def _expected_ppl(model, tok, documents, window=None):
+    nll = count = 0
+    for doc in documents:
+        doc_nll, doc_count = ref.document_nll(model, tok, doc, window)
+        nll, count = nll + doc_nll, count + doc_count
+    n_bytes = sum(len(doc.encode("utf-8")) for doc in documents)
+    return {
+        "ppl": math.exp(nll / count),
+        "bits_per_byte": nll / math.log(2) / n_bytes,
+        "tokens": count,
+        "n": len(documents),
+    }
+
+
+def _texts(path: Path) -> list[str]:
+    return [json.loads(line)["text"] for line in path.read_text().splitlines()]
+
+
+def test_perplexity_equals_direct_forward(model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    metrics = _run(model, tok, [f"ppl:{DATA / 'madlad'}"], batch_size=2, max_length=LONG)
+    for lang in ("eng", "ind"):
+        docs = _texts(DATA / "madlad" / "data" / lang / f"{lang}_clean_0000.jsonl")
+        for key, value in _expected_ppl(model, tok, docs).items():
+            assert metrics[f"ppl/{lang}/{key}"] == pytest.approx(value, rel=1e-5)
+
+
+def test_perplexity_windows_and_limit(llama):
+    model, tok = llama
+    path = DATA / "held_out.txt"
+    metrics = _run(model, tok, [f"ppl:{path}:lang=eng"], max_length=8, limit=1, batch_size=3)
+    expected = _expected_ppl(model, tok, ["The cat sat on the mat.\nIt was warm there."], window=8)
+    for key, value in expected.items():
+        assert metrics[f"ppl/eng/{key}"] == pytest.approx(value, rel=1e-5)
+
+
+# --- translation ------------------------------------------------------------------------------
+
+
+def test_translation_equals_plain_greedy_and_sacrebleu(model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    task = load_task(parse_task(FLORES))
+    prompts = task.prompts(4, seed=0)
+    assert prompts[2].endswith("\n\nEnglish sentence: Hello world.\nIndonesian sentence:")
+    hypotheses = [ref.greedy_line(model, tok, prompt, max_new_tokens=6) for prompt in prompts]
+    assert any(hypotheses)  # the comparison below is not between empty strings
+    references = [tgt for _, tgt in task.pairs[:4]]
+
+    result = evaluate(model, tok, [FLORES], limit=4, batch_size=3, progress=False)
+    assert result["metrics"]["flores/n"] == 4
+    expected = sacrebleu.corpus_chrf(hypotheses, [references]).score
+    assert result["metrics"]["flores/chrf"] == pytest.approx(expected, abs=1e-9)
+    signature = result["config"]["tasks"]["flores"]["signature"]
+    assert "nc:6|nw:0" in signature and "version:" in signature
+
+
+def test_chrf_on_known_strings():
+    hyps = ["the cat sat on the mat", "a dog ran in a park", "hello"]
+    refs = ["the cat sat on a mat", "the dog runs in the park", "halo dunia"]
+    score, signature = chrf(hyps, refs)
+    assert score == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=1e-12)
+    assert signature.startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
+    plus, plus_signature = chrf(hyps, refs, word_order=2)
+    expected_plus = sacrebleu.corpus_chrf(hyps, [refs], word_order=2).score
+    assert plus == pytest.approx(expected_plus, abs=1e-12)
+    assert "nw:2" in plus_signature and plus != score
+    assert chrf(refs, refs)[0] == pytest.approx(100.0)
+
+
+# --- Copain -----------------------------------------------------------------------------------
+
+
+def test_copain_scores_exact_matches(monkeypatch, llama):
+    """Answers right for `max` only, wrong elsewhere: max/acc 1, others 0, overall 1/7."""
+    model, tok = llama
+    spec = "copain:n=6,shots=2"
+    per_task = load_task(parse_task(spec)).prompts(Settings(seed=0))
+    right = dict(zip(*per_task["max"], strict=True))
+
+    def fake_generate(model, tokenizer, prompts, **kwargs):
+        return [right.get(prompt, "?") for prompt in prompts]  # "?" is no task's answer
+
+    monkeypatch.setattr(copain, "generate_lines", fake_generate)
+    metrics = _run(model, tok, [spec])
+    assert metrics["copain/max/acc"] == 1.0 and metrics["copain/max/n"] == 6
+    assert all(metrics[f"copain/{task}/acc"] == 0.0 for task in copain.TASKS if task != "max")
+    assert metrics["copain/acc"] == pytest.approx(1 / 7) and metrics["copain/n"] == 42
+
+
+def test_copain_answers_are_the_greedy_lines(llama):
+    model, tok = llama
+    settings = Settings(seed=0, limit=2)
+    per_task = load_task(parse_task("copain:n=4,shots=2")).prompts(settings)
+    lines = {
+        task: [ref.greedy_line(model, tok, p, max_new_tokens=3) for p in prompts]
+        for task, (prompts, _) in per_task.items()
+    }
+    metrics = _run(model, tok, ["copain:n=4,shots=2,max_new_tokens=3"], limit=2)
+    for task, (_, answers) in per_task.items():
+        hits = sum(line == answer for line, answer in zip(lines[task], answers, strict=True))
+        assert metrics[f"copain/{task}/acc"] == hits / 2
+
+
+# --- the command and the API together ---------------------------------------------------------
+
+
+def test_cli_runs_every_task_deterministically_and_agrees_with_the_api(tmp_path, families, llama):
+    path = str(families("llama")["base"])
+    tasks = [
+        f"ppl:{DATA / 'madlad'}",
+        f"belebele:{MC_FILES['belebele']}",
+        f"piqa:{MC_FILES['piqa']}",
+        FLORES,
+        "copain:n=4,shots=2,max_new_tokens=3",
+    ]
+    args = ["--limit", "3", "--batch-size", "2", "--max-length", str(LONG), "-q"]
+    outputs = []
+    for run in ("a", "b"):
+        out = tmp_path / f"{run}.json"
+        argv = ["eval", path, *[x for t in tasks for x in ("-t", t)], *args, "-o", str(out)]
+        result = CliRunner().invoke(cli, argv)
+        assert result.exit_code == 0, result.output
+        assert "belebele/acc" in result.output and "ppl/ind/bits_per_byte" in result.output
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+
+    saved = json.loads(outputs[0])
+    assert saved["config"]["model"] == path
+    assert saved["config"]["dtype"] == "float32" and saved["config"]["seed"] == 0
+    assert saved["config"]["bos"].startswith("<bos> (id 1)")
+    model, tok = llama
+    api = evaluate(model, tok, tasks, limit=3, batch_size=2, max_length=LONG, progress=False)
+    assert saved["metrics"] == api["metrics"]
+
+
+def test_evaluate_restores_training_mode(llama):
+    model, tok = llama
+    model.train()
+    try:
+        _run(model, tok, ["copain:n=2,shots=1,max_new_tokens=1"], limit=1)
+        assert model.training
+    finally:
+        model.eval()
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def test_load_model_handles_gemma3_multimodal_and_dtypes(families):
+    model, _ = load_model(families("gemma3mm")["base"], progress=False)
+    assert type(model).__name__ == "Gemma3ForConditionalGeneration"
+    assert model.dtype == torch.float32 and not model.training
+    model, _ = load_model(families("gemma3mm")["base"], dtype="bf16", progress=False)
+    assert model.dtype == torch.bfloat16
+
+
+def test_load_model_refuses_what_it_cannot_score(tmp_path):
+    tiny_models.save(tiny_models.build_model("bert"), tmp_path / "bert")
+    with pytest.raises(ModelError, match="BertForMaskedLM checkpoint"):
+        load_model(tmp_path / "bert")
+    with pytest.raises(CheckpointError, match="cannot read a model config"):
+        load_model(tmp_path / "missing")
+    with pytest.raises(ModelError, match="unknown dtype"):
+        load_model(tmp_path / "bert", dtype="float8")
