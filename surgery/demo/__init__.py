@@ -1,0 +1,1 @@
+"""`surgery demo`: the paper's pipeline in miniature, offline."""

@@ -1,0 +1,487 @@
+"""`surgery demo`: train, forget, repair, measure, on a synthetic world, offline.
+
+Read top to bottom, this is the paper's pipeline in miniature:
+
+1. world     generate the languages and their text (surgery/demo/world.py)
+2. base      pretrain a tiny Llama on the general language and Copain-style list patterns
+3. train     Dense CPT (all families), five family experts, and Dense CPT with layer freezing,
+             layer-range L2-SP and EMA (the training wrapper)
+4. surgery   Dense-Reverted, Expert-Reverted (middle layers back to the base), Expert Soup
+5. eval      perplexity on the general language, held-in and held-out family languages; Copain;
+             chrF of translation from the general language (the eval wrapper)
+6. report    a table like the paper's (deltas from the base), Markdown, CSV/JSON, PNG plots,
+             and the drift and sweep pictures of one expert
+
+Every stage writes into OUT_DIR and is skipped when its output is already complete, so a second
+run reuses finished work.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from surgery.demo.world import FAMILIES, WorldFiles, build_languages, write_world
+
+
+@dataclass(frozen=True)
+class Size:
+    """How big the run is: quick (about a minute on 2 CPU cores) or default."""
+
+    train_sentences: int
+    eval_sentences: int
+    hidden: int
+    layers: int
+    middle: str  # the middle layers that freezing, L2-SP and reverting address
+    base_steps: int
+    cpt_steps: int
+    copain_n: int
+    sweep_alphas: str
+
+
+QUICK = Size(800, 8, 64, 6, "2:5", 250, 60, 8, "0:1:0.5")
+FULL = Size(4000, 24, 128, 6, "2:5", 1500, 300, 30, "0:1:0.25")
+
+STRATEGIES = [
+    ("Base", "base"),
+    ("Dense CPT", "dense"),
+    ("Family experts", "expert-*"),
+    ("Layer freezing", "freeze"),
+    ("Layer-range L2-SP", "l2sp"),
+    ("EMA", "ema"),
+    ("Dense-Reverted", "dense-reverted"),
+    ("Expert-Reverted", "expert-*-reverted"),
+    ("Expert Soup", "soup"),
+]
+AXES = [
+    ("gen ppl", "lower"),  # forgetting of the base language
+    ("held-in ppl", "lower"),  # acquisition of the trained languages
+    ("held-out ppl", "lower"),  # generalization to never-trained relatives
+    ("Copain acc", "higher"),  # in-context learning
+    ("chrF", "higher"),  # translation from the general language
+]
+
+
+def log(message: str) -> None:
+    """Progress on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+class Stages:
+    """Runs named stages once: a stage whose `done` check passes is skipped."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.count = total, 0
+
+    def run(self, name: str, done: Callable[[], bool], action: Callable[[], object]) -> None:
+        self.count += 1
+        prefix = f"[{self.count}/{self.total}] {name}"
+        if done():
+            log(f"{prefix}: done before, reused")
+            return
+        start = time.perf_counter()
+        action()
+        log(f"{prefix}: {time.perf_counter() - start:.1f}s")
+
+
+# --- stage 1 and 2: the world and the base model -----------------------------------------------
+
+
+def _copain_lines(count: int, seed: int) -> list[str]:
+    """Copain-style patterns for pretraining: runs of solved items of one task."""
+    from eval.copain import TASKS, make_items
+
+    lines = []
+    for task in TASKS:
+        items = make_items(task, count, seed)
+        for start in range(0, count, 4):
+            lines.append("\n".join(item.solved() for item in items[start : start + 4]))
+    return lines
+
+
+def _tokenizer(world: WorldFiles, vocab: int = 512):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=["<pad>", "<bos>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    texts = [p.read_text() for p in world.train.values()] + _copain_lines(50, 7)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
+    )
+
+
+def init_base(world: WorldFiles, size: Size, out: Path, seed: int) -> None:
+    """A randomly initialized tiny Llama and the world's tokenizer, saved as a checkpoint."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _tokenizer(world)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=size.hidden,
+        intermediate_size=size.hidden * 3,
+        num_hidden_layers=size.layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _train(
+    base: Path, out: Path, data: list[str], steps: int, lr: float, seed: int, **extra
+) -> None:
+    from train.api import train
+    from train.config import TrainConfig
+
+    config = TrainConfig(
+        base=str(base),
+        output=out,
+        data=data,
+        max_steps=steps,
+        block_size=64,
+        batch_size=16,
+        learning_rate=lr,
+        warmup=0.05,
+        seed=seed,
+        progress=False,
+        logging_steps=max(1, steps // 4),
+        save_steps=10**9,
+        drift=False,
+        **extra,
+    )
+    train(config)
+
+
+def _trained(folder: Path) -> Callable[[], bool]:
+    return lambda: (folder / "surgery_train.json").is_file()
+
+
+def _made(folder: Path) -> Callable[[], bool]:
+    return lambda: (folder / "surgery_recipe.json").is_file()
+
+
+# --- stage 5: scores ------------------------------------------------------------------------
+
+
+def _tasks(world: WorldFiles, size: Size, targets: list[str]) -> list[str]:
+    flores = [
+        f"flores:{world.flores}:src=gen,tgt={t},name=chrf_{t},shots=2,max_new_tokens=40"
+        for t in targets
+    ]
+    return [
+        f"ppl:{world.gen_ppl}:name=gen",
+        f"ppl:{world.heldin_ppl}:name=heldin",
+        f"ppl:{world.heldout_ppl}:name=heldout",
+        f"copain:n={size.copain_n},shots=3",
+        *flores,
+    ]
+
+
+def score(model_dir: Path, tasks: list[str], out: Path, device: str) -> None:
+    """Evaluate a checkpoint on the tasks and save the metrics as JSON."""
+    from eval.api import evaluate, load_model
+
+    model, tokenizer = load_model(model_dir, device=device, progress=False)
+    result = evaluate(model, tokenizer, tasks, batch_size=16, progress=False)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+# --- stage 6: the table ----------------------------------------------------------------------
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def axes_of(metrics: dict, families: list[str]) -> dict[str, float]:
+    """The five axes of one model's metrics, over the given families' languages."""
+    trained = [f"{f[:3]}{i}" for f in families for i in (1, 2)]
+    held_out = [f"{f[:3]}3" for f in families]
+    chrf = [metrics[f"chrf_{f[:3]}1/chrf"] for f in families if f"chrf_{f[:3]}1/chrf" in metrics]
+    return {
+        "gen ppl": metrics["gen/gen/ppl"],
+        "held-in ppl": _geomean([metrics[f"heldin/{lang}/ppl"] for lang in trained]),
+        "held-out ppl": _geomean([metrics[f"heldout/{lang}/ppl"] for lang in held_out]),
+        "Copain acc": metrics["copain/acc"],
+        "chrF": sum(chrf) / len(chrf) if chrf else math.nan,
+    }
+
+
+def strategy_rows(scores: dict[str, dict]) -> list[dict]:
+    """One row per strategy; expert rows average each expert on its own family."""
+    rows = []
+    for label, key in STRATEGIES:
+        if "*" in key:
+            per_family = [axes_of(scores[key.replace("*", f)], [f]) for f in FAMILIES]
+            values = {axis: sum(p[axis] for p in per_family) / len(per_family) for axis, _ in AXES}
+        else:
+            values = axes_of(scores[key], list(FAMILIES))
+        rows.append({"strategy": label, **values})
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The paper-style table: each axis with its delta from the base."""
+    base = rows[0]
+    head = (
+        "| strategy | " + " | ".join(f"{axis} ({better} is better)" for axis, better in AXES) + " |"
+    )
+    lines = [head, "|---|" + "---|" * len(AXES)]
+    for row in rows:
+        cells = []
+        for axis, _ in AXES:
+            delta = "" if row is base else f" ({row[axis] - base[axis]:+.2f})"
+            cells.append(f"{row[axis]:.2f}{delta}")
+        lines.append(f"| {row['strategy']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_strategies(rows: list[dict], path: Path) -> None:
+    """One panel per axis: each strategy's change from the base."""
+    from surgery.plots import _pyplot
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(AXES), figsize=(4.2 * len(AXES), 4.2))
+    labels = [r["strategy"] for r in rows[1:]]
+    for ax, (axis, better) in zip(axes, AXES, strict=True):
+        deltas = [r[axis] - rows[0][axis] for r in rows[1:]]
+        good = [(d < 0) if better == "lower" else (d > 0) for d in deltas]
+        ax.barh(labels, deltas, color=["tab:green" if g else "tab:red" for g in good])
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_title(f"{axis}\n({better} is better)")
+        ax.set_xlabel("change from the base")
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle("Strategies against forgetting: change from the base model (green = better)")
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# --- the pipeline ------------------------------------------------------------------------------
+
+
+def run_demo(
+    out_dir: str | Path, *, quick: bool = False, seed: int = 0, device: str | None = None
+) -> Path:
+    """Run (or resume) the whole demo into `out_dir`; returns the report's path."""
+    _quiet_libraries()
+    size = QUICK if quick else FULL
+    out = Path(out_dir)
+    models, scores_dir = out / "models", out / "scores"
+    device = device or _default_device()
+    stages = Stages(total=4 + len(FAMILIES) * 2 + 3 + 3 + 1 + 1)
+    world_root = out / "data"
+    (out / "scores").mkdir(parents=True, exist_ok=True)
+
+    stages.run(
+        "world",
+        lambda: (world_root / "world.json").is_file(),
+        lambda: _make_world(world_root, size, seed),
+    )
+    world = WorldFiles(world_root, build_languages(seed))
+    stages.run(
+        "base init",
+        lambda: (models / "base-init" / "config.json").is_file(),
+        lambda: init_base(world, size, models / "base-init", seed),
+    )
+    base = models / "base"
+    pretrain = [f"gen={world.train['gen']}:0.6", f"copain={world.root / 'copain.txt'}:0.4"]
+    stages.run(
+        "pretrain base",
+        _trained(base),
+        lambda: _train(models / "base-init", base, pretrain, size.base_steps, 3e-3, seed),
+    )
+
+    family_data = {
+        f: [f"{f[:3]}{i}={world.train[f'{f[:3]}{i}']}" for i in (1, 2)] for f in FAMILIES
+    }
+    dense_data = [d for data in family_data.values() for d in data]
+    cpt = dict(steps=size.cpt_steps, lr=2e-3, seed=seed)
+    runs = {
+        "dense": {},
+        "freeze": {"freeze": size.middle},
+        "l2sp": {"l2sp": f"{size.middle}=1.0,*=0.01"},
+        "ema": {"ema": 0.92},
+    }
+    for name, extra in runs.items():
+        stages.run(
+            f"train {name}",
+            _trained(models / name),
+            lambda n=name, e=extra: _train(base, models / n, dense_data, **cpt, **e),
+        )
+    for family in FAMILIES:
+        stages.run(
+            f"train expert-{family}",
+            _trained(models / f"expert-{family}"),
+            lambda f=family: _train(base, models / f"expert-{f}", family_data[f], **cpt),
+        )
+
+    _surgery(stages, models, size)
+    model_names = [
+        "base",
+        *runs,
+        *(f"expert-{f}" for f in FAMILIES),
+        "dense-reverted",
+        *(f"expert-{f}-reverted" for f in FAMILIES),
+        "soup",
+    ]
+    all_targets = [f"{f[:3]}1" for f in FAMILIES]
+
+    def score_all() -> None:
+        for name in model_names:
+            path = scores_dir / f"{name}.json"
+            if not path.is_file():
+                family = next((f for f in FAMILIES if name.startswith(f"expert-{f}")), None)
+                targets = [f"{family[:3]}1"] if family else all_targets
+                score(models / name, _tasks(world, size, targets), path, device)
+
+    stages.run(
+        "eval all models",
+        lambda: all((scores_dir / f"{n}.json").is_file() for n in model_names),
+        score_all,
+    )
+    scores = {n: json.loads((scores_dir / f"{n}.json").read_text())["metrics"] for n in model_names}
+    rows = strategy_rows(scores)
+    stages.run(
+        "expert diagnostics",
+        lambda: (out / "expert_sweep" / "sweep.png").is_file(),
+        lambda: _diagnostics(out, models, world, size, device),
+    )
+    report = _write_report(out, rows, size, quick)
+    log(f"report: {report}")
+    print(markdown_table(rows))
+    return report
+
+
+def _quiet_libraries() -> None:
+    """Keep the demo's output to its stage lines: no loading bars, no data-reuse warnings."""
+    import logging
+
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("train").setLevel(logging.ERROR)
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _make_world(root: Path, size: Size, seed: int) -> None:
+    write_world(
+        root, train_sentences=size.train_sentences, eval_sentences=size.eval_sentences, seed=seed
+    )
+    (root / "copain.txt").write_text("\n\n".join(_copain_lines(400, seed + 1000)) + "\n")
+    (root / "world.json").write_text(json.dumps({"seed": seed, "size": size.__dict__}))
+
+
+def _surgery(stages: Stages, models: Path, size: Size) -> None:
+    from surgery.ops.revert import revert
+    from surgery.ops.soup import soup
+
+    base = models / "base"
+    stages.run(
+        "revert dense",
+        _made(models / "dense-reverted"),
+        lambda: revert(base, models / "dense", models / "dense-reverted", size.middle, quiet=True),
+    )
+    for family in FAMILIES:
+        expert = models / f"expert-{family}"
+        stages.run(
+            f"revert expert-{family}",
+            _made(models / f"expert-{family}-reverted"),
+            lambda e=expert, f=family: revert(
+                base, e, models / f"expert-{f}-reverted", size.middle, quiet=True
+            ),
+        )
+    stages.run(
+        "soup experts",
+        _made(models / "soup"),
+        lambda: soup([models / f"expert-{f}" for f in FAMILIES], models / "soup", quiet=True),
+    )
+
+
+def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device: str) -> None:
+    """Drift and an interpolation sweep of the first family's expert."""
+    from surgery.drift import drift
+    from surgery.plots import plot_drift_by_layer
+    from surgery.reader import open_checkpoint
+    from surgery.sweep import parse_alpha_grid, run_sweep
+
+    family = FAMILIES[0]
+    expert = models / f"expert-{family}"
+    report = drift(open_checkpoint(models / "base"), open_checkpoint(expert))
+    values = {key: sums.relative_l2 for key, sums in report.layer_kinds.items()}
+    plot_drift_by_layer(values, out / "expert_drift.png", f"Drift of expert-{family} from the base")
+    tasks = [
+        f"ppl:{world.gen_ppl}:name=gen",
+        f"ppl:{world.heldin_ppl / 'data' / (family[:3] + '1')}:name=heldin",
+    ]
+    run_sweep(
+        models / "base",
+        expert,
+        out / "expert_sweep",
+        parse_alpha_grid(size.sweep_alphas),
+        tasks=tasks,
+        save=False,
+        in_memory=True,
+        force=True,
+        quiet=True,
+        eval_options={"device": device},
+    )
+
+
+def _write_report(out: Path, rows: list[dict], size: Size, quick: bool) -> Path:
+    (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+    with open(out / "results.csv", "w") as handle:
+        handle.write("strategy," + ",".join(axis for axis, _ in AXES) + "\n")
+        for row in rows:
+            handle.write(row["strategy"] + "," + ",".join(f"{row[a]:.6g}" for a, _ in AXES) + "\n")
+    plot_strategies(rows, out / "strategies.png")
+    mode = "--quick" if quick else "default"
+    text = f"""# surgery demo ({mode})
+
+A tiny Llama ({size.layers} layers, hidden {size.hidden}) pretrained on a synthetic general
+language and Copain-style list patterns, then adapted to five synthetic language families
+({", ".join(FAMILIES)}). Middle layers: `{size.middle}`. Perplexities are geometric means over
+languages; expert rows average each expert on its own family. Deltas from the base in brackets.
+
+{markdown_table(rows)}
+
+![strategies](strategies.png)
+
+Drift of one expert from the base, by layer and module kind, and an interpolation sweep between
+the base and that expert:
+
+![drift](expert_drift.png)
+
+![sweep](expert_sweep/sweep.png)
+"""
+    path = out / "report.md"
+    path.write_text(text)
+    return path

@@ -1,0 +1,77 @@
+"""`surgery demo --quick` end to end: the whole toolkit working together, then a rerun that reuses
+every finished stage."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from checks import load_state, same_bits
+
+from surgery.demo.pipeline import AXES, STRATEGIES, run_demo
+from surgery.demo.world import FAMILIES, build_languages, sentences, write_world
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "run"
+    run_demo(out, quick=True, device="cpu")
+    return out
+
+
+def test_world_is_deterministic_and_families_share_roots(tmp_path):
+    a = write_world(tmp_path / "a", train_sentences=50, eval_sentences=4, seed=3)
+    b = write_world(tmp_path / "b", train_sentences=50, eval_sentences=4, seed=3)
+    files = sorted(p.relative_to(a.root) for p in a.root.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b.root) for p in b.root.rglob("*") if p.is_file())
+    assert all((a.root / f).read_bytes() == (b.root / f).read_bytes() for f in files)
+    languages = {lang.code: lang for lang in build_languages(3)}
+    assert sum(lang.held_out for lang in languages.values()) == len(FAMILIES)
+    # Relatives differ from each other but less than from another family.
+    def shared(x, y):
+        lexicon = languages[x].lexicon
+        return sum(lexicon[c][:1] == languages[y].lexicon[c][:1] for c in lexicon)
+    assert shared("sla1", "sla3") > shared("sla1", "ger1")
+    assert "sla3.txt" not in {p.name for p in (a.root / "train").iterdir()}
+    concepts = sentences(10, 1)
+    assert len(set(concepts)) == 10
+
+
+def test_quick_demo_reports_every_strategy(demo):
+    report = (demo / "report.md").read_text()
+    rows = json.loads((demo / "results.json").read_text())
+    assert [r["strategy"] for r in rows] == [label for label, _ in STRATEGIES]
+    for row in rows:
+        assert row["strategy"] in report
+        for axis, _ in AXES:
+            assert math.isfinite(row[axis]), (row["strategy"], axis)
+    for picture in ("strategies.png", "expert_drift.png", "expert_sweep/sweep.png"):
+        assert (demo / picture).stat().st_size > 5_000
+    base, dense = rows[0], rows[1]
+    # Continual pretraining learns the new languages and forgets the general one.
+    assert dense["held-in ppl"] < base["held-in ppl"] and dense["gen ppl"] > base["gen ppl"]
+
+
+def test_demo_models_keep_the_surgery_invariants(demo):
+    models = demo / "models"
+    base, freeze = load_state(models / "base"), load_state(models / "freeze")
+    dense, reverted = load_state(models / "dense"), load_state(models / "dense-reverted")
+    middle = tuple(f"model.layers.{i}." for i in (2, 3, 4))
+    for name, tensor in base.items():
+        in_middle = name.startswith(middle)
+        assert same_bits(reverted[name], tensor if in_middle else dense[name]), name
+        if in_middle:
+            assert same_bits(freeze[name], tensor), name
+    recipe = json.loads((models / "soup" / "surgery_recipe.json").read_text())
+    assert recipe["operation"] == "soup" and len(recipe["inputs"]) == len(FAMILIES)
+
+
+def test_second_run_reuses_finished_stages(demo, capfd):
+    stamps = {p: p.stat().st_mtime_ns for p in (demo / "models").rglob("*.safetensors")}
+    capfd.readouterr()
+    run_demo(demo, quick=True, device="cpu")
+    err = capfd.readouterr().err
+    stage_lines = [line for line in err.splitlines() if line.startswith("[")]
+    assert stage_lines and all(line.endswith("done before, reused") for line in stage_lines)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
