@@ -101,15 +101,21 @@ stack_option = click.option(
 )
 
 
+# BASE TRAINED OUT, the arguments of revert and interpolate.
+base_trained_out = options(
+    click.argument("base", type=click.Path()),
+    click.argument("trained", type=click.Path()),
+    click.argument("out", type=click.Path()),
+)
+
+
 @cli.command()
 @click.option(
     "--layers", required=True, help="Layers to take from BASE, e.g. 9:28, -6:, 0:9,28:34."
 )
 @stack_option
 @write_options
-@click.argument("base", type=click.Path())
-@click.argument("trained", type=click.Path())
-@click.argument("out", type=click.Path())
+@base_trained_out
 def revert(layers, stack, dtype, max_shard_size, force, push_to, quiet, base, trained, out):
     """Take LAYERS from BASE and everything else from TRAINED (byte copies).
 
@@ -159,9 +165,7 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
 )
 @stack_option
 @write_options
-@click.argument("base", type=click.Path())
-@click.argument("trained", type=click.Path())
-@click.argument("out", type=click.Path())
+@base_trained_out
 def interpolate(
     alpha, layers, stack, dtype, max_shard_size, force, push_to, quiet, base, trained, out
 ):

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -24,6 +23,8 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
+
+from surgery.demo.pipeline import train_tokenizer
 
 VOCAB = 128
 NUM_LAYERS = 4
@@ -41,19 +42,7 @@ _CORPUS = [
 
 def make_tokenizer() -> PreTrainedTokenizerFast:
     """A small byte-level BPE tokenizer trained on a fixed corpus: deterministic, offline."""
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        special_tokens=["<pad>", "<bos>", "<eos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_CORPUS, trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
-    )
+    return train_tokenizer(_CORPUS, vocab=VOCAB)
 
 
 def vocab_size() -> int:

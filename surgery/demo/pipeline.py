@@ -104,7 +104,8 @@ def _copain_lines(count: int, seed: int) -> list[str]:
     return lines
 
 
-def _tokenizer(world: WorldFiles, vocab: int = 512):
+def train_tokenizer(texts: list[str], vocab: int):
+    """A byte-level BPE tokenizer trained on `texts`: deterministic and offline."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -117,7 +118,6 @@ def _tokenizer(world: WorldFiles, vocab: int = 512):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    texts = [p.read_text() for p in world.train.values()] + _copain_lines(50, 7)
     tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
@@ -129,7 +129,8 @@ def init_base(world: WorldFiles, size: Size, out: Path, seed: int) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = _tokenizer(world)
+    texts = [p.read_text() for p in world.train.values()] + _copain_lines(50, 7)
+    tokenizer = train_tokenizer(texts, vocab=512)
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
