@@ -87,23 +87,30 @@ def write_checkpoint(path: Path, config: dict, seed: int) -> None:
     (path / "config.json").write_text(json.dumps(config))
 
 
-def mergekit(config_text: str, work: Path, name: str) -> Measurement:
+def timed(command: list[str], out: Path, inputs: list[str]) -> Measurement:
+    """Measure one run with warm inputs, then delete its output: old outputs would otherwise
+    fill the page cache and push the next run's inputs out of it."""
+    result = measure(command, inputs=inputs)
+    shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+def mergekit(config_text: str, work: Path, name: str, inputs: list[str]) -> Measurement:
     config_path = work / f"{name}.yml"
     config_path.write_text(config_text)
-    return measure(
-        [
-            "mergekit-yaml",
-            str(config_path),
-            str(work / name),
-            "--quiet",
-            "--no-copy-tokenizer",
-            "--no-write-model-card",
-        ]
-    )
+    command = [
+        "mergekit-yaml",
+        str(config_path),
+        str(work / name),
+        "--quiet",
+        "--no-copy-tokenizer",
+        "--no-write-model-card",
+    ]
+    return timed(command, work / name, inputs)
 
 
-def surgery(*args: str) -> Measurement:
-    return measure([sys.executable, "-m", "cli", *args, "-q"])
+def surgery(args: list[str], out: Path, inputs: list[str]) -> Measurement:
+    return timed([sys.executable, "-m", "cli", *args, str(out), "-q"], out, inputs)
 
 
 NAIVE_SOUP = """
@@ -144,33 +151,33 @@ def run(work: Path, layers: int, hidden: int) -> list[tuple[str, str, Measuremen
         f"  - model: {b}\n    parameters: {{weight: 0.7}}\n"
         f"  - model: {t}\n    parameters: {{weight: 0.3}}\n"
     )
+    soup_config = f"merge_method: linear\ndtype: bfloat16\nmodels:\n{linear}\n"
+    pair = [b, t]
     results = [
-        ("soup", "surgery", surgery("soup", *experts, str(work / "out-soup"))),
-        (
-            "soup",
-            "mergekit",
-            mergekit(
-                f"merge_method: linear\ndtype: bfloat16\nmodels:\n{linear}\n", work, "out-mk-soup"
-            ),
-        ),
+        ("soup", "surgery", surgery(["soup", *experts], work / "out-soup", experts)),
+        ("soup", "mergekit", mergekit(soup_config, work, "out-mk-soup", experts)),
         (
             "soup",
             "naive",
-            measure([sys.executable, "-c", NAIVE_SOUP, *experts, str(work / "out-naive")]),
+            timed(
+                [sys.executable, "-c", NAIVE_SOUP, *experts, str(work / "out-naive")],
+                work / "out-naive",
+                experts,
+            ),
         ),
         (
             "revert",
             "surgery",
-            surgery("revert", "--layers", f"{lo}:{hi}", b, t, str(work / "out-rev")),
+            surgery(["revert", "--layers", f"{lo}:{hi}", b, t], work / "out-rev", pair),
         ),
-        ("revert", "mergekit", mergekit(passthrough, work, "out-mk-rev")),
-        ("revert", "cp -r", measure(["cp", "-r", t, str(work / "out-cp")])),
+        ("revert", "mergekit", mergekit(passthrough, work, "out-mk-rev", pair)),
+        ("revert", "cp -r", timed(["cp", "-r", t, str(work / "out-cp")], work / "out-cp", [t])),
         (
             "interpolate",
             "surgery",
-            surgery("interpolate", "--alpha", "0.3", b, t, str(work / "out-int")),
+            surgery(["interpolate", "--alpha", "0.3", b, t], work / "out-int", pair),
         ),
-        ("interpolate", "mergekit", mergekit(interp, work, "out-mk-int")),
+        ("interpolate", "mergekit", mergekit(interp, work, "out-mk-int", pair)),
     ]
     return results
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from eval.errors import ModelError
-from surgery.dtypes import TORCH_DTYPES, parse_dtype
+from surgery.dtypes import parse_dtype, torch_dtype
 from surgery.errors import SurgeryError
 
 # Float dtypes a model may be scored in (safetensors names, as surgery.dtypes parses them).
@@ -47,7 +47,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
         name = ""
     if name not in _SCORING_DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; use bf16, fp16 or fp32")
-    return TORCH_DTYPES[name]
+    return torch_dtype(name)
 
 
 def check_device(device: str) -> None:

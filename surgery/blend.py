@@ -7,27 +7,26 @@ bit the blend a written checkpoint holds.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import torch
+from surgery.dtypes import accumulator_for, itemsize, torch_dtype
 
-from surgery.dtypes import accumulator_for
+if TYPE_CHECKING:
+    import torch
 
 
 def accumulator_dtype(out_dtype: str, source_dtypes: Iterable[str]) -> torch.dtype:
     """The widest accumulator any of the dtypes involved needs (safetensors dtype names)."""
     candidates = [accumulator_for(out_dtype), *(accumulator_for(d) for d in source_dtypes)]
-    return max(candidates, key=lambda dtype: dtype.itemsize)
+    return torch_dtype(max(candidates, key=itemsize))
 
 
-def accumulate(
-    acc: torch.Tensor, inputs: Sequence[tuple[torch.Tensor, float]], divisor: float
-) -> torch.Tensor:
-    """acc <- sum(weight * values) / divisor, in acc's dtype (float32 or float64).
+def accumulate(acc: torch.Tensor, inputs: Sequence[tuple[torch.Tensor, float]]) -> torch.Tensor:
+    """acc <- sum(weight * values), in acc's dtype (float32 or float64).
 
     Args:
         acc: the accumulator, shaped like every `values`; overwritten.
         inputs: (values, weight) pairs; values of any float dtype.
-        divisor: what the weighted sum is divided by (1 for interpolation).
 
     Returns:
         `acc`, for chaining.
@@ -35,10 +34,23 @@ def accumulate(
     for position, (values, weight) in enumerate(inputs):
         if position == 0:
             # Convert first, then scale: torch.mul(values, w, out=acc) would multiply in the
-            # input's 16-bit dtype and only then widen.
-            acc.copy_(values).mul_(weight)
+            # input's 16-bit dtype and only then widen. A weight of 1 needs no pass at all.
+            acc.copy_(values)
+            if weight != 1.0:
+                acc.mul_(weight)
         else:
             acc.add_(values, alpha=weight)  # promotes to the accumulator dtype
-    if divisor != 1.0:
-        acc.div_(divisor)
     return acc
+
+
+def finish(acc: torch.Tensor, divisor: float, out: torch.Tensor) -> torch.Tensor:
+    """out <- acc / divisor, rounded once to out's dtype (the division itself in acc's dtype).
+
+    One fused pass: torch computes the quotient in the accumulator's dtype and rounds it on
+    store, bit for bit what dividing in place and then converting gives.
+    """
+    if divisor == 1.0:
+        return out.copy_(acc)
+    import torch
+
+    return torch.div(acc, divisor, out=out)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from surgery.dtypes import TORCH_DTYPES
+from surgery.dtypes import torch_dtype
 from surgery.layers import Stack, select_stack, stack_layer
 from surgery.plan import check_compatible
 from surgery.reader import Checkpoint, TensorInfo
@@ -90,11 +90,11 @@ def tensor_sums(base: TensorInfo, trained: TensorInfo, pool: SourcePool) -> Sums
     """Stream one pair of tensors and return their sums."""
     sums = Sums(numel=base.numel)
     b_all = torch.frombuffer(
-        pool.get(base.file).view(base.start, base.nbytes), dtype=TORCH_DTYPES[base.dtype]
+        pool.get(base.file).view(base.start, base.nbytes), dtype=torch_dtype(base.dtype)
     )
     t_all = torch.frombuffer(
         pool.get(trained.file).view(trained.start, trained.nbytes),
-        dtype=TORCH_DTYPES[trained.dtype],
+        dtype=torch_dtype(trained.dtype),
     )
     for start in range(0, base.numel, _CHUNK):
         b = b_all[start : start + _CHUNK].double()

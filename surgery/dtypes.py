@@ -1,29 +1,65 @@
-"""safetensors dtype names, their item sizes, and their torch equivalents."""
+"""safetensors dtype names, their item sizes, and their torch equivalents.
+
+torch is imported only when a torch dtype is asked for: copies (revert, alpha 0 or 1), inspect
+and verify never need it, and start faster without it.
+"""
 
 from __future__ import annotations
 
-import torch
+from functools import cache
+from typing import TYPE_CHECKING
 
 from surgery.errors import SurgeryError
 
-# safetensors name -> torch dtype. The item size comes from torch, so the two cannot disagree.
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U64": torch.uint64,
-    "U32": torch.uint32,
-    "U16": torch.uint16,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
+if TYPE_CHECKING:
+    import torch
+
+# safetensors name -> bytes per element.
+ITEMSIZES: dict[str, int] = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+    "BOOL": 1,
 }
+
+# safetensors name -> name of the torch dtype.
+_TORCH_NAMES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U64": "uint64",
+    "U32": "uint32",
+    "U16": "uint16",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+
+
+@cache
+def torch_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of a safetensors dtype name (imports torch on first use)."""
+    import torch
+
+    return getattr(torch, _TORCH_NAMES[dtype])
+
 
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
 
@@ -49,7 +85,7 @@ CONFIG_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "b
 
 def itemsize(dtype: str) -> int:
     """Bytes per element of a safetensors dtype name."""
-    return TORCH_DTYPES[dtype].itemsize
+    return ITEMSIZES[dtype]
 
 
 def is_float(dtype: str) -> bool:
@@ -57,13 +93,13 @@ def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
 
 
-def accumulator_for(dtype: str) -> torch.dtype:
+def accumulator_for(dtype: str) -> str:
     """The dtype blends of `dtype` inputs accumulate in: float32, or float64 for 32/64-bit inputs.
 
     float64 for float32 inputs keeps "soup of identical checkpoints is bit-identical" true: n*x and
     then /n are exact in float64 for float32 x, not always in float32.
     """
-    return torch.float64 if itemsize(dtype) >= 4 else torch.float32
+    return "F64" if itemsize(dtype) >= 4 else "F32"
 
 
 def parse_dtype(text: str) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from surgery.blend import accumulate, accumulator_dtype
-from surgery.dtypes import TORCH_DTYPES
+from surgery.blend import accumulate, accumulator_dtype, finish
+from surgery.dtypes import torch_dtype
 from surgery.layers import LayerValues, Stack, find_stacks, select_stack, stack_layer
 from surgery.plan import check_compatible
 from surgery.reader import Checkpoint, open_checkpoint
@@ -67,7 +67,7 @@ class MemoryBlender:
             [trained_ckpt, base_ckpt], ["trained", "base"], float_dtypes_may_differ=False
         )
         self.checkpoint = trained_ckpt
-        self.storage = TORCH_DTYPES[storage_dtype(trained_ckpt)]
+        self.storage = torch_dtype(storage_dtype(trained_ckpt))
         self.acc_dtype = accumulator_dtype(storage_dtype(trained_ckpt), [storage_dtype(base_ckpt)])
         self.model, self.tokenizer = load_model(trained_ckpt.path, device, dtype, progress=False)
         base_model, _ = load_model(base_ckpt.path, device, dtype, progress=False)
@@ -101,5 +101,6 @@ class MemoryBlender:
                     (self.base[name].reshape(-1), 1.0 - alpha),
                     (self.trained[name].reshape(-1), alpha),
                 ]
-                blended = accumulate(acc, inputs, 1.0).to(self.storage)  # the checkpoint's rounding
+                blended = torch.empty(param.numel(), dtype=self.storage, device=param.device)
+                finish(accumulate(acc, inputs), 1.0, blended)  # the checkpoint's rounding
                 param.copy_(blended.reshape(param.shape))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from surgery.dtypes import TORCH_DTYPES, is_float, itemsize
+from surgery.dtypes import ITEMSIZES, is_float, itemsize
 from surgery.errors import CheckpointError
 from surgery.hub import HubRef, resolve
 from surgery.layers import Stack, find_stacks
@@ -93,7 +93,7 @@ def _tensor_entry(path: Path, name: str, entry: object, data_start: int) -> Tens
     if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
         raise _fail(path, f"tensor {name!r}: entry needs dtype, shape and data_offsets")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in TORCH_DTYPES:
+    if dtype not in ITEMSIZES:
         raise _fail(path, f"tensor {name!r}: unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise _fail(path, f"tensor {name!r}: bad shape {shape!r}")

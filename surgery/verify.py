@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
-from surgery.dtypes import TORCH_DTYPES
+from surgery.dtypes import itemsize, torch_dtype
 from surgery.errors import CheckpointError
 from surgery.hub import resolve
 from surgery.reader import INDEX_NAME, Shard, TensorInfo, index_problems, load_index, read_shard
@@ -73,12 +72,14 @@ def _check_folder(folder: Path, report: Report) -> list[Shard]:
 
 def _non_finite(tensor: TensorInfo, pool: SourcePool, buffer: bytearray) -> int:
     """Count NaN and infinite values of a float tensor, reading it in chunks."""
-    bad, size = 0, TORCH_DTYPES[tensor.dtype].itemsize
+    import torch
+
+    bad, size = 0, itemsize(tensor.dtype)
     step = (_VALUE_CHUNK // size) * size
     for offset in range(0, tensor.nbytes, step):
         view = memoryview(buffer)[: min(step, tensor.nbytes - offset)]
         pool.get(tensor.file).read_into(tensor.start + offset, view)
-        values = torch.frombuffer(view, dtype=TORCH_DTYPES[tensor.dtype])
+        values = torch.frombuffer(view, dtype=torch_dtype(tensor.dtype))
         bad += int((~torch.isfinite(values.float())).sum())
     return bad
 

@@ -16,21 +16,25 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from tqdm import tqdm
 
-from surgery.blend import accumulate, accumulator_dtype
-from surgery.dtypes import CONFIG_NAMES, TORCH_DTYPES, itemsize
+from surgery.blend import accumulate, accumulator_dtype, finish
+from surgery.dtypes import CONFIG_NAMES, itemsize, torch_dtype
 from surgery.errors import OutputError
 from surgery.model_card import CARD_NAME, RESULTS_NAME, render_card
 from surgery.output_dir import staged_output
 from surgery.plan import OutputTensor, Plan
 from surgery.reader import INDEX_NAME, RECIPE_NAME, TensorInfo
 from surgery.source import SourcePool
+
+if TYPE_CHECKING:
+    import torch
 
 # Elements per blend chunk. 64K elements keep the float32 accumulator (256 KiB) in the CPU's L2
 # cache while every source is added into it: twice the throughput of 4M-element chunks.
@@ -176,24 +180,26 @@ class _TensorWriter:
         # Whole-tensor views of the memory-mapped inputs: slicing them below copies nothing.
         inputs = [(self._source_values(s.tensor), s.weight) for s in tensor.sources]
         acc_buffer = self._buffer("acc", acc_dtype)
-        out_buffer = self._buffer("out", TORCH_DTYPES[tensor.dtype])
+        out_buffer = self._buffer("out", torch_dtype(tensor.dtype))
         for start in range(0, numel, CHUNK_ELEMENTS):
             stop = min(start + CHUNK_ELEMENTS, numel)
             acc, out = acc_buffer[: stop - start], out_buffer[: stop - start]
-            accumulate(
-                acc, [(values[start:stop], weight) for values, weight in inputs], tensor.divisor
-            )
-            out.copy_(acc)  # the one rounding to the output dtype
-            data = memoryview(out.view(torch.uint8).numpy())
+            sources = [(values[start:stop], weight) for values, weight in inputs]
+            finish(accumulate(acc, sources), tensor.divisor, out)  # the one rounding
+            data = memoryview(out.view(torch_dtype("U8")).numpy())
             _pwrite_all(fd, data, offset + start * out.element_size())
             self.progress.update(len(data))
 
     def _source_values(self, info: TensorInfo) -> torch.Tensor:
         view = self.pool.get(info.file).view(info.start, info.nbytes)
-        return torch.frombuffer(view, dtype=TORCH_DTYPES[info.dtype], count=info.numel)
+        import torch
+
+        return torch.frombuffer(view, dtype=torch_dtype(info.dtype), count=info.numel)
 
     def _buffer(self, role: str, dtype: torch.dtype) -> torch.Tensor:
         if (role, dtype) not in self.chunk_buffers:
+            import torch
+
             self.chunk_buffers[role, dtype] = torch.empty(CHUNK_ELEMENTS, dtype=dtype)
         return self.chunk_buffers[role, dtype]
 
@@ -274,6 +280,26 @@ def _check_disk_space(folder: Path, needed: int) -> None:
         )
 
 
+@contextmanager
+def _single_threaded_torch(plan: Plan) -> Iterator[int]:
+    """Yield the number of writer threads; while they run, torch ops use one thread each.
+
+    A plan of byte copies never imports torch (a revert starts in a fraction of a second).
+    """
+    workers = max(1, os.cpu_count() or 1)
+    if all(t.is_copy for t in plan.tensors):
+        yield workers
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield max(1, min(threads, workers))
+    finally:
+        torch.set_num_threads(threads)
+
+
 def execute(
     plan: Plan, out: Path, *, quiet: bool = False, max_shard_size: int = DEFAULT_MAX_SHARD_SIZE
 ) -> Path:
@@ -301,16 +327,13 @@ def execute(
             file=sys.stderr,
             leave=False,
         )
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        with SourcePool() as pool, bar:
-            writer = _ShardWriter(pool, bar, workers=max(1, min(threads, os.cpu_count() or 1)))
+        with SourcePool() as pool, bar, _single_threaded_torch(plan) as workers:
+            writer = _ShardWriter(pool, bar, workers)
             try:
                 for name, (header, ordered) in zip(names, headers, strict=True):
                     writer.write(staging / name, header, ordered)
             finally:
                 writer.close()
-                torch.set_num_threads(threads)
         if len(shards) > 1:
             _write_index(staging, plan, shards, names)
         copy_companion_files(plan, staging)

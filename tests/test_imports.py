@@ -13,3 +13,21 @@ def test_engine_and_cli_do_not_import_transformers():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_byte_copy_operations_never_import_torch(families, tmp_path):
+    """A revert (all byte copies), inspect and verify start without torch's second of imports."""
+    paths = families("llama")
+    code = (
+        "import sys\n"
+        "from surgery.ops.revert import revert\n"
+        "from surgery.inspection import describe\n"
+        "from surgery.reader import open_checkpoint\n"
+        "from surgery.verify import verify\n"
+        f"out = revert({str(paths['base'])!r}, {str(paths['trained'])!r}, {str(tmp_path / 'o')!r},"
+        " '1:3', quiet=True)\n"
+        "describe(open_checkpoint(out)); assert verify(out).ok\n"
+        "assert 'torch' not in sys.modules"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

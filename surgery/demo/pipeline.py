@@ -18,6 +18,8 @@ run reuses finished work.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import sys
@@ -171,7 +173,9 @@ def _train(
         drift=False,
         **extra,
     )
-    train(config)
+    # The Trainer prints its log dicts on stdout even without a progress bar.
+    with contextlib.redirect_stdout(io.StringIO()):
+        train(config)
 
 
 def _trained(folder: Path) -> Callable[[], bool]:
@@ -243,7 +247,8 @@ def strategy_rows(scores: dict[str, dict]) -> list[dict]:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """The paper-style table: each axis with its delta from the base."""
+    """The paper-style table: each axis with its change from the base (a ratio for
+    perplexities, which move by orders of magnitude; a difference otherwise)."""
     base = rows[0]
     head = (
         "| strategy | " + " | ".join(f"{axis} ({better} is better)" for axis, better in AXES) + " |"
@@ -252,7 +257,12 @@ def markdown_table(rows: list[dict]) -> str:
     for row in rows:
         cells = []
         for axis, _ in AXES:
-            delta = "" if row is base else f" ({row[axis] - base[axis]:+.2f})"
+            if row is base:
+                delta = ""
+            elif axis.endswith("ppl"):
+                delta = f" (x{row[axis] / base[axis]:.3g})"
+            else:
+                delta = f" ({row[axis] - base[axis]:+.2f})"
             cells.append(f"{row[axis]:.2f}{delta}")
         lines.append(f"| {row['strategy']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -266,12 +276,27 @@ def plot_strategies(rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(AXES), figsize=(4.2 * len(AXES), 4.2))
     labels = [r["strategy"] for r in rows[1:]]
     for ax, (axis, better) in zip(axes, AXES, strict=True):
-        deltas = [r[axis] - rows[0][axis] for r in rows[1:]]
-        good = [(d < 0) if better == "lower" else (d > 0) for d in deltas]
-        ax.barh(labels, deltas, color=["tab:green" if g else "tab:red" for g in good])
-        ax.axvline(0, color="black", linewidth=0.8)
+        base = rows[0][axis]
+        if axis.endswith("ppl"):
+            # Perplexities move by orders of magnitude: show the ratio to the base, log scale.
+            ratios = [r[axis] / base for r in rows[1:]]
+            good = [ratio < 1 for ratio in ratios]
+            ax.barh(
+                labels,
+                [ratio - 1 for ratio in ratios],
+                left=1,
+                color=["tab:green" if g else "tab:red" for g in good],
+            )
+            ax.set_xscale("log")
+            ax.axvline(1, color="black", linewidth=0.8)
+            ax.set_xlabel("ratio to the base (log scale)")
+        else:
+            deltas = [r[axis] - base for r in rows[1:]]
+            good = [(d < 0) if better == "lower" else (d > 0) for d in deltas]
+            ax.barh(labels, deltas, color=["tab:green" if g else "tab:red" for g in good])
+            ax.axvline(0, color="black", linewidth=0.8)
+            ax.set_xlabel("change from the base")
         ax.set_title(f"{axis}\n({better} is better)")
-        ax.set_xlabel("change from the base")
         ax.invert_yaxis()
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle("Strategies against forgetting: change from the base model (green = better)")
@@ -470,7 +495,8 @@ def _write_report(out: Path, rows: list[dict], size: Size, quick: bool) -> Path:
 A tiny Llama ({size.layers} layers, hidden {size.hidden}) pretrained on a synthetic general
 language and Copain-style list patterns, then adapted to five synthetic language families
 ({", ".join(FAMILIES)}). Middle layers: `{size.middle}`. Perplexities are geometric means over
-languages; expert rows average each expert on its own family. Deltas from the base in brackets.
+languages; expert rows average each expert on its own family. In brackets: the change from the
+base (a ratio for perplexities).
 
 {markdown_table(rows)}
 
