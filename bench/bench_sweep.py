@@ -47,8 +47,8 @@ def build(root: Path, hidden: int, layers: int) -> tuple[Path, Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--layers", type=int, default=12)
     args = parser.parse_args()
     from surgery.sweep import parse_alpha_grid, run_sweep
 
@@ -56,7 +56,7 @@ def main() -> None:
         root = Path(tmp)
         base, trained = build(root, args.hidden, args.layers)
         text = root / "text.txt"
-        text.write_text("\n\n".join(" ".join(tiny_models._CORPUS) for _ in range(20)))
+        text.write_text("\n\n".join(" ".join(tiny_models._CORPUS) for _ in range(4)))
         alphas = parse_alpha_grid("0:1:0.1")
         timings, results = {}, {}
         for mode, in_memory in (("in memory", True), ("write and reload", False)):

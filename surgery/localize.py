@@ -99,7 +99,10 @@ def run_localize(
         ]
 
     result = Localization(base=score(LayerValues(default=0.0)), trained=score(LayerValues()))
-    result.metrics = metric_names([result.trained])
+    # Metrics on which BASE and TRAINED agree have no recovery to attribute (always NaN).
+    result.metrics = [
+        m for m in metric_names([result.trained]) if result.base[m] != result.trained[m]
+    ]
     for layers in block_layers:
         for alpha in alphas:
             metrics = score(LayerValues(per_layer=dict.fromkeys(layers, alpha)))
@@ -147,7 +150,7 @@ def save_localization(
                 labels,
                 result.metrics,
                 staging / "localize.png",
-                title,
-                "recovery (0 = trained, 1 = base)",
+                f"{title}\n(recovery: 0 = as trained, 1 = as base)",
+                "recovery",
             )
     return out_dir

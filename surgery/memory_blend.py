@@ -49,7 +49,10 @@ def fits_in_memory(checkpoint: Checkpoint, dtype_bytes: int = 4, copies: int = 3
 class MemoryBlender:
     """A loaded model whose weights can be set to any interpolation of BASE and TRAINED.
 
-    Memory: the working model plus one copy each of the base and trained parameters.
+    Memory: the working model, one copy each of the base and trained parameters in the
+    checkpoint's storage dtype (exact: they were loaded from it), and two scratch buffers the
+    size of the largest parameter. Blends are exact when the model's dtype is at least as wide as
+    the storage dtype (the default: float32 on CPU).
     """
 
     def __init__(
@@ -72,11 +75,16 @@ class MemoryBlender:
         self.model, self.tokenizer = load_model(trained_ckpt.path, device, dtype, progress=False)
         base_model, _ = load_model(base_ckpt.path, device, dtype, progress=False)
         self.params = dict(self.model.named_parameters())
-        self.trained = {name: p.detach().clone() for name, p in self.params.items()}
-        self.base = {name: p.detach() for name, p in base_model.named_parameters()}
+        self.trained = {n: p.detach().to(self.storage, copy=True) for n, p in self.params.items()}
+        self.base = {
+            n: p.detach().to(self.storage, copy=True) for n, p in base_model.named_parameters()
+        }
+        del base_model
         if self.base.keys() != self.trained.keys():
             raise RuntimeError("BASE and TRAINED loaded into different parameter sets")
         self.stacks = find_stacks(self.params)
+        self.alphas = dict.fromkeys(self.params, 1.0)  # what each parameter holds now
+        self.scratch: dict[torch.dtype, torch.Tensor] = {}
 
     def stack(self, name: str | None) -> Stack:
         """An in-memory layer stack by name (text, vision); in-memory prefixes may differ from
@@ -91,16 +99,24 @@ class MemoryBlender:
             layer = stack_layer(name, stack) if stack is not None else None
             alpha = values.value_for(layer)
             alpha = 1.0 if alpha is None else alpha
-            if alpha == 1.0:
-                param.copy_(self.trained[name])
-            elif alpha == 0.0:
-                param.copy_(self.base[name])
-            else:
-                acc = torch.empty(param.numel(), dtype=self.acc_dtype, device=param.device)
-                inputs = [
-                    (self.base[name].reshape(-1), 1.0 - alpha),
-                    (self.trained[name].reshape(-1), alpha),
-                ]
-                blended = torch.empty(param.numel(), dtype=self.storage, device=param.device)
-                finish(accumulate(acc, inputs), 1.0, blended)  # the checkpoint's rounding
-                param.copy_(blended.reshape(param.shape))
+            if alpha == self.alphas[name]:
+                continue  # unchanged since the last point: layers outside --layers stay put
+            self.alphas[name] = alpha
+            if alpha in (0.0, 1.0):
+                param.copy_(self.base[name] if alpha == 0.0 else self.trained[name])
+                continue
+            # The writer's exact operations on the same storage-dtype values (surgery/blend.py).
+            flat = param.view(-1)
+            acc = flat if flat.dtype == self.acc_dtype else self._scratch(self.acc_dtype, flat)
+            inputs = [(self.base[name].view(-1), 1.0 - alpha), (self.trained[name].view(-1), alpha)]
+            rounded = self._scratch(self.storage, flat)
+            finish(accumulate(acc, inputs), 1.0, rounded)  # the checkpoint's one rounding
+            flat.copy_(rounded)
+
+    def _scratch(self, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
+        """A reused buffer of `dtype` shaped like the flat `like` (no allocation per point)."""
+        buffer = self.scratch.get(dtype)
+        if buffer is None or buffer.numel() < like.numel():
+            largest = max(p.numel() for p in self.params.values())
+            buffer = self.scratch[dtype] = torch.empty(largest, dtype=dtype, device=like.device)
+        return buffer[: like.numel()]
