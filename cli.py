@@ -253,15 +253,11 @@ eval_options = options(
 )
 
 
-def _eval_kwargs(device, eval_dtype, batch_size, limit, seed, max_length) -> dict:
-    return {
-        "device": device,
-        "dtype": eval_dtype,
-        "batch_size": batch_size,
-        "limit": limit,
-        "seed": seed,
-        "max_length": max_length,
-    }
+def _eval_kwargs(scoring: dict) -> dict:
+    """`eval_options` values as the `eval_options` of run_sweep / run_localize."""
+    options = dict(scoring)
+    options["dtype"] = options.pop("eval_dtype")
+    return options
 
 
 @cli.command()
@@ -292,18 +288,13 @@ def sweep(
     no_save,
     in_memory,
     tasks,
-    device,
-    eval_dtype,
-    batch_size,
-    limit,
-    seed,
-    max_length,
     max_shard_size,
     force,
     quiet,
     base,
     trained,
     out_dir,
+    **scoring,
 ):
     """Interpolate BASE -> TRAINED at every alpha; save alpha-X.XX checkpoints and/or score them.
 
@@ -330,7 +321,7 @@ def sweep(
         tasks=list(tasks),
         save=not no_save,
         in_memory=in_memory,
-        eval_options=_eval_kwargs(device, eval_dtype, batch_size, limit, seed, max_length),
+        eval_options=_eval_kwargs(scoring),
         **kwargs,
     )
     if tasks:
@@ -408,22 +399,7 @@ def drift(stack, csv_path, plot, quiet, base, trained):
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
 def localize(
-    blocks,
-    block_size,
-    alphas,
-    stack,
-    out_dir,
-    force,
-    tasks,
-    device,
-    eval_dtype,
-    batch_size,
-    limit,
-    seed,
-    max_length,
-    quiet,
-    base,
-    trained,
+    blocks, block_size, alphas, stack, out_dir, force, tasks, quiet, base, trained, **scoring
 ):
     """Revert one block of layers at a time to BASE and score: which block carries each metric?
 
@@ -454,7 +430,7 @@ def localize(
         alphas=parse_alpha_grid(alphas),
         stack=stack,
         quiet=quiet,
-        eval_options=_eval_kwargs(device, eval_dtype, batch_size, limit, seed, max_length),
+        eval_options=_eval_kwargs(scoring),
     )
     click.echo(format_localization(result))
     save_localization(

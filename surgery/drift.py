@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass, field
 
 import torch
-from tqdm import tqdm
 
 from surgery.dtypes import torch_dtype
 from surgery.layers import Stack, select_stack, stack_layer
 from surgery.plan import check_compatible
+from surgery.progress import byte_progress
 from surgery.reader import Checkpoint, TensorInfo
 from surgery.source import SourcePool
 
@@ -118,14 +118,7 @@ def drift(
     chosen = select_stack(trained.stacks, stack) if trained.stacks else None
     report = DriftReport(stack=chosen)
     pairs = [(base.tensors[n], t) for n, t in trained.tensors.items() if t.is_float and t.numel]
-    bar = tqdm(
-        total=sum(t.nbytes for _, t in pairs),
-        unit="B",
-        unit_scale=True,
-        desc="drift",
-        disable=quiet,
-        leave=False,
-    )
+    bar = byte_progress(sum(t.nbytes for _, t in pairs), "drift", quiet)
     with SourcePool() as pool, bar:
         for b, t in pairs:
             sums = tensor_sums(b, t, pool)

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from surgery.dtypes import itemsize, torch_dtype
 from surgery.errors import CheckpointError
 from surgery.hub import resolve
+from surgery.progress import byte_progress
 from surgery.reader import INDEX_NAME, Shard, TensorInfo, index_problems, load_index, read_shard
 from surgery.source import SourcePool
 
@@ -87,14 +86,7 @@ def _non_finite(tensor: TensorInfo, pool: SourcePool, buffer: bytearray) -> int:
 def _check_values(shards: list[Shard], report: Report, quiet: bool) -> None:
     tensors = [t for s in shards for t in s.tensors if t.is_float and t.nbytes]
     buffer = bytearray(_VALUE_CHUNK)
-    bar = tqdm(
-        total=sum(t.nbytes for t in tensors),
-        unit="B",
-        unit_scale=True,
-        desc="verify",
-        disable=quiet,
-        leave=False,
-    )
+    bar = byte_progress(sum(t.nbytes for t in tensors), "verify", quiet)
     with SourcePool() as pool, bar:
         for tensor in tensors:
             bad = _non_finite(tensor, pool, buffer)

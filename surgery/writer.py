@@ -14,7 +14,6 @@ import itertools
 import json
 import os
 import shutil
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from surgery.errors import OutputError
 from surgery.model_card import CARD_NAME, RESULTS_NAME, render_card
 from surgery.output_dir import staged_output
 from surgery.plan import OutputTensor, Plan
+from surgery.progress import byte_progress
 from surgery.reader import INDEX_NAME, RECIPE_NAME, TensorInfo
 from surgery.source import SourcePool
 
@@ -317,16 +317,7 @@ def execute(
     headers = [build_header(s, {"format": "pt", "surgery_recipe": recipe_text}) for s in shards]
     with staged_output(Path(out)) as staging:
         _check_disk_space(staging, plan.total_bytes)
-        bar = tqdm(
-            total=plan.total_bytes,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc=plan.operation,
-            disable=quiet,
-            file=sys.stderr,
-            leave=False,
-        )
+        bar = byte_progress(plan.total_bytes, plan.operation, quiet)
         with SourcePool() as pool, bar, _single_threaded_torch(plan) as workers:
             writer = _ShardWriter(pool, bar, workers)
             try:
