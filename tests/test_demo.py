@@ -28,10 +28,12 @@ def test_world_is_deterministic_and_families_share_roots(tmp_path):
     assert all((a.root / f).read_bytes() == (b.root / f).read_bytes() for f in files)
     languages = {lang.code: lang for lang in build_languages(3)}
     assert sum(lang.held_out for lang in languages.values()) == len(FAMILIES)
+
     # Relatives differ from each other but less than from another family.
     def shared(x, y):
         lexicon = languages[x].lexicon
         return sum(lexicon[c][:1] == languages[y].lexicon[c][:1] for c in lexicon)
+
     assert shared("sla1", "sla3") > shared("sla1", "ger1")
     assert "sla3.txt" not in {p.name for p in (a.root / "train").iterdir()}
     concepts = sentences(10, 1)
