@@ -308,9 +308,8 @@ def sweep(
       surgery sweep --alpha 0,0.5,1 base trained sweep/ --eval ppl:madlad/ --eval belebele:b.jsonl
     """
     from surgery.sweep import parse_alpha_grid, run_sweep
+    from surgery.writer import parse_size
 
-    kwargs = _write_kwargs(None, max_shard_size, force, quiet)
-    kwargs.pop("dtype")
     rows = run_sweep(
         base,
         trained,
@@ -322,7 +321,9 @@ def sweep(
         save=not no_save,
         in_memory=in_memory,
         eval_options=_eval_kwargs(scoring),
-        **kwargs,
+        max_shard_size=parse_size(max_shard_size),
+        force=force,
+        quiet=quiet,
     )
     if tasks:
         from surgery.sweep import metric_names
@@ -411,16 +412,11 @@ def localize(
       surgery localize base trained --blocks 0:9,9:28,28:34 --eval belebele:b.jsonl --eval copain
       surgery localize base trained --block-size 4 --alphas 0,0.5 --eval ppl:madlad/
     """
-    from surgery.localize import format_localization, run_localize, save_localization
-    from surgery.reader import open_checkpoint
+    from surgery.localize import format_localization, run_localize
     from surgery.sweep import parse_alpha_grid
 
     if not tasks:
         raise click.UsageError("localize needs at least one --eval task")
-    inputs = [open_checkpoint(base).path, open_checkpoint(trained).path]
-    from surgery.output_dir import check_output
-
-    check_output(Path(out_dir), inputs, force)  # before minutes of scoring, not after
     result = run_localize(
         base,
         trained,
@@ -431,11 +427,10 @@ def localize(
         stack=stack,
         quiet=quiet,
         eval_options=_eval_kwargs(scoring),
+        out_dir=out_dir,
+        force=force,
     )
     click.echo(format_localization(result))
-    save_localization(
-        result, Path(out_dir), f"Recovery by reverted block: {Path(trained).name}", force, inputs
-    )
     _done(Path(out_dir), quiet, None)
 
 

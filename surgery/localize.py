@@ -17,6 +17,7 @@ from surgery.errors import LayerSpecError
 from surgery.layers import LayerValues, format_layers, parse_layer_spec
 from surgery.memory_blend import MemoryBlender
 from surgery.output_dir import check_output, staged_output
+from surgery.reader import open_checkpoint
 from surgery.sweep import metric_names, write_results
 
 
@@ -75,20 +76,27 @@ def run_localize(
     alphas: Sequence[float] = (0.0,),
     stack: str | None = None,
     eval_options: dict | None = None,
+    out_dir: str | Path | None = None,
+    force: bool = False,
     quiet: bool = False,
 ) -> Localization:
-    """Score TRAINED, BASE and TRAINED with each block reverted (at each alpha).
+    """Score TRAINED, BASE and TRAINED with each block reverted (at each alpha); with `out_dir`,
+    also write localize.json, localize.csv and localize.png there (checked before any scoring).
 
     Raises:
         LayerSpecError: bad blocks.
+        OutputError: `out_dir` exists (without `force`) or overlaps an input.
         SurgeryError: bad inputs or tasks.
     """
     from eval.api import evaluate, load_tasks
 
     loaded = load_tasks(tasks)
+    base_ckpt, trained_ckpt = open_checkpoint(base), open_checkpoint(trained)
+    if out_dir is not None:
+        check_output(Path(out_dir), [base_ckpt.path, trained_ckpt.path], force)
     options = dict(eval_options or {})
     load_options = {"device": options.pop("device", "cpu"), "dtype": options.pop("dtype", None)}
-    blender = MemoryBlender(base, trained, **load_options)
+    blender = MemoryBlender(base_ckpt, trained_ckpt, **load_options)
     chosen = blender.stack(stack)
     block_layers = parse_blocks(blocks, block_size, chosen.num_layers)
 
@@ -112,6 +120,9 @@ def run_localize(
                     metrics[metric], result.trained[metric], result.base[metric]
                 )
             result.rows.append(row)
+    if out_dir is not None:
+        title = f"Recovery by reverted block: {Path(trained_ckpt.spec).name}"
+        save_localization(result, Path(out_dir), title)
     return result
 
 
@@ -128,11 +139,9 @@ def format_localization(result: Localization) -> str:
     return "\n".join(lines)
 
 
-def save_localization(
-    result: Localization, out_dir: Path, title: str, force: bool, inputs: Sequence[Path]
-) -> Path:
-    """localize.json, localize.csv and localize.png (recovery heatmap) in `out_dir`."""
-    check_output(out_dir, inputs, force)
+def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
+    """localize.json, localize.csv and localize.png (recovery heatmap) in `out_dir`, replacing it
+    (the caller has checked `out_dir` with `check_output`)."""
     with staged_output(out_dir) as staging:
         config = {
             "base_scores": result.base,

@@ -23,7 +23,7 @@ from surgery.reader import Checkpoint, open_checkpoint
 
 def storage_dtype(checkpoint: Checkpoint) -> str:
     """The float dtype most of a checkpoint's parameters are stored in."""
-    counts = Counter({})
+    counts: Counter[str] = Counter()
     for tensor in checkpoint:
         if tensor.is_float:
             counts[tensor.dtype] += tensor.numel
@@ -57,19 +57,20 @@ class MemoryBlender:
 
     def __init__(
         self,
-        base: str | Path,
-        trained: str | Path,
+        base: str | Path | Checkpoint,
+        trained: str | Path | Checkpoint,
         *,
         device: str = "cpu",
         dtype: str | None = None,
     ) -> None:
         from eval.api import load_model
 
-        base_ckpt, trained_ckpt = open_checkpoint(base), open_checkpoint(trained)
+        base_ckpt, trained_ckpt = (
+            c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in (base, trained)
+        )
         check_compatible(
             [trained_ckpt, base_ckpt], ["trained", "base"], float_dtypes_may_differ=False
         )
-        self.checkpoint = trained_ckpt
         self.storage = torch_dtype(storage_dtype(trained_ckpt))
         self.acc_dtype = accumulator_dtype(storage_dtype(trained_ckpt), [storage_dtype(base_ckpt)])
         self.model, self.tokenizer = load_model(trained_ckpt.path, device, dtype, progress=False)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from surgery.dtypes import itemsize
 from surgery.errors import MismatchError
@@ -163,8 +162,3 @@ def require_equal_non_float(
                 f"non-float tensor {first.name!r} ({first.dtype}) differs between {labels[0]} "
                 f"and {label}; integer tensors cannot be averaged"
             )
-
-
-def input_label(path: Path, role: str) -> str:
-    """How errors name an input: its role and path."""
-    return f"{role} ({path})"

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -23,7 +24,7 @@ def plot_metrics_vs_alpha(
     rows: Sequence[dict], metrics: Sequence[str], path: Path, title: str
 ) -> Path:
     """One panel per metric against alpha (0 = BASE, 1 = TRAINED)."""
-    plt = _pyplot()
+    plt = pyplot()
     cols = min(3, len(metrics))
     nrows = math.ceil(len(metrics) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.4 * nrows), squeeze=False)
@@ -46,7 +47,7 @@ def plot_metrics_vs_alpha(
 
 def plot_drift_by_layer(layer_kinds: dict[tuple[int, str], float], path: Path, title: str) -> Path:
     """Grouped bars: relative L2 drift per layer, one bar per module kind."""
-    plt = _pyplot()
+    plt = pyplot()
     layers = sorted({layer for layer, _ in layer_kinds})
     kinds = sorted({kind for _, kind in layer_kinds})
     width = 0.8 / max(1, len(kinds))
@@ -75,7 +76,7 @@ def plot_heatmap(
     label: str,
 ) -> Path:
     """A labelled heatmap with the value written in each cell."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(cols) + 2.5), max(2.5, 0.5 * len(rows) + 1.5)))
     import numpy as np
 

@@ -1,7 +1,9 @@
 """Where tensor bytes come from: a small interface, so the engine never cares how bytes arrive.
 
 Today a local file, memory-mapped: tensor bytes are read straight from the page cache, so they
-cost no private memory and no copy. The interface leaves room for HTTP range reads of Hub shards.
+cost no private memory and no copy. The engine asks a source only for `view(offset, nbytes)`,
+`read_into(offset, buffer)` and, for kernel copies, a file descriptor: a source of HTTP range
+reads of Hub shards would implement the first two.
 """
 
 from __future__ import annotations
@@ -11,24 +13,8 @@ import mmap
 import os
 import threading
 from pathlib import Path
-from typing import Protocol
 
 from surgery.errors import CheckpointError
-
-
-class ByteSource(Protocol):
-    """Random-access bytes of one file."""
-
-    path: Path
-    size: int
-
-    def read_into(self, offset: int, buffer: memoryview) -> None:
-        """Fill `buffer` with the bytes starting at `offset`."""
-        ...
-
-    def view(self, offset: int, nbytes: int) -> memoryview:
-        """The bytes [offset, offset + nbytes), without copying where the source allows."""
-        ...
 
 
 class LocalFile:

@@ -125,7 +125,7 @@ def run_sweep(
                 execute(plan, staging / name, quiet=quiet, max_shard_size=max_shard_size)
         if tasks:
             if in_memory:
-                blender = MemoryBlender(base_ckpt.path, trained_ckpt.path, **load_options)
+                blender = MemoryBlender(base_ckpt, trained_ckpt, **load_options)
                 points = [resolve_alphas(trained_ckpt, a, layers, stack) for a in alphas]
                 scores = _memory_scores(blender, points, tasks, options, quiet)
             else:

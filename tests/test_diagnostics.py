@@ -15,7 +15,7 @@ from cli import cli
 from eval.api import evaluate, load_model
 from surgery.drift import drift, module_kind
 from surgery.errors import SurgeryError
-from surgery.localize import recovery, run_localize, save_localization
+from surgery.localize import recovery, run_localize
 from surgery.reader import open_checkpoint
 from surgery.sweep import parse_alpha_grid, point_names, run_sweep
 
@@ -186,7 +186,10 @@ def one_block_changed(tmp_path_factory):
 
 def test_localize_attributes_the_effect_to_the_changed_block(one_block_changed, tmp_path):
     base, trained = one_block_changed
-    result = run_localize(base, trained, TASKS[:1], blocks="0:2,2:4", alphas=[0.0, 0.5], quiet=True)
+    out = tmp_path / "loc"
+    result = run_localize(
+        base, trained, TASKS[:1], blocks="0:2,2:4", alphas=[0.0, 0.5], out_dir=out, quiet=True
+    )
     assert result.metrics and result.base != result.trained
     by_block = {(r["block"], r["alpha"]): r for r in result.rows}
     for metric in result.metrics:
@@ -194,7 +197,6 @@ def test_localize_attributes_the_effect_to_the_changed_block(one_block_changed, 
         assert by_block["0:2", 0.0][f"recovery/{metric}"] == 0.0
         assert by_block["0:2", 0.5][f"recovery/{metric}"] == 0.0
         assert result.best()[metric] == "2:4 @ alpha 0"
-    out = save_localization(result, tmp_path / "loc", "test", False, [base, trained])
     assert (out / "localize.png").stat().st_size > 5_000
     assert len((out / "localize.csv").read_text().splitlines()) == 5
 

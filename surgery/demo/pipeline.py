@@ -270,9 +270,9 @@ def markdown_table(rows: list[dict]) -> str:
 
 def plot_strategies(rows: list[dict], path: Path) -> None:
     """One panel per axis: each strategy's change from the base."""
-    from surgery.plots import _pyplot
+    from surgery.plots import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(AXES), figsize=(4.2 * len(AXES), 4.2))
     labels = [r["strategy"] for r in rows[1:]]
     for ax, (axis, better) in zip(axes, AXES, strict=True):
