@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from surgery import __version__
-from surgery.errors import SurgeryError
+from surgery.core.errors import SurgeryError
 
 
 class SurgeryGroup(click.Group):
@@ -73,8 +73,8 @@ write_options = options(dtype_option, shard_option, force_option, push_option, q
 
 
 def _write_kwargs(dtype: str | None, max_shard_size: str, force: bool, quiet: bool) -> dict:
-    from surgery.dtypes import parse_dtype
-    from surgery.writer import parse_size
+    from surgery.core.dtypes import parse_dtype
+    from surgery.engine.writer import parse_size
 
     return {
         "dtype": parse_dtype(dtype) if dtype else None,
@@ -88,7 +88,7 @@ def _done(out: Path, quiet: bool, push_to: str | None) -> None:
     if not quiet:
         click.echo(f"wrote {out}", err=True)
     if push_to:
-        from surgery.push import push
+        from surgery.hub.push import push
 
         url = push(out, push_to)
         click.echo(f"pushed {out} to {url}", err=True)
@@ -125,7 +125,7 @@ def revert(layers, stack, dtype, max_shard_size, force, push_to, quiet, base, tr
       surgery revert --layers -6: base trained out           # the last six layers
       surgery revert --layers 0:4 --stack vision base trained out
     """
-    from surgery.ops.revert import revert as run
+    from surgery.api import revert as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
     _done(run(base, trained, out, layers, stack=stack, **kwargs), quiet, push_to)
@@ -149,8 +149,8 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
       surgery soup experts/* out
       surgery soup slavic germanic indic out --weights 2,1,1
     """
-    from surgery.ops.soup import parse_weights
-    from surgery.ops.soup import soup as run
+    from surgery.api import soup as run
+    from surgery.engine.ops.soup import parse_weights
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
     _done(run(list(experts), out, parse_weights(weights, len(experts)), **kwargs), quiet, push_to)
@@ -181,7 +181,7 @@ def interpolate(
       surgery interpolate --alpha 0.3 --layers 9:28 base trained out
       surgery interpolate --alpha 9:28=0.3,*=1.0 base trained out
     """
-    from surgery.ops.interpolate import interpolate as run
+    from surgery.api import interpolate as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
     _done(run(base, trained, out, alpha, layers=layers, stack=stack, **kwargs), quiet, push_to)
@@ -198,10 +198,10 @@ def inspect(as_json, checkpoint):
       surgery inspect path/to/model
       surgery inspect --json model.safetensors
     """
-    from surgery.inspection import describe, format_description
-    from surgery.reader import open_checkpoint
+    from surgery.checks.inspection import describe, format_description
+    from surgery.hub.resolve import open_input
 
-    info = describe(open_checkpoint(checkpoint))
+    info = describe(open_input(checkpoint))
     click.echo(json.dumps(info, indent=2) if as_json else format_description(info))
 
 
@@ -219,9 +219,10 @@ def verify(values, quiet, checkpoint):
       surgery verify path/to/model
       surgery verify --values merged
     """
-    from surgery.verify import verify as run
+    from surgery.checks.verify import verify as run
+    from surgery.hub.resolve import resolve
 
-    report = run(checkpoint, values=values, quiet=quiet)
+    report = run(resolve(checkpoint)[0], values=values, quiet=quiet)
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
     for problem in report.problems:
@@ -307,8 +308,8 @@ def sweep(
       surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ --eval copain --no-save
       surgery sweep --alpha 0,0.5,1 base trained sweep/ --eval ppl:madlad/ --eval belebele:b.jsonl
     """
-    from surgery.sweep import parse_alpha_grid, run_sweep
-    from surgery.writer import parse_size
+    from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
+    from surgery.engine.writer import parse_size
 
     rows = run_sweep(
         base,
@@ -326,7 +327,7 @@ def sweep(
         quiet=quiet,
     )
     if tasks:
-        from surgery.sweep import metric_names
+        from surgery.diagnostics.sweep import metric_names
 
         metrics = metric_names(rows)
         click.echo("alpha  " + "  ".join(metrics))
@@ -354,11 +355,11 @@ def drift(stack, csv_path, plot, quiet, base, trained):
     """
     import csv
 
-    from surgery.drift import drift as run
-    from surgery.drift import drift_rows, format_drift
-    from surgery.reader import open_checkpoint
+    from surgery.diagnostics.drift import drift as run
+    from surgery.diagnostics.drift import drift_rows, format_drift
+    from surgery.hub.resolve import open_input
 
-    report = run(open_checkpoint(base), open_checkpoint(trained), stack=stack, quiet=quiet)
+    report = run(open_input(base), open_input(trained), stack=stack, quiet=quiet)
     click.echo(format_drift(report))
     if csv_path:
         rows = drift_rows(report)
@@ -367,7 +368,7 @@ def drift(stack, csv_path, plot, quiet, base, trained):
             writer.writeheader()
             writer.writerows(rows)
     if plot:
-        from surgery.plots import plot_drift_by_layer
+        from surgery.diagnostics.plots import plot_drift_by_layer
 
         values = {key: sums.relative_l2 for key, sums in report.layer_kinds.items()}
         plot_drift_by_layer(
@@ -412,8 +413,8 @@ def localize(
       surgery localize base trained --blocks 0:9,9:28,28:34 --eval belebele:b.jsonl --eval copain
       surgery localize base trained --block-size 4 --alphas 0,0.5 --eval ppl:madlad/
     """
-    from surgery.localize import format_localization, run_localize
-    from surgery.sweep import parse_alpha_grid
+    from surgery.diagnostics.localize import format_localization, run_localize
+    from surgery.diagnostics.sweep import parse_alpha_grid
 
     if not tasks:
         raise click.UsageError("localize needs at least one --eval task")
@@ -477,7 +478,7 @@ def push(private, revision, commit_message, dry_run, checkpoint, repo_id):
       surgery push merged my-org/gemma-3-4b-soup --private
       surgery push reverted my-org/reverted --revision layers-9-28 --dry-run
     """
-    from surgery.push import push as run
+    from surgery.hub.push import push as run
 
     url = run(
         checkpoint,

@@ -1,6 +1,7 @@
 """Benchmark: an 11-point interpolation sweep with eval, in memory against write-and-reload.
 
-Builds a random Llama (bf16 on disk) and a perturbed copy, then runs `surgery.sweep.run_sweep`
+Builds a random Llama (bf16 on disk) and a perturbed copy, then runs
+`surgery.diagnostics.sweep.run_sweep`
 over alpha 0:1:0.1 scoring perplexity on a text file, once blending weights in memory (BASE and
 TRAINED loaded once) and once writing, loading and scoring a checkpoint per point. Prints both
 times, the ratio, and whether the scores agree exactly.
@@ -50,7 +51,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=12)
     args = parser.parse_args()
-    from surgery.sweep import parse_alpha_grid, run_sweep
+    from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

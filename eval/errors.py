@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from surgery.errors import SurgeryError
+from surgery.core.errors import SurgeryError
 
 
 class EvalDataError(SurgeryError):

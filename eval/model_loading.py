@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from eval.errors import ModelError
-from surgery.dtypes import parse_dtype, torch_dtype
-from surgery.errors import SurgeryError
+from surgery.core.dtypes import parse_dtype, torch_dtype
+from surgery.core.errors import SurgeryError
 
-# Float dtypes a model may be scored in (safetensors names, as surgery.dtypes parses them).
+# Float dtypes a model may be scored in (safetensors names, as surgery.core.dtypes parses them).
 _SCORING_DTYPES = ("F32", "BF16", "F16", "F64")
 # Architectures whose name ends like this are decoders that predict the next token.
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
@@ -102,7 +102,7 @@ def load_model(
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from surgery.errors import CheckpointError
+    from surgery.core.errors import CheckpointError
 
     check_device(device)
     torch_dtype = resolve_dtype(dtype, device)

@@ -9,8 +9,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from surgery.layers import find_stacks, layer_of
-from surgery.verify import verify
+from surgery.checks.verify import verify
+from surgery.core.layers import find_stacks, layer_of
 
 
 def load_state(path: Path) -> dict[str, torch.Tensor]:

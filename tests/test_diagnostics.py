@@ -13,11 +13,11 @@ from tiny_models import build_model, save
 
 from cli import cli
 from eval.api import evaluate, load_model
-from surgery.drift import drift, module_kind
-from surgery.errors import SurgeryError
-from surgery.localize import recovery, run_localize
-from surgery.reader import open_checkpoint
-from surgery.sweep import parse_alpha_grid, point_names, run_sweep
+from surgery.core.errors import SurgeryError
+from surgery.diagnostics.drift import drift, module_kind
+from surgery.diagnostics.localize import recovery, run_localize
+from surgery.diagnostics.sweep import parse_alpha_grid, point_names, run_sweep
+from surgery.engine.reader import open_checkpoint
 
 DATA = "tests/data/eval"
 TASKS = [f"ppl:{DATA}/held_out.txt", f"piqa:{DATA}/piqa.jsonl"]

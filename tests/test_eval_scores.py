@@ -22,7 +22,7 @@ from eval.multiple_choice import build_contexts, score_items
 from eval.scoring import ChoiceRequest, choice_loglikelihoods
 from eval.tasks import Settings, load_task, parse_task
 from eval.translation import chrf
-from surgery.errors import CheckpointError
+from surgery.core.errors import CheckpointError
 
 DATA = Path(__file__).parent / "data" / "eval"
 MC_FILES = {"belebele": DATA / "belebele.jsonl", "piqa": DATA / "piqa.jsonl"}

@@ -15,7 +15,7 @@ import yaml
 from checks import assert_valid_output
 from hub_server import FakeHub
 
-from surgery.model_card import render_card
+from surgery.hub.model_card import render_card
 
 ROOT = Path(__file__).parents[1]
 SHA_BASE, SHA_TRAINED, SHA_V1 = "1" * 40, "2" * 40, "3" * 40
@@ -138,7 +138,7 @@ def test_model_card_matches_golden_file():
 
 @pytest.fixture
 def merged(families, tmp_path) -> Path:
-    from surgery.ops.soup import soup
+    from surgery.api import soup
 
     out = soup(families("llama")["experts"], tmp_path / "merged", quiet=True)
     (out / "eval_results.json").write_text(json.dumps({"metrics": {"copain/acc": 0.25}}))

@@ -6,8 +6,8 @@ import sys
 
 def test_engine_and_cli_do_not_import_transformers():
     code = (
-        "import sys, cli, surgery.ops.soup, surgery.ops.revert, surgery.ops.interpolate, "
-        "surgery.verify, surgery.inspection\n"
+        "import sys, cli, surgery.api, surgery.engine.ops.soup, surgery.engine.ops.revert, "
+        "surgery.engine.ops.interpolate, surgery.checks.verify, surgery.checks.inspection\n"
         "heavy = [m for m in ('transformers', 'peft', 'sacrebleu') if m in sys.modules]\n"
         "assert not heavy, heavy"
     )
@@ -20,10 +20,10 @@ def test_byte_copy_operations_never_import_torch(families, tmp_path):
     paths = families("llama")
     code = (
         "import sys\n"
-        "from surgery.ops.revert import revert\n"
-        "from surgery.inspection import describe\n"
-        "from surgery.reader import open_checkpoint\n"
-        "from surgery.verify import verify\n"
+        "from surgery.api import revert\n"
+        "from surgery.checks.inspection import describe\n"
+        "from surgery.engine.reader import open_checkpoint\n"
+        "from surgery.checks.verify import verify\n"
         f"out = revert({str(paths['base'])!r}, {str(paths['trained'])!r}, {str(tmp_path / 'o')!r},"
         " '1:3', quiet=True)\n"
         "describe(open_checkpoint(out)); assert verify(out).ok\n"

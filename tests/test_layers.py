@@ -2,8 +2,8 @@
 
 import pytest
 
-from surgery.errors import LayerSpecError
-from surgery.layers import (
+from surgery.core.errors import LayerSpecError
+from surgery.core.layers import (
     find_stacks,
     format_layers,
     layer_of,

@@ -26,8 +26,7 @@ def _checkpoint(path: Path, numel: int, seed: int) -> Path:
 def _soup_peak(tmp_path: Path, numel: int) -> int:
     experts = [_checkpoint(tmp_path / f"e{numel}-{i}", numel, i) for i in range(3)]
     code = (
-        "import sys; from surgery.ops.soup import soup; "
-        "soup(sys.argv[1:-1], sys.argv[-1], quiet=True)"
+        "import sys; from surgery.api import soup; soup(sys.argv[1:-1], sys.argv[-1], quiet=True)"
     )
     result = measure([sys.executable, "-c", code, *map(str, experts), str(tmp_path / f"o{numel}")])
     assert result.returncode == 0

@@ -8,10 +8,8 @@ from checks import assert_valid_output, load_state, same_bits, text_layer, ulp_d
 from mergekit.merge_methods import merge_tensors
 from tiny_models import ARCHS
 
-from surgery.errors import LayerSpecError, MismatchError, SurgeryError
-from surgery.ops.interpolate import interpolate
-from surgery.ops.revert import revert
-from surgery.ops.soup import soup
+from surgery.api import interpolate, revert, soup
+from surgery.core.errors import LayerSpecError, MismatchError, SurgeryError
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from surgery.errors import CheckpointError
-from surgery.reader import open_checkpoint, read_shard
+from surgery.core.errors import CheckpointError
+from surgery.engine.reader import open_checkpoint, read_shard
 
 
 def raw_file(path, header: dict, data: bytes, length: int | None = None):

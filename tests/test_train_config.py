@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from train_helpers import tiny_config, write_corpus
 
 from cli import cli
-from surgery.errors import CheckpointError, LayerSpecError, OutputError
+from surgery.core.errors import CheckpointError, LayerSpecError, OutputError
 from train.api import training_arguments
 from train.config import (
     DataSource,

@@ -18,7 +18,7 @@ from train_helpers import (
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from cli import cli
-from surgery.errors import CheckpointError
+from surgery.core.errors import CheckpointError
 from train.api import train
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from surgery.layers import layer_of
+from surgery.core.layers import layer_of
 from train.config import TrainConfig
 
 _VOCABULARY = (

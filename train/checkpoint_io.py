@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from surgery.errors import CheckpointError, MismatchError
-from surgery.layers import Stack, find_stacks, select_stack
+from surgery.core.errors import CheckpointError, MismatchError
+from surgery.core.layers import Stack, find_stacks, select_stack
 
 if TYPE_CHECKING:
     import torch

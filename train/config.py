@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from surgery.errors import OutputError
-from surgery.layers import LayerValues, format_layers, parse_layer_spec, parse_layer_values
+from surgery.core.errors import OutputError
+from surgery.core.layers import LayerValues, format_layers, parse_layer_spec, parse_layer_values
 from train.checkpoint_io import CheckpointLayout, read_layout, resolve_base
 from train.errors import TrainConfigError
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from surgery.errors import SurgeryError
+from surgery.core.errors import SurgeryError
 
 
 class TrainConfigError(SurgeryError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from surgery.layers import find_stacks, layer_of, select_stack
+from surgery.core.layers import find_stacks, layer_of, select_stack
 from train.errors import TrainConfigError
 
 if TYPE_CHECKING:

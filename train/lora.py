@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from surgery.layers import layer_of
+from surgery.core.layers import layer_of
 from train.config import LoraSpec
 
 if TYPE_CHECKING:

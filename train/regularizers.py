@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from surgery.layers import LayerValues
+from surgery.core.layers import LayerValues
 
 if TYPE_CHECKING:
     import torch

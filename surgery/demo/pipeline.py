@@ -270,7 +270,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 def plot_strategies(rows: list[dict], path: Path) -> None:
     """One panel per axis: each strategy's change from the base."""
-    from surgery.plots import pyplot
+    from surgery.diagnostics.plots import pyplot
 
     plt = pyplot()
     fig, axes = plt.subplots(1, len(AXES), figsize=(4.2 * len(AXES), 4.2))
@@ -427,8 +427,7 @@ def _make_world(root: Path, size: Size, seed: int) -> None:
 
 
 def _surgery(stages: Stages, models: Path, size: Size) -> None:
-    from surgery.ops.revert import revert
-    from surgery.ops.soup import soup
+    from surgery.api import revert, soup
 
     base = models / "base"
     stages.run(
@@ -454,14 +453,14 @@ def _surgery(stages: Stages, models: Path, size: Size) -> None:
 
 def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device: str) -> None:
     """Drift and an interpolation sweep of the first family's expert."""
-    from surgery.drift import drift
-    from surgery.plots import plot_drift_by_layer
-    from surgery.reader import open_checkpoint
-    from surgery.sweep import parse_alpha_grid, run_sweep
+    from surgery.diagnostics.drift import drift
+    from surgery.diagnostics.plots import plot_drift_by_layer
+    from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
+    from surgery.hub.resolve import open_input
 
     family = FAMILIES[0]
     expert = models / f"expert-{family}"
-    report = drift(open_checkpoint(models / "base"), open_checkpoint(expert))
+    report = drift(open_input(models / "base"), open_input(expert))
     values = {key: sums.relative_l2 for key, sums in report.layer_kinds.items()}
     plot_drift_by_layer(values, out / "expert_drift.png", f"Drift of expert-{family} from the base")
     tasks = [

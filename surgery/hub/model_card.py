@@ -11,10 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from surgery.reader import RECIPE_NAME
-
-RESULTS_NAME = "eval_results.json"
-CARD_NAME = "README.md"
+from surgery.engine.reader import RECIPE_NAME, RESULTS_NAME
 
 
 def _name(entry: dict) -> str:

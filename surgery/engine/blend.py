@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from surgery.dtypes import accumulator_for, itemsize, torch_dtype
+from surgery.core.dtypes import accumulator_for, itemsize, torch_dtype
 
 if TYPE_CHECKING:
     import torch

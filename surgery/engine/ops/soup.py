@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
-from surgery.errors import SurgeryError
-from surgery.ops import write_plan
-from surgery.plan import Plan, Source, blend_of, check_compatible, copy_of, require_equal_non_float
-from surgery.reader import Checkpoint, open_checkpoint
-from surgery.recipe import make_recipe
-from surgery.source import SourcePool
+from surgery.core.errors import SurgeryError
+from surgery.engine.plan import (
+    Plan,
+    Source,
+    blend_of,
+    check_compatible,
+    copy_of,
+    require_equal_non_float,
+)
+from surgery.engine.reader import Checkpoint
+from surgery.engine.recipe import make_recipe
+from surgery.engine.source import SourcePool
 
 
 def parse_weights(text: str | None, count: int) -> list[float]:
@@ -67,16 +72,3 @@ def plan_soup(
         dtype=dtype,
     )
     return Plan("soup", tensors, recipe, files_from=experts[0], inputs=list(experts), dtype=dtype)
-
-
-def soup(
-    experts: Sequence[str | Path],
-    out: str | Path,
-    weights: Sequence[float] | None = None,
-    *,
-    dtype: str | None = None,
-    **write_options: object,
-) -> Path:
-    """Write the (weighted) average of `experts` to `out`. See `plan_soup` and `write_plan`."""
-    plan = plan_soup([open_checkpoint(p) for p in experts], weights, dtype=dtype)
-    return write_plan(plan, out, **write_options)

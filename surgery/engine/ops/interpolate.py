@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-from surgery.errors import LayerSpecError
-from surgery.layers import (
+from surgery.core.errors import LayerSpecError
+from surgery.core.layers import (
     LayerValues,
     Stack,
     parse_layer_spec,
@@ -14,8 +13,7 @@ from surgery.layers import (
     select_stack,
     stack_layer,
 )
-from surgery.ops import write_plan
-from surgery.plan import (
+from surgery.engine.plan import (
     OutputTensor,
     Plan,
     Source,
@@ -24,9 +22,9 @@ from surgery.plan import (
     copy_of,
     require_equal_non_float,
 )
-from surgery.reader import Checkpoint, TensorInfo, open_checkpoint
-from surgery.recipe import make_recipe
-from surgery.source import SourcePool
+from surgery.engine.reader import Checkpoint, TensorInfo
+from surgery.engine.recipe import make_recipe
+from surgery.engine.source import SourcePool
 
 
 def resolve_alphas(
@@ -114,26 +112,3 @@ def plan_interpolate(
     return Plan(
         "interpolate", tensors, recipe, files_from=trained, inputs=[base, trained], dtype=dtype
     )
-
-
-def interpolate(
-    base: str | Path,
-    trained: str | Path,
-    out: str | Path,
-    alpha: str | float,
-    *,
-    layers: str | None = None,
-    stack: str | None = None,
-    dtype: str | None = None,
-    **write_options: object,
-) -> Path:
-    """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`."""
-    plan = plan_interpolate(
-        open_checkpoint(base),
-        open_checkpoint(trained),
-        alpha,
-        layers=layers,
-        stack=stack,
-        dtype=dtype,
-    )
-    return write_plan(plan, out, **write_options)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from surgery.layers import layer_of
-from surgery.reader import Checkpoint
+from surgery.core.layers import layer_of
+from surgery.engine.reader import Checkpoint
 
 
 def describe(checkpoint: Checkpoint) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from surgery import __version__
-from surgery.reader import Checkpoint
+from surgery.engine.reader import Checkpoint
 
 
 def describe_input(role: str, checkpoint: Checkpoint) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING
 
-from surgery.errors import SurgeryError
+from surgery.core.errors import SurgeryError
 
 if TYPE_CHECKING:
     import torch

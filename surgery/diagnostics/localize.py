@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from surgery.errors import LayerSpecError
-from surgery.layers import LayerValues, format_layers, parse_layer_spec
-from surgery.memory_blend import MemoryBlender
-from surgery.output_dir import check_output, staged_output
-from surgery.reader import open_checkpoint
-from surgery.sweep import metric_names, write_results
+from surgery.core.errors import LayerSpecError
+from surgery.core.layers import LayerValues, format_layers, parse_layer_spec
+from surgery.diagnostics.memory_blend import MemoryBlender
+from surgery.diagnostics.sweep import metric_names, write_results
+from surgery.engine.output_dir import check_output, staged_output
+from surgery.hub.resolve import open_input
 
 
 def parse_blocks(text: str | None, block_size: int | None, num_layers: int) -> list[list[int]]:
@@ -91,7 +91,7 @@ def run_localize(
     from eval.api import evaluate, load_tasks
 
     loaded = load_tasks(tasks)
-    base_ckpt, trained_ckpt = open_checkpoint(base), open_checkpoint(trained)
+    base_ckpt, trained_ckpt = open_input(base), open_input(trained)
     if out_dir is not None:
         check_output(Path(out_dir), [base_ckpt.path, trained_ckpt.path], force)
     options = dict(eval_options or {})
@@ -150,7 +150,7 @@ def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
         }
         write_results(result.rows, staging, "localize", config)
         if result.metrics:
-            from surgery.plots import plot_heatmap
+            from surgery.diagnostics.plots import plot_heatmap
 
             labels = [f"{r['block']} @ {r['alpha']:g}" for r in result.rows]
             values = [[r[f"recovery/{m}"] for m in result.metrics] for r in result.rows]

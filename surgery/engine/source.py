@@ -14,7 +14,7 @@ import os
 import threading
 from pathlib import Path
 
-from surgery.errors import CheckpointError
+from surgery.core.errors import CheckpointError
 
 
 class LocalFile:

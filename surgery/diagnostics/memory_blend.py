@@ -14,11 +14,12 @@ from pathlib import Path
 
 import torch
 
-from surgery.blend import accumulate, accumulator_dtype, finish
-from surgery.dtypes import torch_dtype
-from surgery.layers import LayerValues, Stack, find_stacks, select_stack, stack_layer
-from surgery.plan import check_compatible
-from surgery.reader import Checkpoint, open_checkpoint
+from surgery.core.dtypes import torch_dtype
+from surgery.core.layers import LayerValues, Stack, find_stacks, select_stack, stack_layer
+from surgery.engine.blend import accumulate, accumulator_dtype, finish
+from surgery.engine.plan import check_compatible
+from surgery.engine.reader import Checkpoint
+from surgery.hub.resolve import open_input
 
 
 def storage_dtype(checkpoint: Checkpoint) -> str:
@@ -66,7 +67,7 @@ class MemoryBlender:
         from eval.api import load_model
 
         base_ckpt, trained_ckpt = (
-            c if isinstance(c, Checkpoint) else open_checkpoint(c) for c in (base, trained)
+            c if isinstance(c, Checkpoint) else open_input(c) for c in (base, trained)
         )
         check_compatible(
             [trained_ckpt, base_ckpt], ["trained", "base"], float_dtypes_may_differ=False

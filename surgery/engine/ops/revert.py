@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from surgery.layers import format_layers, parse_layer_spec, select_stack, stack_layer
-from surgery.ops import write_plan
-from surgery.plan import Plan, check_compatible, copy_of
-from surgery.reader import Checkpoint, open_checkpoint
-from surgery.recipe import make_recipe
+from surgery.core.layers import format_layers, parse_layer_spec, select_stack, stack_layer
+from surgery.engine.plan import Plan, check_compatible, copy_of
+from surgery.engine.reader import Checkpoint
+from surgery.engine.recipe import make_recipe
 
 
 def plan_revert(
@@ -45,20 +42,3 @@ def plan_revert(
         dtype=dtype,
     )
     return Plan("revert", tensors, recipe, files_from=trained, inputs=[base, trained], dtype=dtype)
-
-
-def revert(
-    base: str | Path,
-    trained: str | Path,
-    out: str | Path,
-    layers: str,
-    *,
-    stack: str | None = None,
-    dtype: str | None = None,
-    **write_options: object,
-) -> Path:
-    """Write TRAINED with `layers` taken from BASE to `out`. See `plan_revert` and `write_plan`."""
-    plan = plan_revert(
-        open_checkpoint(base), open_checkpoint(trained), layers, stack=stack, dtype=dtype
-    )
-    return write_plan(plan, out, **write_options)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from surgery.dtypes import itemsize
-from surgery.errors import MismatchError
-from surgery.reader import Checkpoint, TensorInfo
-from surgery.source import SourcePool
+from surgery.core.dtypes import itemsize
+from surgery.core.errors import MismatchError
+from surgery.engine.reader import Checkpoint, TensorInfo
+from surgery.engine.source import SourcePool
 
 # Bytes compared at a time when checking that non-float tensors agree.
 _COMPARE_CHUNK = 8 * 2**20

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from surgery.dtypes import torch_dtype
-from surgery.layers import Stack, select_stack, stack_layer
-from surgery.plan import check_compatible
-from surgery.progress import byte_progress
-from surgery.reader import Checkpoint, TensorInfo
-from surgery.source import SourcePool
+from surgery.core.dtypes import torch_dtype
+from surgery.core.layers import Stack, select_stack, stack_layer
+from surgery.engine.plan import check_compatible
+from surgery.engine.progress import byte_progress
+from surgery.engine.reader import Checkpoint, TensorInfo
+from surgery.engine.source import SourcePool
 
 _CHUNK = 2**20  # elements per chunk
 

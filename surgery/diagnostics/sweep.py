@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from surgery.errors import SurgeryError
-from surgery.memory_blend import MemoryBlender, fits_in_memory
-from surgery.ops.interpolate import plan_interpolate, resolve_alphas
-from surgery.output_dir import check_output, staged_output
-from surgery.reader import open_checkpoint
-from surgery.writer import DEFAULT_MAX_SHARD_SIZE, execute
+from surgery.api import card_file
+from surgery.core.errors import SurgeryError
+from surgery.diagnostics.memory_blend import MemoryBlender, fits_in_memory
+from surgery.engine.ops.interpolate import plan_interpolate, resolve_alphas
+from surgery.engine.output_dir import check_output, staged_output
+from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
+from surgery.hub.resolve import open_input
 
 
 def parse_alpha_grid(text: str) -> list[float]:
@@ -103,7 +104,7 @@ def run_sweep(
     """
     if not save and not tasks:
         raise SurgeryError("--no-save without --eval leaves nothing to do")
-    base_ckpt, trained_ckpt = open_checkpoint(base), open_checkpoint(trained)
+    base_ckpt, trained_ckpt = open_input(base), open_input(trained)
     plans = [
         plan_interpolate(base_ckpt, trained_ckpt, a, layers=layers, stack=stack) for a in alphas
     ]  # validates inputs, layers and alphas before anything is written or loaded
@@ -122,7 +123,13 @@ def run_sweep(
     with staged_output(out_dir) as staging:
         if save:
             for plan, name in zip(plans, names, strict=True):
-                execute(plan, staging / name, quiet=quiet, max_shard_size=max_shard_size)
+                execute(
+                    plan,
+                    staging / name,
+                    quiet=quiet,
+                    max_shard_size=max_shard_size,
+                    extra_files=card_file(plan, staging / name),
+                )
         if tasks:
             if in_memory:
                 blender = MemoryBlender(base_ckpt, trained_ckpt, **load_options)
@@ -145,7 +152,7 @@ def run_sweep(
             write_results(rows, staging, "sweep", config)
             metrics = metric_names(rows)
             if metrics:
-                from surgery.plots import plot_metrics_vs_alpha
+                from surgery.diagnostics.plots import plot_metrics_vs_alpha
 
                 where = f" (layers {layers})" if layers else ""
                 plot_metrics_vs_alpha(
@@ -177,7 +184,7 @@ def _disk_scores(plans, folders, saved: bool, tasks, load_options, options, quie
     scores = []
     for plan, folder in zip(plans, folders, strict=True):
         if not saved:
-            execute(plan, folder, quiet=True)
+            execute(plan, folder, quiet=True, extra_files=card_file(plan, folder))
         model, tokenizer = load_model(folder, progress=False, **load_options)
         scores.append(evaluate(model, tokenizer, tasks, progress=not quiet, **options)["metrics"])
         del model

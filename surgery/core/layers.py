@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from surgery.errors import LayerSpecError
+from surgery.core.errors import LayerSpecError
 
 # The first `<prefix ending in a stack keyword>.<N>.` in a tensor name. Matches
 # `model.layers.N.` (Llama, Mistral, Qwen, Gemma), `language_model.model.layers.N.` (Gemma-3

@@ -5,12 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from surgery.dtypes import itemsize, torch_dtype
-from surgery.errors import CheckpointError
-from surgery.hub import resolve
-from surgery.progress import byte_progress
-from surgery.reader import INDEX_NAME, Shard, TensorInfo, index_problems, load_index, read_shard
-from surgery.source import SourcePool
+from surgery.core.dtypes import itemsize, torch_dtype
+from surgery.core.errors import CheckpointError
+from surgery.engine.progress import byte_progress
+from surgery.engine.reader import (
+    INDEX_NAME,
+    Shard,
+    TensorInfo,
+    index_problems,
+    load_index,
+    read_shard,
+)
+from surgery.engine.source import SourcePool
 
 _VALUE_CHUNK = 8 * 2**20  # bytes read at a time when scanning values
 
@@ -99,14 +105,16 @@ def verify(path: str | Path, *, values: bool = False, quiet: bool = True) -> Rep
     """Check a checkpoint folder or file and report every defect found, not only the first.
 
     Args:
-        path: checkpoint folder, .safetensors file or Hub id.
+        path: local checkpoint folder or .safetensors file (resolve Hub ids first).
         values: also read every float tensor and report NaN or infinite values.
         quiet: no progress bar.
 
     Raises:
         CheckpointError: the path does not exist.
     """
-    path, _ = resolve(path)
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or folder")
     report = Report(path)
     shards = _check_folder(path, report) if path.is_dir() else _read_shards([path], report)
     report.shards, report.tensors = len(shards), sum(len(s.tensors) for s in shards)

@@ -8,10 +8,10 @@ and tokenizer files), which honours HF_HOME, HF_HUB_CACHE, HF_TOKEN and HF_HUB_O
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
-from surgery.errors import CheckpointError
+from surgery.core.errors import CheckpointError
+from surgery.engine.reader import Checkpoint, HubRef, open_checkpoint
 
 # Shards, index, configs, tokenizer files; never pickled weights or other formats.
 ALLOW_PATTERNS = [
@@ -23,14 +23,6 @@ ALLOW_PATTERNS = [
     "*.jinja",
 ]
 _HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
-
-
-@dataclass(frozen=True)
-class HubRef:
-    """Where a resolved checkpoint came from: repository and the commit it resolved to."""
-
-    repo_id: str
-    revision: str  # a commit sha
 
 
 def parse_hub_id(spec: str) -> tuple[str, str | None] | None:
@@ -86,3 +78,13 @@ def _download(spec: str, repo_id: str, revision: str | None) -> Path:
     except (HfHubHTTPError, OSError) as error:
         message = f"could not be fetched from the Hub ({type(error).__name__}: {error})"
     raise CheckpointError(f"{spec} {message}".splitlines()[0])
+
+
+def open_input(spec: str | Path) -> Checkpoint:
+    """Open a checkpoint argument: a local folder or file, or a Hub id resolved to its snapshot.
+
+    Raises:
+        CheckpointError: see `resolve` and `open_checkpoint`.
+    """
+    path, hub = resolve(spec)
+    return open_checkpoint(path, spec=str(spec), hub=hub)

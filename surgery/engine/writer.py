@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,15 +23,14 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from surgery.blend import accumulate, accumulator_dtype, finish
-from surgery.dtypes import CONFIG_NAMES, itemsize, torch_dtype
-from surgery.errors import OutputError
-from surgery.model_card import CARD_NAME, RESULTS_NAME, render_card
-from surgery.output_dir import staged_output
-from surgery.plan import OutputTensor, Plan
-from surgery.progress import byte_progress
-from surgery.reader import INDEX_NAME, RECIPE_NAME, TensorInfo
-from surgery.source import SourcePool
+from surgery.core.dtypes import CONFIG_NAMES, itemsize, torch_dtype
+from surgery.core.errors import OutputError
+from surgery.engine.blend import accumulate, accumulator_dtype, finish
+from surgery.engine.output_dir import staged_output
+from surgery.engine.plan import OutputTensor, Plan
+from surgery.engine.progress import byte_progress
+from surgery.engine.reader import CARD_NAME, INDEX_NAME, RECIPE_NAME, RESULTS_NAME, TensorInfo
+from surgery.engine.source import SourcePool
 
 if TYPE_CHECKING:
     import torch
@@ -302,9 +301,17 @@ def _single_threaded_torch(plan: Plan) -> Iterator[int]:
 
 
 def execute(
-    plan: Plan, out: Path, *, quiet: bool = False, max_shard_size: int = DEFAULT_MAX_SHARD_SIZE
+    plan: Plan,
+    out: Path,
+    *,
+    quiet: bool = False,
+    max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+    extra_files: Mapping[str, str] | None = None,
 ) -> Path:
     """Write the plan's output checkpoint at `out` (checked by the caller with `check_output`).
+
+    Args:
+        extra_files: text files to add to the output by name (a model card), written last.
 
     Returns:
         The output folder.
@@ -330,7 +337,8 @@ def execute(
             _write_index(staging, plan, shards, names)
         copy_companion_files(plan, staging)
         (staging / RECIPE_NAME).write_text(json.dumps(plan.recipe, indent=2, sort_keys=True) + "\n")
-        (staging / CARD_NAME).write_text(render_card(plan.recipe, title=Path(out).name))
+        for name, text in (extra_files or {}).items():
+            (staging / name).write_text(text)
     return Path(out)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from surgery.errors import SurgeryError
-from surgery.model_card import CARD_NAME, card_for_folder
-from surgery.verify import verify
+from surgery.checks.verify import verify
+from surgery.core.errors import SurgeryError
+from surgery.engine.reader import CARD_NAME
+from surgery.hub.model_card import card_for_folder
 
 
 class PushError(SurgeryError):

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from surgery.errors import OutputError
+from surgery.core.errors import OutputError
 
 
 def _is_within(path: Path, folder: Path) -> bool:

@@ -16,15 +16,25 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from surgery.dtypes import ITEMSIZES, is_float, itemsize
-from surgery.errors import CheckpointError
-from surgery.hub import HubRef, resolve
-from surgery.layers import Stack, find_stacks
+from surgery.core.dtypes import ITEMSIZES, is_float, itemsize
+from surgery.core.errors import CheckpointError
+from surgery.core.layers import Stack, find_stacks
 
 INDEX_NAME = "model.safetensors.index.json"
 RECIPE_NAME = "surgery_recipe.json"
+# Files that describe a checkpoint, not a model: never copied from an input into an output.
+CARD_NAME = "README.md"
+RESULTS_NAME = "eval_results.json"
 # safetensors refuses headers above 100 MB; so do we, before allocating anything.
 MAX_HEADER_BYTES = 100_000_000
+
+
+@dataclass(frozen=True)
+class HubRef:
+    """Where a checkpoint resolved from a Hub id came from: repository and commit sha."""
+
+    repo_id: str
+    revision: str  # a commit sha
 
 
 @dataclass(frozen=True)
@@ -259,15 +269,22 @@ def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
     raise _fail(folder, f"{len(files)} .safetensors files but no {INDEX_NAME}")
 
 
-def open_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint's headers: a folder (indexed shards or one file), a .safetensors file, or
-    a Hub id (`org/name[@revision]`, see surgery/hub.py).
+def open_checkpoint(path: str | Path, *, spec: str = "", hub: HubRef | None = None) -> Checkpoint:
+    """Read a local checkpoint's headers: a folder (indexed shards or one file) or a .safetensors
+    file. Hub ids are resolved above the engine (`surgery.hub.resolve.open_input`).
+
+    Args:
+        path: the local folder or file.
+        spec: what the user gave (a path or Hub id), for recipes; default: `path`.
+        hub: the repository and commit `path` was resolved from, if any.
 
     Raises:
         CheckpointError: missing path, no weights, an inconsistent index, or a corrupt shard.
     """
-    spec = str(path)
-    path, hub = resolve(path)
+    path = Path(path)
+    spec = spec or str(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or folder")
     if path.is_dir():
         files, weight_map = _shard_files(path)
     else:
