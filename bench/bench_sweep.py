@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
-import tiny_models
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from tests.support import tiny_models
 
 
 def build(root: Path, hidden: int, layers: int) -> tuple[Path, Path]:

@@ -6,10 +6,10 @@ import shutil
 import struct
 
 import pytest
-from checks import assert_valid_output, load_state, same_bits
 from click.testing import CliRunner
 
 from cli import cli
+from tests.support.checks import assert_valid_output, load_state, same_bits
 
 
 def run(*args: str):

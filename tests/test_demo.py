@@ -7,10 +7,10 @@ import json
 import math
 
 import pytest
-from checks import load_state, same_bits
 
 from surgery.demo.pipeline import AXES, STRATEGIES, run_demo
 from surgery.demo.world import FAMILIES, build_languages, sentences, write_world
+from tests.support.checks import load_state, same_bits
 
 
 @pytest.fixture(scope="module")

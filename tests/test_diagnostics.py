@@ -7,9 +7,7 @@ import math
 
 import pytest
 import torch
-from checks import load_state, same_bits
 from click.testing import CliRunner
-from tiny_models import build_model, save
 
 from cli import cli
 from eval.api import evaluate, load_model
@@ -18,6 +16,8 @@ from surgery.diagnostics.drift import drift, module_kind
 from surgery.diagnostics.localize import recovery, run_localize
 from surgery.diagnostics.sweep import parse_alpha_grid, point_names, run_sweep
 from surgery.engine.reader import open_checkpoint
+from tests.support.checks import load_state, same_bits
+from tests.support.tiny_models import build_model, save
 
 DATA = "tests/data/eval"
 TASKS = [f"ppl:{DATA}/held_out.txt", f"piqa:{DATA}/piqa.jsonl"]

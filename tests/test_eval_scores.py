@@ -7,10 +7,8 @@ import math
 import random
 from pathlib import Path
 
-import eval_reference as ref
 import pytest
 import sacrebleu
-import tiny_models
 import torch
 from click.testing import CliRunner
 
@@ -23,6 +21,8 @@ from eval.scoring import ChoiceRequest, choice_loglikelihoods
 from eval.tasks import Settings, load_task, parse_task
 from eval.translation import chrf
 from surgery.core.errors import CheckpointError
+from tests.support import eval_reference as ref
+from tests.support import tiny_models
 
 DATA = Path(__file__).parent / "data" / "eval"
 MC_FILES = {"belebele": DATA / "belebele.jsonl", "piqa": DATA / "piqa.jsonl"}

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from checks import assert_valid_output
-from hub_server import FakeHub
 
 from surgery.hub.model_card import render_card
+from tests.support.checks import assert_valid_output
+from tests.support.hub_server import FakeHub
 
 ROOT = Path(__file__).parents[1]
 SHA_BASE, SHA_TRAINED, SHA_V1 = "1" * 40, "2" * 40, "3" * 40

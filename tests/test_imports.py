@@ -1,7 +1,9 @@
 """The engine stands alone: importing it (or the CLI) must not import transformers."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_engine_and_cli_do_not_import_transformers():
@@ -31,3 +33,31 @@ def test_byte_copy_operations_never_import_torch(families, tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+# `lint-imports`, run by the interpreter of this test session.
+_LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())"
+
+
+def test_layers_contract_holds():
+    """pyproject.toml's import-linter contracts: every import points down, the engine never
+    imports transformers or the Hub client, and no module cycles."""
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", _LINT_IMPORTS, "--no-cache"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_no_package_imports_the_cli():
+    root = Path(__file__).resolve().parents[1]
+    offenders = [
+        str(path.relative_to(root))
+        for package in ("surgery", "train", "eval")
+        for path in (root / package).rglob("*.py")
+        if re.search(r"^\s*(from cli import|import cli\b)", path.read_text(), re.MULTILINE)
+    ]
+    assert offenders == []

@@ -7,8 +7,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
-from measure import measure
+from bench.measure import measure
 
 
 def _checkpoint(path: Path, numel: int, seed: int) -> Path:

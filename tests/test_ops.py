@@ -4,12 +4,18 @@ import json
 
 import pytest
 import torch
-from checks import assert_valid_output, load_state, same_bits, text_layer, ulp_distance
 from mergekit.merge_methods import merge_tensors
-from tiny_models import ARCHS
 
 from surgery.api import interpolate, revert, soup
 from surgery.core.errors import LayerSpecError, MismatchError, SurgeryError
+from tests.support.checks import (
+    assert_valid_output,
+    load_state,
+    same_bits,
+    text_layer,
+    ulp_distance,
+)
+from tests.support.tiny_models import ARCHS
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from train_helpers import tiny_config, write_corpus
 
 from cli import cli
 from surgery.core.errors import CheckpointError, LayerSpecError, OutputError
+from tests.support.train_helpers import tiny_config, write_corpus
 from train.api import training_arguments
-from train.config import (
-    DataSource,
-    apply_mix_until,
-    drift_groups,
-    normalize_shares,
-    parse_data_source,
-    parse_lora,
-)
+from train.config import drift_groups, parse_lora
 from train.errors import TrainConfigError
+from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
 
 
 def test_data_source_forms(tmp_path):

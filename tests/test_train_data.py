@@ -6,11 +6,11 @@ import gzip
 import json
 
 import pytest
-import tiny_models
-from train_helpers import write_corpus
 
-from train.config import DataSource, apply_mix_until, normalize_shares
+from tests.support import tiny_models
+from tests.support.train_helpers import write_corpus
 from train.data import MixtureSchedule, PackedMixture, iter_blocks, iter_documents
+from train.sources import DataSource, apply_mix_until, normalize_shares
 
 
 def test_readers(tmp_path):

@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from train_helpers import headers, in_layers, load_tensors, tiny_config, write_corpus
-
+from tests.support.train_helpers import headers, in_layers, load_tensors, tiny_config, write_corpus
 from train.api import train
 
 ROOT = Path(__file__).resolve().parents[1]

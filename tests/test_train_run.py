@@ -7,7 +7,11 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
-from train_helpers import (
+from transformers import AutoModelForCausalLM, TrainerCallback
+
+from cli import cli
+from surgery.core.errors import CheckpointError
+from tests.support.train_helpers import (
     headers,
     in_layers,
     load_tensors,
@@ -15,10 +19,6 @@ from train_helpers import (
     tiny_config,
     write_corpus,
 )
-from transformers import AutoModelForCausalLM, TrainerCallback
-
-from cli import cli
-from surgery.core.errors import CheckpointError
 from train.api import train
 
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils.data import IterableDataset
 
-from train.config import DataSource
 from train.errors import TrainConfigError
+from train.sources import DataSource
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: tiny real-architecture checkpoints, output checks, references."""
