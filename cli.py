@@ -353,27 +353,16 @@ def drift(stack, csv_path, plot, quiet, base, trained):
       surgery drift base trained
       surgery drift base trained --csv drift.csv --plot drift.png
     """
-    import csv
-
     from surgery.diagnostics.drift import drift as run
-    from surgery.diagnostics.drift import drift_rows, format_drift
+    from surgery.diagnostics.drift import format_drift, plot_drift, write_drift_csv
     from surgery.hub.resolve import open_input
 
     report = run(open_input(base), open_input(trained), stack=stack, quiet=quiet)
     click.echo(format_drift(report))
     if csv_path:
-        rows = drift_rows(report)
-        with open(csv_path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_drift_csv(report, Path(csv_path))
     if plot:
-        from surgery.diagnostics.plots import plot_drift_by_layer
-
-        values = {key: sums.relative_l2 for key, sums in report.layer_kinds.items()}
-        plot_drift_by_layer(
-            values, Path(plot), f"Drift of {Path(trained).name} from {Path(base).name}"
-        )
+        plot_drift(report, Path(plot), f"Drift of {Path(trained).name} from {Path(base).name}")
 
 
 @cli.command()

@@ -130,6 +130,7 @@ def test_model_card_matches_golden_file():
         "layers": "9:28",
         "stack": "text",
         "num_layers": 34,
+        "license": "gemma",
     }
     results = {"metrics": {"belebele/acc": 0.5123, "belebele/n": 900, "flores/chrf": 41.27}}
     card = render_card(recipe, "my-org/slavic-reverted", results)
@@ -203,3 +204,21 @@ def test_push_refusals(merged, tmp_path):
     # Only the locked push reached the commit endpoint; the dry run and the broken one sent nothing.
     commits = [path for method, path in hub.state.requests if "/commit/" in path]
     assert commits == ["/api/models/acme/locked/commit/main"]
+
+
+def test_card_keeps_the_input_license_and_never_shows_local_paths(families, tmp_path):
+    from huggingface_hub import ModelCard
+
+    from surgery.api import revert
+
+    paths = families("llama")
+    trained = tmp_path / "trained"
+    shutil.copytree(paths["trained"], trained)
+    (trained / "README.md").write_text("---\nlicense: mit\n---\n# trained\n")
+    out = revert(paths["base"], trained, tmp_path / "out", "1:2", quiet=True)
+    text = (out / "README.md").read_text()
+    card = ModelCard(text)  # huggingface_hub's own parser and metadata checks
+    assert card.data.license == "mit"
+    assert card.data.library_name == "transformers"
+    assert str(tmp_path) not in text and "| trained | trained | local |" in text
+    assert json.loads((out / "surgery_recipe.json").read_text())["license"] == "mit"
