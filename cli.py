@@ -101,6 +101,13 @@ stack_option = click.option(
 )
 
 
+extrapolate_option = click.option(
+    "--extrapolate",
+    is_flag=True,
+    help="Allow alphas outside [0, 1] (extrapolate beyond BASE or TRAINED).",
+)
+
+
 # BASE TRAINED OUT, the arguments of revert and interpolate.
 base_trained_out = options(
     click.argument("base", type=click.Path()),
@@ -164,10 +171,22 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
     "--layers", default=None, help="Blend only these layers; all other tensors from TRAINED."
 )
 @stack_option
+@extrapolate_option
 @write_options
 @base_trained_out
 def interpolate(
-    alpha, layers, stack, dtype, max_shard_size, force, push_to, quiet, base, trained, out
+    alpha,
+    layers,
+    stack,
+    extrapolate,
+    dtype,
+    max_shard_size,
+    force,
+    push_to,
+    quiet,
+    base,
+    trained,
+    out,
 ):
     """Write (1 - alpha) * BASE + alpha * TRAINED.
 
@@ -184,7 +203,10 @@ def interpolate(
     from surgery.api import interpolate as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    _done(run(base, trained, out, alpha, layers=layers, stack=stack, **kwargs), quiet, push_to)
+    out = run(
+        base, trained, out, alpha, layers=layers, stack=stack, extrapolate=extrapolate, **kwargs
+    )
+    _done(out, quiet, push_to)
 
 
 @cli.command()
@@ -271,6 +293,7 @@ def _eval_kwargs(scoring: dict) -> dict:
 )
 @click.option("--layers", default=None, help="Blend only these layers; others from TRAINED.")
 @stack_option
+@extrapolate_option
 @click.option("--no-save", is_flag=True, help="Do not keep a checkpoint per alpha (needs --eval).")
 @click.option(
     "--in-memory/--write-and-reload",
@@ -286,6 +309,7 @@ def sweep(
     grid,
     layers,
     stack,
+    extrapolate,
     no_save,
     in_memory,
     tasks,
@@ -321,18 +345,16 @@ def sweep(
         tasks=list(tasks),
         save=not no_save,
         in_memory=in_memory,
+        extrapolate=extrapolate,
         eval_options=_eval_kwargs(scoring),
         max_shard_size=parse_size(max_shard_size),
         force=force,
         quiet=quiet,
     )
     if tasks:
-        from surgery.diagnostics.sweep import metric_names
+        from surgery.diagnostics.results import format_table, metric_names
 
-        metrics = metric_names(rows)
-        click.echo("alpha  " + "  ".join(metrics))
-        for row in rows:
-            click.echo(f"{row['alpha']:<5g}  " + "  ".join(f"{row[m]:.4g}" for m in metrics))
+        click.echo(format_table(rows, ["alpha", *metric_names(rows)]))
     _done(Path(out_dir), quiet, None)
 
 

@@ -93,10 +93,17 @@ def interpolate(
     layers: str | None = None,
     stack: str | None = None,
     dtype: str | None = None,
+    extrapolate: bool = False,
     **write_options: object,
 ) -> Path:
     """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`."""
     plan = plan_interpolate(
-        open_input(base), open_input(trained), alpha, layers=layers, stack=stack, dtype=dtype
+        open_input(base),
+        open_input(trained),
+        alpha,
+        layers=layers,
+        stack=stack,
+        dtype=dtype,
+        extrapolate=extrapolate,
     )
     return write_plan(plan, out, **write_options)

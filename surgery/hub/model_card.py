@@ -45,6 +45,11 @@ def describe_operation(recipe: dict) -> str:
         return (
             f"(1 - alpha) * {roles.get('base')} + alpha * {roles.get('trained')} with alpha "
             f"`{recipe.get('alpha')}`{where}; tensors not covered come from {roles.get('trained')}."
+            + (
+                " Alphas outside [0, 1] extrapolate beyond the inputs."
+                if recipe.get("extrapolate")
+                else ""
+            )
         )
     return f"Made by the `{operation}` operation."
 
