@@ -52,8 +52,23 @@ shard_option = click.option(
 force_option = click.option(
     "--force", is_flag=True, help="Replace OUT if it exists (never an input)."
 )
+
+
+def _repo_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Validate --push-to before any work, not after the checkpoint is written."""
+    if value is None:
+        return None
+    from surgery.hub.push import check_repo_id
+
+    return check_repo_id(value)
+
+
 push_option = click.option(
-    "--push-to", default=None, metavar="REPO_ID", help="Then push OUT to this Hub repository."
+    "--push-to",
+    default=None,
+    metavar="REPO_ID",
+    callback=_repo_id,
+    help="Then push OUT to this Hub repository.",
 )
 
 
@@ -90,7 +105,7 @@ def _done(out: Path, quiet: bool, push_to: str | None) -> None:
     if push_to:
         from surgery.hub.push import push
 
-        url = push(out, push_to)
+        url = push(out, push_to, echo=lambda message: click.echo(message, err=True))
         click.echo(f"pushed {out} to {url}", err=True)
 
 

@@ -192,6 +192,9 @@ def test_push_refusals(merged, tmp_path):
         env = {**base_env, "HF_TOKEN": "hf_test"}
         locked = surgery("push", merged, "acme/locked", env=env)
         dry = surgery("push", merged, "acme/merged", "--dry-run", env=env)
+        invalid = surgery("push", merged, "acme/bad name!", env=env)
+        out = tmp_path / "never"
+        invalid_push_to = surgery("soup", merged, merged, out, "--push-to", "a--/b", env=env)
         shard = next(merged.glob("*.safetensors"))
         shard.write_bytes(shard.read_bytes()[:-10])
         broken = surgery("push", merged, "acme/merged", env=env)
@@ -199,6 +202,12 @@ def test_push_refusals(merged, tmp_path):
     assert locked.returncode == 2
     assert locked.stderr.strip() == "error: acme/locked: not writable with this token (HTTP 403)"
     assert dry.returncode == 0 and "README.md (generated)" in dry.stdout
+    first = dry.stdout.splitlines()[0]
+    assert first.startswith("dry run: pushing ") and "to acme/merged, branch main, public" in first
+    for refused in (invalid, invalid_push_to):
+        assert refused.returncode == 2 and "is not a valid Hub repository id" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert not out.exists()
     assert broken.returncode == 2 and "fails verify, not pushed" in broken.stderr
     assert hub.state.commits == []
     # Only the locked push reached the commit endpoint; the dry run and the broken one sent nothing.
