@@ -16,9 +16,25 @@ import click
 from surgery import __version__
 from surgery.core.errors import SurgeryError
 
+# The top-level --help lists every command under one of these headings, in this order.
+SECTIONS = {
+    "Surgery": ["revert", "soup", "interpolate", "merge", "inspect", "verify"],
+    "Diagnostics": ["drift", "sweep", "localize"],
+    "Training and eval": ["train", "eval", "demo"],
+    "Hub": ["push"],
+}
+
 
 class SurgeryGroup(click.Group):
-    """A click group that turns the project's errors into one line and exit code 2."""
+    """A click group that turns the project's errors and usage errors into one line and exit
+    code 2, and lists its commands by section."""
+
+    resolved: str | None = None  # the subcommand being run, for usage errors
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name, command, rest = super().resolve_command(ctx, args)
+        self.resolved = name
+        return name, command, rest
 
     def invoke(self, ctx: click.Context):
         try:
@@ -29,12 +45,54 @@ class SurgeryGroup(click.Group):
             click.echo(f"error: {error}", err=True)
             sys.exit(2)
 
+    def main(self, *args, **kwargs):
+        """Run the CLI; a usage error is one line naming the command's --help, exit code 2."""
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.UsageError as error:
+            # Option-parsing errors carry no context: name the command resolved last instead.
+            where = error.ctx.command_path if error.ctx is not None else None
+            where = where or " ".join(filter(None, ["surgery", self.resolved]))
+            click.echo(f"error: {error.format_message()} (see `{where} --help`)", err=True)
+            sys.exit(2)
+        except click.ClickException as error:
+            error.show()
+            sys.exit(error.exit_code)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(130)
+        sys.exit(result if isinstance(result, int) else 0)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        listed = set()
+        for title, names in SECTIONS.items():
+            rows = [
+                (name, self.commands[name].get_short_help_str(limit=200))
+                for name in names
+                if name in self.commands
+            ]
+            listed.update(name for name, _ in rows)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        rest = [(n, c.get_short_help_str(200)) for n, c in self.commands.items() if n not in listed]
+        if rest:
+            with formatter.section("Other"):
+                formatter.write_dl(rest)
+
 
 @click.group(cls=SurgeryGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.version_option(__version__, prog_name="surgery")
 def cli(debug: bool) -> None:
-    """Checkpoint surgery for LLMs: revert layers, soup experts, interpolate, inspect, verify."""
+    """Checkpoint surgery for LLMs: undo, blend and localize what training changed.
+
+    Streams safetensors checkpoints (local folders or Hub ids) tensor by tensor: revert layers
+    to a base, soup experts, interpolate, inspect and verify; measure drift, sweep alphas and
+    localize forgetting; train and evaluate; push results to the Hub. `surgery COMMAND --help`
+    shows examples.
+    """
 
 
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
@@ -390,11 +448,14 @@ def drift(stack, csv_path, plot, quiet, base, trained):
       surgery drift base trained
       surgery drift base trained --csv drift.csv --plot drift.png
     """
+    from surgery.api import warn_if_swapped
     from surgery.diagnostics.drift import drift as run
     from surgery.diagnostics.drift import format_drift, plot_drift, write_drift_csv
     from surgery.hub.resolve import open_input
 
-    report = run(open_input(base), open_input(trained), stack=stack, quiet=quiet)
+    base_ckpt, trained_ckpt = open_input(base), open_input(trained)
+    warn_if_swapped(base_ckpt, trained_ckpt)
+    report = run(base_ckpt, trained_ckpt, stack=stack, quiet=quiet)
     click.echo(format_drift(report))
     if csv_path:
         write_drift_csv(report, Path(csv_path))

@@ -10,6 +10,8 @@ local checkpoints and plans.
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
 from surgery.engine.plan import Plan
-from surgery.engine.reader import CARD_NAME
+from surgery.engine.reader import CARD_NAME, Checkpoint
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_input
@@ -56,6 +58,46 @@ def card_file(plan: Plan, out: Path) -> dict[str, str]:
     return {CARD_NAME: render_card(plan.recipe, title=Path(out).name)}
 
 
+TRAIN_RECORD = "surgery_train.json"
+
+
+def _trained_from(checkpoint: Checkpoint) -> str | None:
+    """The BASE a `surgery train` output was trained from, as its training record names it."""
+    record = checkpoint.folder / TRAIN_RECORD if checkpoint.folder is not None else None
+    if record is None or not record.is_file():
+        return None
+    try:
+        base = json.loads(record.read_text()).get("config", {}).get("base")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return base if isinstance(base, str) else None
+
+
+def _same(spec: str | None, checkpoint: Checkpoint | None) -> bool:
+    if spec is None or checkpoint is None:
+        return False
+    if checkpoint.hub is not None and spec.split("@")[0] == checkpoint.hub.repo_id:
+        return True
+    return Path(spec).exists() and Path(spec).resolve() == checkpoint.path.resolve()
+
+
+def warn_if_swapped(base: Checkpoint, trained: Checkpoint) -> str | None:
+    """Warn (one line on stderr) when BASE is a training output of TRAINED or of TRAINED's base:
+    BASE and TRAINED were most likely given in the wrong order. Returns the warning."""
+    origin = _trained_from(base)
+    trained_origin = _trained_from(trained)
+    if origin is None:
+        return None
+    if not (_same(origin, trained) or (trained_origin and origin == trained_origin)):
+        return None
+    message = (
+        f"BASE {base.spec} was trained from {origin} (its {TRAIN_RECORD}), which is TRAINED or "
+        "TRAINED's base: are BASE and TRAINED swapped?"
+    )
+    print(f"warning: {message}", file=sys.stderr)
+    return message
+
+
 def revert(
     base: str | Path,
     trained: str | Path,
@@ -67,7 +109,9 @@ def revert(
     **write_options: object,
 ) -> Path:
     """Write TRAINED with `layers` taken from BASE to `out`. See `plan_revert` and `write_plan`."""
-    plan = plan_revert(open_input(base), open_input(trained), layers, stack=stack, dtype=dtype)
+    base_ckpt, trained_ckpt = open_input(base), open_input(trained)
+    warn_if_swapped(base_ckpt, trained_ckpt)
+    plan = plan_revert(base_ckpt, trained_ckpt, layers, stack=stack, dtype=dtype)
     return write_plan(plan, out, **write_options)
 
 
@@ -97,9 +141,11 @@ def interpolate(
     **write_options: object,
 ) -> Path:
     """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`."""
+    base_ckpt, trained_ckpt = open_input(base), open_input(trained)
+    warn_if_swapped(base_ckpt, trained_ckpt)
     plan = plan_interpolate(
-        open_input(base),
-        open_input(trained),
+        base_ckpt,
+        trained_ckpt,
         alpha,
         layers=layers,
         stack=stack,

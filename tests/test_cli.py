@@ -245,3 +245,46 @@ def test_extrapolation_when_asked_is_recorded(llama, tmp_path):
     name = next(n for n in o if n.endswith("q_proj.weight"))
     expected = (b[name].float() * -0.5 + t[name].float() * 1.5).to(o[name].dtype)
     assert (o[name].float() - expected.float()).abs().max() <= 2**-6 * expected.float().abs().max()
+
+
+def test_mismatched_architectures_are_named_first(families, tmp_path):
+    bert, llama = families("bert")["base"], families("llama")["base"]
+    result = run("soup", "-q", bert, llama, tmp_path / "out")
+    assert_refused(result, "are different architectures (bert, llama)", tmp_path)
+    assert len(result.stderr) < 300
+
+
+def test_swapped_base_and_trained_are_warned_about(llama, tmp_path):
+    base, trained = llama
+    record = {"config": {"base": str(base)}, "steps": 1}
+    (trained / "surgery_train.json").write_text(json.dumps(record))
+    swapped = run("revert", "--layers", "0:1", "-q", trained, base, tmp_path / "o")
+    assert swapped.exit_code == 0, swapped.output
+    assert swapped.stderr.startswith("warning: BASE ") and "swapped?" in swapped.stderr
+    right = run("revert", "--layers", "0:1", "-q", base, trained, tmp_path / "o2")
+    assert right.exit_code == 0 and "warning" not in right.stderr
+
+
+def test_top_level_help_lists_every_command_by_section():
+    result = run("--help")
+    assert result.exit_code == 0
+    for section in ("Surgery:", "Diagnostics:", "Training and eval:", "Hub:"):
+        assert section in result.output
+    for name in cli.commands:
+        assert f"\n  {name} " in result.output, name
+    assert "Other:" not in result.output  # every command has a section
+
+
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        (["revert", "--layers"], " revert --help`"),
+        (["soup", "--bogus"], " soup --help`"),
+        (["nope"], " --help`"),
+    ],
+)
+def test_usage_errors_are_one_line(args, where):
+    result = run(*args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and where in lines[0]

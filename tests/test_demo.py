@@ -50,6 +50,16 @@ def test_quick_demo_reports_every_strategy(demo):
             assert math.isfinite(row[axis]), (row["strategy"], axis)
     for picture in ("strategies.png", "expert_drift.png", "expert_sweep/sweep.png"):
         assert (demo / picture).stat().st_size > 5_000
+    # The report explains: every strategy has a paragraph and the command that makes its model,
+    # changes read as factors or percentages, and no column in which nothing moves.
+    for label, _ in STRATEGIES:
+        assert f"**{label}**:" in report
+    assert report.count("```bash") == len(STRATEGIES)
+    assert "x0.0" not in report
+    for axis, _ in AXES:
+        flat = all(row[axis] == rows[0][axis] for row in rows)
+        assert (f"| {axis} (" in report) != flat, axis
+        assert (f"{axis} is left out" in report) == flat, axis
     base, dense = rows[0], rows[1]
     # Continual pretraining learns the new languages and forgets the general one.
     assert dense["held-in ppl"] < base["held-in ppl"] and dense["gen ppl"] > base["gen ppl"]

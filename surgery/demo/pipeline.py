@@ -167,7 +167,7 @@ def _train(
         learning_rate=lr,
         warmup=0.05,
         seed=seed,
-        progress=False,
+        progress=True,  # the Trainer's step bar on stderr: no stage is silent for minutes
         logging_steps=max(1, steps // 4),
         save_steps=10**9,
         drift=False,
@@ -208,7 +208,7 @@ def score(model_dir: Path, tasks: list[str], out: Path, device: str) -> None:
     from eval.api import evaluate, load_model
 
     model, tokenizer = load_model(model_dir, device=device, progress=False)
-    result = evaluate(model, tokenizer, tasks, batch_size=16, progress=False)
+    result = evaluate(model, tokenizer, tasks, batch_size=16, progress=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
 
 
@@ -246,24 +246,35 @@ def strategy_rows(scores: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def markdown_table(rows: list[dict]) -> str:
-    """The paper-style table: each axis with its change from the base (a ratio for
-    perplexities, which move by orders of magnitude; a difference otherwise)."""
+def change(axis: str, value: float, base: float) -> str:
+    """A row's change from the base, readable: perplexities as factors or percentages (they move
+    by orders of magnitude), other axes as differences."""
+    if not axis.endswith("ppl"):
+        return f"{value - base:+.2f}"
+    ratio = value / base
+    if 0.5 <= ratio <= 2:
+        return f"{(ratio - 1) * 100:+.0f}%"
+    return f"{ratio:.3g}x higher" if ratio > 1 else f"{1 / ratio:.3g}x lower"
+
+
+def moving_axes(rows: list[dict]) -> list[tuple[str, str]]:
+    """The axes on which at least one strategy differs from the base: a column in which every
+    model scores the same (Copain in the quick run, whose base never learns it) says nothing."""
+    return [(a, b) for a, b in AXES if any(row[a] != rows[0][a] for row in rows[1:])]
+
+
+def markdown_table(rows: list[dict], axes: list[tuple[str, str]] | None = None) -> str:
+    """The paper-style table: each axis with its change from the base."""
+    axes = AXES if axes is None else axes
     base = rows[0]
-    head = (
-        "| strategy | " + " | ".join(f"{axis} ({better} is better)" for axis, better in AXES) + " |"
-    )
-    lines = [head, "|---|" + "---|" * len(AXES)]
+    head = "| strategy | " + " | ".join(f"{axis} ({better} is better)" for axis, better in axes)
+    lines = [head + " |", "|---|" + "---|" * len(axes)]
     for row in rows:
-        cells = []
-        for axis, _ in AXES:
-            if row is base:
-                delta = ""
-            elif axis.endswith("ppl"):
-                delta = f" (x{row[axis] / base[axis]:.3g})"
-            else:
-                delta = f" ({row[axis] - base[axis]:+.2f})"
-            cells.append(f"{row[axis]:.2f}{delta}")
+        cells = [
+            f"{row[axis]:.2f}"
+            + ("" if row is base else f" ({change(axis, row[axis], base[axis])})")
+            for axis, _ in axes
+        ]
         lines.append(f"| {row['strategy']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -479,6 +490,65 @@ def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device:
     )
 
 
+# What each strategy is, and the command that makes its model (the demo runs the same through the
+# Python API). {m} is the demo's models folder, {middle} the middle layers, {data} the data.
+EXPLAIN = {
+    "Base": (
+        "the tiny Llama pretrained on the general language and Copain-style patterns: the "
+        "reference every other row is compared with.",
+        "surgery train {m}/base-init {m}/base --data gen=... --data copain=...",
+    ),
+    "Dense CPT": (
+        "continual pretraining of every layer on all ten trained languages at once.",
+        "surgery train {m}/base {m}/dense {data}",
+    ),
+    "Family experts": (
+        "one model per language family, each trained on its family's two trained languages; "
+        "the row averages each expert on its own family.",
+        "surgery train {m}/base {m}/expert-slavic --data sla1=... --data sla2=...",
+    ),
+    "Layer freezing": (
+        "dense CPT with the middle layers `{middle}` frozen (no gradient: they stay bit-identical "
+        "to the base).",
+        "surgery train {m}/base {m}/freeze {data} --freeze {middle}",
+    ),
+    "Layer-range L2-SP": (
+        "dense CPT with an L2 pull toward the base, strong (1.0) on the middle layers and weak "
+        "(0.01) elsewhere.",
+        'surgery train {m}/base {m}/l2sp {data} --l2sp "{middle}=1.0,*=0.01"',
+    ),
+    "EMA": (
+        "dense CPT where every step the weights are averaged back toward the previous ones "
+        "(theta = 0.92 theta_prev + 0.08 theta_new) and training continues from the average.",
+        "surgery train {m}/base {m}/ema {data} --ema 0.92",
+    ),
+    "Dense-Reverted": (
+        "the dense CPT model with its middle layers `{middle}` copied back from the base after "
+        "training.",
+        "surgery revert --layers {middle} {m}/base {m}/dense {m}/dense-reverted",
+    ),
+    "Expert-Reverted": (
+        "each family expert with its middle layers reverted to the base.",
+        "surgery revert --layers {middle} {m}/base {m}/expert-slavic {m}/expert-slavic-reverted",
+    ),
+    "Expert Soup": (
+        "the uniform average of the five family experts.",
+        "surgery soup {m}/expert-* {m}/soup",
+    ),
+}
+
+
+def explain(row: dict, base: dict, axes: list[tuple[str, str]], size: Size, out: Path) -> str:
+    """One paragraph: what the strategy is, what its row shows here, how to reproduce it."""
+    what, command = EXPLAIN[row["strategy"]]
+    fill = {"m": out / "models", "middle": size.middle, "data": "--data sla1=... (all ten)"}
+    text = f"**{row['strategy']}**: {what.format(**fill)}"
+    if row is not base:
+        moves = [f"{axis} {change(axis, row[axis], base[axis])}" for axis, _ in axes]
+        text += f" Here, against the base: {', '.join(moves)}."
+    return f"{text}\n\n```bash\n{command.format(**fill)}\n```"
+
+
 def _write_report(out: Path, rows: list[dict], size: Size, quick: bool) -> Path:
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     with open(out / "results.csv", "w") as handle:
@@ -487,15 +557,39 @@ def _write_report(out: Path, rows: list[dict], size: Size, quick: bool) -> Path:
             handle.write(row["strategy"] + "," + ",".join(f"{row[a]:.6g}" for a, _ in AXES) + "\n")
     plot_strategies(rows, out / "strategies.png")
     mode = "--quick" if quick else "default"
+    axes = moving_axes(rows)
+    dropped = [axis for axis, _ in AXES if (axis, dict(AXES)[axis]) not in axes]
+    left_out = (
+        f"\n{', '.join(dropped)} is left out: every model scores {rows[0][dropped[0]]:.2f} on it"
+        + (
+            " (the quick base is too small to learn Copain; `surgery demo` learns it)"
+            if quick
+            else ""
+        )
+        + ".\n"
+        if dropped
+        else ""
+    )
+    paragraphs = "\n\n".join(explain(row, rows[0], axes, size, out) for row in rows)
     text = f"""# surgery demo ({mode})
 
-A tiny Llama ({size.layers} layers, hidden {size.hidden}) pretrained on a synthetic general
-language and Copain-style list patterns, then adapted to five synthetic language families
-({", ".join(FAMILIES)}). Middle layers: `{size.middle}`. Perplexities are geometric means over
-languages; expert rows average each expert on its own family. In brackets: the change from the
-base (a ratio for perplexities).
+Continual pretraining teaches a model new languages and makes it forget the old one. This run
+shows it on a small scale: a tiny Llama ({size.layers} layers, hidden {size.hidden}) pretrained on
+a synthetic general language and Copain-style list patterns, then adapted to five synthetic
+language families ({", ".join(FAMILIES)}) by each strategy below. Middle layers: `{size.middle}`.
 
-{markdown_table(rows)}
+How to read the table: **gen ppl** is the general language's perplexity (forgetting: lower is
+better), **held-in ppl** the trained languages' (learning), **held-out ppl** that of one
+never-trained relative per family (generalization), **Copain acc** in-context learning of list
+tasks, **chrF** translation from the general language. Perplexities are geometric means over
+languages; expert rows average each expert on its own family. In brackets: the change from the
+base, as a factor ("259x higher") or a percentage for perplexities, a difference otherwise.
+{left_out}
+{markdown_table(rows, axes)}
+
+## The strategies
+
+{paragraphs}
 
 ![strategies](strategies.png)
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from surgery.api import warn_if_swapped
 from surgery.core.errors import LayerSpecError
 from surgery.core.layers import LayerValues, format_layers, parse_layer_spec
 from surgery.diagnostics.memory_blend import MemoryBlender
@@ -127,6 +128,7 @@ def run_localize(
 
     loaded = load_tasks(tasks)
     base_ckpt, trained_ckpt = open_input(base), open_input(trained)
+    warn_if_swapped(base_ckpt, trained_ckpt)
     if out_dir is not None:
         check_output(Path(out_dir), [base_ckpt.path, trained_ckpt.path], force)
     options = dict(eval_options or {})

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from surgery.api import card_file
+from surgery.api import card_file, warn_if_swapped
 from surgery.core.errors import SurgeryError
 from surgery.diagnostics.memory_blend import MemoryBlender, fits_in_memory
 from surgery.diagnostics.results import announce, metric_names, write_results
@@ -88,6 +88,7 @@ def run_sweep(
     if not save and not tasks:
         raise SurgeryError("--no-save without --eval leaves nothing to do")
     base_ckpt, trained_ckpt = open_input(base), open_input(trained)
+    warn_if_swapped(base_ckpt, trained_ckpt)
     plans = [
         plan_interpolate(
             base_ckpt, trained_ckpt, a, layers=layers, stack=stack, extrapolate=extrapolate

@@ -109,6 +109,11 @@ def check_compatible(
     for other, label in zip(checkpoints[1:], labels[1:], strict=True):
         missing = [n for n in reference.tensors if n not in other.tensors]
         extra = [n for n in other.tensors if n not in reference.tensors]
+        if (missing or extra) and reference.model_type != other.model_type:
+            raise MismatchError(
+                f"{ref_label} and {label} are different architectures "
+                f"({reference.model_type or 'unknown'}, {other.model_type or 'unknown'})"
+            )
         if missing or extra:
             parts = []
             if missing:

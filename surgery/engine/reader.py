@@ -185,6 +185,16 @@ class Checkpoint:
         """The layer stacks found in tensor names (text first)."""
         return find_stacks(self.tensors)
 
+    @cached_property
+    def model_type(self) -> str | None:
+        """The architecture its config.json names (`llama`, `bert`, ...), if it has one."""
+        config = self.folder / "config.json" if self.folder is not None else None
+        try:
+            model_type = json.loads(config.read_text()).get("model_type") if config else None
+        except (OSError, ValueError, AttributeError):
+            return None
+        return model_type if isinstance(model_type, str) else None
+
     @property
     def total_bytes(self) -> int:
         """Bytes of tensor data."""
