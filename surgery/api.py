@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from surgery.engine.ops.interpolate import plan_interpolate
+from surgery.engine.ops.merge.planner import plan_merge
 from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
@@ -22,6 +23,9 @@ from surgery.engine.reader import CARD_NAME
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
 from surgery.hub.model_card import render_card
 from surgery.hub.resolve import open_input
+from surgery.mergekit_config import read_config, render_config
+
+MERGEKIT_CONFIG_NAME = "mergekit_config.yml"
 
 
 def write_plan(
@@ -45,8 +49,12 @@ def write_plan(
 
 
 def card_file(plan: Plan, out: Path) -> dict[str, str]:
-    """The model card of the plan's output, as `execute`'s extra file."""
-    return {CARD_NAME: render_card(plan.recipe, title=Path(out).name)}
+    """The model card of the plan's output and, when there is one, the equivalent mergekit
+    config (mergekit_config.yml), as `execute`'s extra files."""
+    files = {CARD_NAME: render_card(plan.recipe, title=Path(out).name)}
+    if plan.mergekit_config is not None:
+        files[MERGEKIT_CONFIG_NAME] = render_config(plan.mergekit_config)
+    return files
 
 
 def revert(
@@ -92,4 +100,21 @@ def interpolate(
     plan = plan_interpolate(
         open_input(base), open_input(trained), alpha, layers=layers, stack=stack, dtype=dtype
     )
+    return write_plan(plan, out, **write_options)
+
+
+def merge(config: str | Path, out: str | Path, *, seed: int = 0, **write_options: object) -> Path:
+    """Run a mergekit YAML config on the streaming engine and write the result to `out`.
+
+    Args:
+        config: path of the YAML (mergekit's format; model paths relative to the working
+            directory, or Hub ids).
+        seed: seed of DARE and DELLA's random masks (recorded in the recipe).
+
+    Raises:
+        MergeConfigError: an unsupported method or key, or a config mergekit rejects.
+        MismatchError: the models do not line up.
+    """
+    spec = read_config(config, seed=seed)
+    plan = plan_merge(spec, [open_input(model) for model in spec.models])
     return write_plan(plan, out, **write_options)
