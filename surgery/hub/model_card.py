@@ -45,6 +45,13 @@ def describe_operation(recipe: dict) -> str:
             f"(1 - alpha) * {roles.get('base')} + alpha * {roles.get('trained')} with alpha "
             f"`{recipe.get('alpha')}`{where}; tensors not covered come from {roles.get('trained')}."
         )
+    if operation == "merge":
+        names = ", ".join(f"**{_name(e)}**" for e in recipe.get("inputs", []))
+        return (
+            f"A mergekit `{recipe.get('method')}` merge of {names}, run by `surgery merge` on "
+            "the streaming engine; the config is in the recipe below and in mergekit_config.yml "
+            f"(random masks seeded with {recipe.get('seed', 0)})."
+        )
     return f"Made by the `{operation}` operation."
 
 
