@@ -283,6 +283,33 @@ def interpolate(
 
 
 @cli.command()
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of DARE/DELLA's random masks."
+)
+@options(shard_option, force_option, push_option, quiet_option)
+@click.argument("config", type=click.Path())
+@click.argument("out", type=click.Path())
+def merge(seed, max_shard_size, force, push_to, quiet, config, out):
+    """Run a mergekit YAML CONFIG on the streaming engine; write the result to OUT.
+
+    Methods: linear, task_arithmetic, ties, dare_ties, dare_linear, breadcrumbs,
+    breadcrumbs_ties, della, della_linear, slerp, nuslerp, model_stock, passthrough (slices).
+    Any key or method not supported is an error.
+
+    \b
+    Examples:
+      surgery merge ties.yml out
+      surgery merge --seed 1 dare.yml out
+      surgery merge revert-out/mergekit_config.yml replay    # replay any output's config
+    """
+    from surgery.api import merge as run
+
+    kwargs = _write_kwargs(None, max_shard_size, force, quiet)
+    del kwargs["dtype"]
+    _done(run(config, out, seed=seed, **kwargs), quiet, push_to)
+
+
+@cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.argument("checkpoint", type=click.Path())
 def inspect(as_json, checkpoint):

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from surgery.engine.ops.interpolate import plan_interpolate
+from surgery.engine.ops.merge.planner import plan_merge
 from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
@@ -24,6 +25,9 @@ from surgery.engine.reader import CARD_NAME, Checkpoint
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_input
+from surgery.mergekit_config import read_config, render_config
+
+MERGEKIT_CONFIG_NAME = "mergekit_config.yml"
 
 
 def write_plan(
@@ -47,7 +51,8 @@ def write_plan(
 
 
 def card_file(plan: Plan, out: Path) -> dict[str, str]:
-    """The model card of the plan's output, as `execute`'s extra file.
+    """The model card of the plan's output and, when there is one, the equivalent mergekit
+    config (mergekit_config.yml), as `execute`'s extra files.
 
     The output keeps the license its config and tokenizer come from declares (recorded in the
     recipe, so `surgery push` regenerates the same card).
@@ -55,7 +60,10 @@ def card_file(plan: Plan, out: Path) -> dict[str, str]:
     license_id = input_license(plan.files_from.folder)
     if license_id is not None:
         plan.recipe.setdefault("license", license_id)
-    return {CARD_NAME: render_card(plan.recipe, title=Path(out).name)}
+    files = {CARD_NAME: render_card(plan.recipe, title=Path(out).name)}
+    if plan.mergekit_config is not None:
+        files[MERGEKIT_CONFIG_NAME] = render_config(plan.mergekit_config)
+    return files
 
 
 TRAIN_RECORD = "surgery_train.json"
@@ -152,4 +160,21 @@ def interpolate(
         dtype=dtype,
         extrapolate=extrapolate,
     )
+    return write_plan(plan, out, **write_options)
+
+
+def merge(config: str | Path, out: str | Path, *, seed: int = 0, **write_options: object) -> Path:
+    """Run a mergekit YAML config on the streaming engine and write the result to `out`.
+
+    Args:
+        config: path of the YAML (mergekit's format; model paths relative to the working
+            directory, or Hub ids).
+        seed: seed of DARE and DELLA's random masks (recorded in the recipe).
+
+    Raises:
+        MergeConfigError: an unsupported method or key, or a config mergekit rejects.
+        MismatchError: the models do not line up.
+    """
+    spec = read_config(config, seed=seed)
+    plan = plan_merge(spec, [open_input(model) for model in spec.models])
     return write_plan(plan, out, **write_options)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from surgery.core.dtypes import itemsize
 from surgery.core.errors import MismatchError
@@ -38,6 +39,9 @@ class OutputTensor:
     shape: tuple[int, ...]
     sources: tuple[Source, ...]
     divisor: float = 1.0
+    # A merge kernel (surgery/engine/ops/merge/kernel.py) that computes the tensor in chunked
+    # passes; None for copies and weighted sums.
+    kernel: Any = field(default=None, compare=False)
 
     @property
     def nbytes(self) -> int:
@@ -53,6 +57,7 @@ class OutputTensor:
         (first, *rest) = self.sources
         return (
             not rest
+            and self.kernel is None
             and first.weight == 1.0
             and self.divisor == 1.0
             and first.tensor.dtype == self.dtype
@@ -70,6 +75,8 @@ class Plan:
     files_from: Checkpoint
     inputs: list[Checkpoint] = field(default_factory=list)
     dtype: str | None = None  # the --dtype override, if any (config.json is patched to match)
+    config_updates: dict = field(default_factory=dict)  # other config.json keys to set
+    mergekit_config: dict | None = None  # the equivalent mergekit YAML config, if there is one
 
     @property
     def total_bytes(self) -> int:

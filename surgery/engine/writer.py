@@ -57,6 +57,7 @@ _SKIP_SUFFIXES = (
     ".onnx",
 )
 _SKIP_NAMES = {INDEX_NAME, RECIPE_NAME, CARD_NAME, RESULTS_NAME, ".gitattributes"}
+_SKIP_NAMES.add("mergekit_config.yml")  # an input's merge config describes the input
 
 
 def parse_size(text: str | int) -> int:
@@ -151,7 +152,9 @@ class _TensorWriter:
 
     def write(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         """Write `tensor` at byte `offset` of the open shard `fd`."""
-        if tensor.is_copy:
+        if tensor.kernel is not None:
+            tensor.kernel.write(self.pool, fd, offset, self.progress)
+        elif tensor.is_copy:
             self._copy(fd, tensor, offset)
         else:
             self._blend(fd, tensor, offset)
@@ -260,7 +263,16 @@ def copy_companion_files(plan: Plan, staging: Path) -> list[str]:
     config = staging / "config.json"
     if plan.dtype in CONFIG_NAMES and config.is_file():
         _patch_config_dtype(config, CONFIG_NAMES[plan.dtype])
+    if plan.config_updates and config.is_file():
+        _update_config(config, plan.config_updates)
     return copied
+
+
+def _update_config(config_path: Path, updates: dict) -> None:
+    """Set top-level config.json keys (a merge of layer slices sets num_hidden_layers)."""
+    config = json.loads(config_path.read_text())
+    config.update(updates)
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _patch_config_dtype(config_path: Path, name: str) -> None:
@@ -287,7 +299,7 @@ def _single_threaded_torch(plan: Plan) -> Iterator[int]:
     A plan of byte copies never imports torch (a revert starts in a fraction of a second).
     """
     workers = max(1, os.cpu_count() or 1)
-    if all(t.is_copy for t in plan.tensors):
+    if all(t.is_copy or t.kernel is not None for t in plan.tensors):  # merge kernels: numpy
         yield workers
         return
     import torch

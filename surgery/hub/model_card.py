@@ -51,6 +51,13 @@ def describe_operation(recipe: dict) -> str:
                 else ""
             )
         )
+    if operation == "merge":
+        names = ", ".join(f"**{_name(e)}**" for e in recipe.get("inputs", []))
+        return (
+            f"A mergekit `{recipe.get('method')}` merge of {names}, run by `surgery merge` on "
+            "the streaming engine; the config is in the recipe below and in mergekit_config.yml "
+            f"(random masks seeded with {recipe.get('seed', 0)})."
+        )
     return f"Made by the `{operation}` operation."
 
 

@@ -13,6 +13,7 @@ from surgery.core.layers import (
     select_stack,
     stack_layer,
 )
+from surgery.engine.ops.merge.equivalent import interpolate_config
 from surgery.engine.plan import (
     OutputTensor,
     Plan,
@@ -129,5 +130,11 @@ def plan_interpolate(
         extrapolate=extrapolate or None,
     )
     return Plan(
-        "interpolate", tensors, recipe, files_from=trained, inputs=[base, trained], dtype=dtype
+        "interpolate",
+        tensors,
+        recipe,
+        files_from=trained,
+        inputs=[base, trained],
+        dtype=dtype,
+        mergekit_config=interpolate_config(base, trained, values, chosen, dtype),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from surgery.core.layers import format_layers, parse_layer_spec, select_stack, stack_layer
+from surgery.engine.ops.merge.equivalent import revert_config
 from surgery.engine.plan import Plan, check_compatible, copy_of
 from surgery.engine.reader import Checkpoint
 from surgery.engine.recipe import make_recipe
@@ -41,4 +42,12 @@ def plan_revert(
         num_layers=chosen_stack.num_layers,
         dtype=dtype,
     )
-    return Plan("revert", tensors, recipe, files_from=trained, inputs=[base, trained], dtype=dtype)
+    return Plan(
+        "revert",
+        tensors,
+        recipe,
+        files_from=trained,
+        inputs=[base, trained],
+        dtype=dtype,
+        mergekit_config=revert_config(base, trained, chosen_stack, indices, dtype),
+    )

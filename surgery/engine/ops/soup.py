@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from surgery.core.errors import SurgeryError
+from surgery.engine.ops.merge.equivalent import soup_config
 from surgery.engine.plan import (
     Plan,
     Source,
@@ -71,4 +72,12 @@ def plan_soup(
         weights=list(weights),
         dtype=dtype,
     )
-    return Plan("soup", tensors, recipe, files_from=experts[0], inputs=list(experts), dtype=dtype)
+    return Plan(
+        "soup",
+        tensors,
+        recipe,
+        files_from=experts[0],
+        inputs=list(experts),
+        dtype=dtype,
+        mergekit_config=soup_config(experts, weights, dtype),
+    )

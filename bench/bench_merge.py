@@ -1,0 +1,105 @@
+"""Benchmark: every `surgery merge` method against `mergekit-yaml` on the same YAML.
+
+Reuses bench_engine's Llama-shaped bf16 checkpoints (a base and three experts; about 0.97B
+parameters = 1.9 GB each by default) and, per method, runs `surgery merge CONFIG OUT` and
+`mergekit-yaml CONFIG OUT`, one process tree at a time with warm inputs, printing wall time and
+peak private memory (RssAnon) of each and their ratios (the README's merge table).
+Run by hand:  python bench/bench_merge.py [--work DIR] [--layers 19] [--hidden 2048]
+              [--methods ties,slerp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_engine import llama_config, mergekit, timed, write_checkpoint
+from measure import Measurement
+
+# Per-method config bodies; {b} is the base, {e1}..{e3} the experts, {n} the layer count.
+_TASK = "base_model: {b}\nmodels:\n" + "".join(
+    f"  - model: {{e{i}}}\n    parameters: {{{{weight: {w}, density: 0.5}}}}\n"
+    for i, w in ((1, 0.5), (2, 0.3), (3, 0.2))
+)
+CONFIGS = {
+    "linear": "models:\n"
+    + "".join(f"  - model: {{e{i}}}\n    parameters: {{{{weight: 1.0}}}}\n" for i in (1, 2, 3)),
+    "task_arithmetic": _TASK,
+    "ties": _TASK,
+    "dare_ties": _TASK,
+    "dare_linear": _TASK,
+    "breadcrumbs": _TASK,
+    "breadcrumbs_ties": _TASK,
+    "della": _TASK,
+    "della_linear": _TASK,
+    "slerp": "base_model: {b}\nmodels:\n  - model: {b}\n  - model: {e1}\n"
+    "parameters: {{t: [0, 0.5, 1]}}\n",
+    "nuslerp": "base_model: {b}\nmodels:\n"
+    "  - model: {e1}\n    parameters: {{weight: 0.4}}\n"
+    "  - model: {e2}\n    parameters: {{weight: 0.6}}\n",
+    "model_stock": "base_model: {b}\nmodels:\n  - model: {e1}\n  - model: {e2}\n  - model: {e3}\n",
+    "passthrough": "slices:\n"
+    "  - sources: [{{model: {e1}, layer_range: [0, {lo}]}}]\n"
+    "  - sources: [{{model: {b}, layer_range: [{lo}, {n}]}}]\n",
+}
+
+
+def config_text(method: str, work: Path, layers: int) -> str:
+    paths = {"b": work / "base", **{f"e{i}": work / f"expert{i}" for i in (1, 2, 3)}}
+    body = CONFIGS[method].format(n=layers, lo=layers // 2, **{k: str(v) for k, v in paths.items()})
+    return f"merge_method: {method}\ndtype: bfloat16\n{body}"
+
+
+def run(work: Path, layers: int, hidden: int, methods: list[str]) -> list:
+    config = llama_config(layers, hidden)
+    for seed, name in enumerate(["base", "expert1", "expert2", "expert3"]):
+        if not (work / name).exists():
+            print(f"building {name} ...", file=sys.stderr)
+            write_checkpoint(work / name, config, seed)
+    inputs = [str(work / n) for n in ("base", "expert1", "expert2", "expert3")]
+    results = []
+    for method in methods:
+        text = config_text(method, work, layers)
+        path = work / f"{method}.yml"
+        path.write_text(text)
+        out = work / f"out-{method}"
+        ours = timed([sys.executable, "-m", "cli", "merge", str(path), str(out), "-q"], out, inputs)
+        theirs = mergekit(text, work, f"out-mk-{method}", inputs)
+        print(
+            f"{method}: surgery {ours.seconds:.1f} s, mergekit {theirs.seconds:.1f} s",
+            file=sys.stderr,
+        )
+        results.append((method, ours, theirs))
+    return results
+
+
+def report(results: list[tuple[str, Measurement, Measurement]]) -> str:
+    lines = [
+        "| method | surgery s | mergekit s | ratio | surgery MB | mergekit MB | memory ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for method, ours, theirs in results:
+        flag = "" if ours.returncode == 0 and theirs.returncode == 0 else " (failed)"
+        lines.append(
+            f"| {method}{flag} | {ours.seconds:.1f} | {theirs.seconds:.1f} | "
+            f"{ours.seconds / theirs.seconds:.2f}x | {ours.peak_anon / 2**20:.0f} | "
+            f"{theirs.peak_anon / 2**20:.0f} | {ours.peak_anon / theirs.peak_anon:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("bench/out"))
+    parser.add_argument("--layers", type=int, default=19)
+    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--methods", default=",".join(CONFIGS))
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    print(report(run(args.work, args.layers, args.hidden, args.methods.split(","))))
+
+
+if __name__ == "__main__":
+    main()

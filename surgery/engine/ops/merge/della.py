@@ -1,0 +1,44 @@
+"""DELLA sparsification (MAGPRUNE): within each row, keep an element with a probability that
+grows with its magnitude rank, from density - epsilon (smallest) to density + epsilon (largest).
+
+Ranks are per row (the last dimension; a 1-D tensor is one row), as in mergekit, so only a row is
+ever sorted. Masks come from `chunk_rng`: reproducible, not mergekit's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surgery.engine.ops.merge.kernel import chunk_rng
+from surgery.engine.ops.merge.sparsify import Deltas, Sparsifier
+
+
+class Della(Sparsifier):
+    """Rank-dependent Bernoulli masks; chunks hold whole rows of length `row`."""
+
+    def __init__(
+        self,
+        deltas: Deltas,
+        numel: int,
+        rescale: bool,
+        density: float,
+        epsilon: float,
+        row: int,
+        key: tuple[int, str, int],
+    ) -> None:
+        super().__init__(deltas, numel, rescale)
+        self.density, self.epsilon, self.row, self.key = density, epsilon, row, key
+
+    def mask(self, start: int, delta: np.ndarray) -> np.ndarray:
+        """Keep-mask of whole rows."""
+        rows = np.abs(delta).reshape(-1, self.row)
+        order = np.argsort(rows, axis=1, kind="stable")
+        ranks = np.empty_like(order)
+        np.put_along_axis(ranks, order, np.arange(self.row)[None, :], axis=1)
+        work = delta.dtype.type
+        # Rank 0..row-1 scaled to [0, 1], as mergekit's (rank - min) / (max - min).
+        spread = ranks.astype(delta.dtype) / work(max(self.row - 1, 1))
+        probs = work(self.density - self.epsilon) + spread * work(2 * self.epsilon)
+        seed, name, model = self.key
+        draws = chunk_rng(seed, name, model, start).random(rows.shape, dtype=delta.dtype)
+        return (draws < probs).reshape(-1)

@@ -1,0 +1,93 @@
+"""The mergekit config equivalent to a revert, soup or interpolate: written beside every output
+as mergekit_config.yml, it reproduces the output with `surgery merge` or `mergekit-yaml`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from surgery.core.dtypes import CONFIG_NAMES
+from surgery.core.layers import LayerValues, Stack
+from surgery.engine.reader import Checkpoint
+from surgery.engine.recipe import describe_input
+
+
+def _name(checkpoint: Checkpoint) -> str:
+    entry = describe_input("", checkpoint)
+    if "repo_id" in entry:
+        return f"{entry['repo_id']}@{entry['revision']}"
+    return str(checkpoint.path)
+
+
+def _dtype(config: dict, dtype: str | None) -> dict:
+    if dtype in CONFIG_NAMES:
+        config["dtype"] = CONFIG_NAMES[dtype]
+    return config
+
+
+def revert_config(
+    base: Checkpoint, trained: Checkpoint, stack: Stack, layers: set[int], dtype: str | None
+) -> dict | None:
+    """passthrough slices: runs of layers from BASE or TRAINED. Embeddings, final norm and head
+    come from the first and last slice's model, so empty TRAINED slices open and close the list
+    when a run of BASE layers would. None when the model has several stacks (mergekit then
+    needs per-module configs)."""
+    if len(trained.stacks) != 1:
+        return None
+    runs: list[list] = []
+    for layer in range(stack.num_layers):
+        source = base if layer in layers else trained
+        if runs and runs[-1][0] is source:
+            runs[-1][2] = layer + 1
+        else:
+            runs.append([source, layer, layer + 1])
+    if runs[0][0] is base:
+        runs.insert(0, [trained, 0, 0])
+    if runs[-1][0] is base:
+        runs.append([trained, stack.num_layers, stack.num_layers])
+    slices = [
+        {"sources": [{"model": _name(model), "layer_range": [start, stop]}]}
+        for model, start, stop in runs
+    ]
+    return _dtype({"merge_method": "passthrough", "slices": slices}, dtype)
+
+
+def soup_config(experts: Sequence[Checkpoint], weights: Sequence[float], dtype: str | None):
+    """linear, normalized by the weights' sum."""
+    models = [
+        {"model": _name(e), "parameters": {"weight": float(w)}}
+        for e, w in zip(experts, weights, strict=True)
+    ]
+    return _dtype({"merge_method": "linear", "models": models}, dtype)
+
+
+def interpolate_config(
+    base: Checkpoint,
+    trained: Checkpoint,
+    values: LayerValues,
+    stack: Stack | None,
+    dtype: str | None,
+) -> dict:
+    """linear without normalization: weight 1 - alpha for BASE, alpha for TRAINED, per layer
+    through filters on the layer's name prefix."""
+
+    def weights(of_trained: bool) -> object:
+        def value(alpha: float | None) -> float:
+            alpha = 1.0 if alpha is None else alpha
+            return alpha if of_trained else 1.0 - alpha
+
+        if stack is None or not values.per_layer:
+            return value(values.default)
+        return [
+            *(
+                {"filter": f"{stack.prefix}.{layer}.", "value": value(alpha)}
+                for layer, alpha in sorted(values.per_layer.items())
+            ),
+            {"value": value(values.default)},
+        ]
+
+    models = [
+        {"model": _name(base), "parameters": {"weight": weights(False)}},
+        {"model": _name(trained), "parameters": {"weight": weights(True)}},
+    ]
+    config = {"merge_method": "linear", "models": models, "parameters": {"normalize": False}}
+    return _dtype(config, dtype)

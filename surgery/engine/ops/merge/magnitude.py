@@ -1,0 +1,45 @@
+"""TIES sparsification: keep the `density` fraction of largest magnitudes (at least one).
+
+The threshold is found exactly by radix selection (surgery/engine/ops/merge/select.py), never by
+sorting the tensor; mergekit sorts it whole (torch.argsort).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surgery.engine.ops.merge.select import RankRange, magnitude_keys
+from surgery.engine.ops.merge.sparsify import Deltas, Sparsifier
+
+
+class Magnitude(Sparsifier):
+    """Keeps the k = max(1, int(density * n)) largest |delta| (ties broken by position)."""
+
+    def __init__(self, deltas: Deltas, numel: int, rescale: bool, density: float) -> None:
+        super().__init__(deltas, numel, rescale)
+        self.density = density
+
+    def keep_range(self) -> tuple[int, int]:
+        """Ascending ranks kept."""
+        if self.density <= 0 or self.numel == 0:
+            return 0, 0
+        k = max(1, int(self.density * self.numel))
+        return self.numel - k, self.numel
+
+    def prepare(self) -> None:
+        """Select the boundary magnitudes."""
+        width = 64 if self._is_double() else 32
+        lo, hi = self.keep_range()
+        keys = lambda: (magnitude_keys(d) for _, d in self.deltas())  # noqa: E731
+        self.range = RankRange(keys, width, lo, hi)
+
+    def _is_double(self) -> bool:
+        return next(self.deltas())[1].dtype == np.float64
+
+    def reset(self) -> None:
+        """Restart the tie counters."""
+        self.range.reset()
+
+    def mask(self, start: int, delta: np.ndarray) -> np.ndarray:
+        """Elements whose rank is in the kept range."""
+        return self.range.mask(magnitude_keys(delta))

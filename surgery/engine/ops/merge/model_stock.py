@@ -1,0 +1,68 @@
+"""model_stock: interpolate between the base and the average of the models by a ratio from the
+mean angle between their task vectors (Model Stock, arXiv 2403.19522), over whole tensors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from surgery.engine.ops.merge.arrays import Inputs, Output
+from surgery.engine.ops.merge.kernel import Kernel, computed
+from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
+from surgery.engine.ops.merge.slerp import gram
+from surgery.engine.ops.merge.spec import MergeConfigError
+from surgery.engine.plan import OutputTensor
+
+
+class ModelStock(Kernel):
+    """t * mean(models) + (1 - t) * base, t = N cos / (1 + (N - 1) cos)."""
+
+    def __init__(self, job: TensorJob) -> None:
+        order = [job.base, *job.non_base]
+        super().__init__(job.name, [job.inputs[i] for i in order], job.out_dtype)
+
+    def ratio(self, inputs: Inputs) -> float:
+        """t from the Gram matrix of the task vectors (one reduction pass)."""
+        count = len(self.inputs) - 1
+        offsets = [lambda c, i=i: c[i] - c[0] for i in range(1, count + 1)]
+        g = gram(inputs, offsets)
+        norms = np.sqrt(np.diag(g))
+        cosines = [
+            min(1.0, max(-1.0, g[i, j] / max(norms[i] * norms[j], 1e-6)))
+            for i in range(count)
+            for j in range(i + 1, count)
+        ]
+        cos = sum(cosines) / len(cosines)
+        denominator = 1 + (count - 1) * cos
+        return 0.0 if abs(denominator) < 1e-6 else count * cos / denominator
+
+    def run(self, inputs: Inputs, out: Output) -> None:
+        """A reduction pass, then the map."""
+        work = inputs.work
+        t = work(self.ratio(inputs))
+        count = work(len(self.inputs) - 1)
+        for start, (base, *models) in inputs.chunks():
+            average = models[0].copy()
+            for model in models[1:]:
+                average += model
+            average /= count
+            out.put(start, t * average + (work(1) - t) * base)
+
+
+def build(job: TensorJob) -> OutputTensor:
+    """One model_stock tensor."""
+    if job.shared["filter_wise"]:
+        raise MergeConfigError("model_stock: filter_wise: true is not supported")
+    if math.prod(job.shape) == 0:
+        raise MergeConfigError(f"model_stock: {job.name!r} is empty")
+    return computed(ModelStock(job), job.shape)
+
+
+METHOD = Method(
+    name="model_stock",
+    params=(Param("filter_wise", Scope.SHARED, bool, False),),
+    build=build,
+    base=Base.REQUIRED,
+    min_inputs=3,
+)

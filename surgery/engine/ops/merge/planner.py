@@ -1,0 +1,311 @@
+"""Turn a `MergeSpec` into a `Plan`: which input tensors feed each output tensor, with which
+parameters, and the method's kernel for it.
+
+A `models:` merge keeps every tensor name; the parameter gradient position `t` of a layer is
+layer / (layers - 1) in its stack (0 outside stacks). A `slices:` merge renumbers the text stack's
+layers slice after slice (t runs 0 to 1 within a slice); tensors outside the stack come from the
+first slice's models when they are embeddings, from the last slice's otherwise, as mergekit
+takes its architectures' "pre" and "post" weights.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from surgery.core.errors import MismatchError
+from surgery.core.layers import Stack, layer_of, select_stack
+from surgery.engine.ops.merge import registry
+from surgery.engine.ops.merge.method import REQUIRED, Base, Method, Param, Scope, TensorJob
+from surgery.engine.ops.merge.spec import (
+    MergeConfigError,
+    MergeSpec,
+    OutputSlice,
+    Setting,
+    SliceSource,
+    evaluate,
+)
+from surgery.engine.plan import OutputTensor, Plan, copy_of, require_equal_non_float
+from surgery.engine.reader import Checkpoint, TensorInfo
+from surgery.engine.recipe import make_recipe
+from surgery.engine.source import SourcePool
+
+# Tensors before the layer stack (mergekit's "pre" weights): embeddings.
+_PRE = re.compile(r"embed|wte|wpe|position|token_type")
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """One output tensor to plan: its name, its inputs (a slice source each) and `t`."""
+
+    name: str
+    inputs: list[tuple[SliceSource, str]]  # (source, input tensor name)
+    slice: OutputSlice
+    t: float
+
+
+def _label(spec: MergeSpec, model: int) -> str:
+    return f"model {spec.models[model]}"
+
+
+def check_parameters(spec: MergeSpec, method: Method) -> None:
+    """Every parameter named anywhere must be one the method has.
+
+    Raises:
+        MergeConfigError: naming the unknown parameter and the method's parameters.
+    """
+    scopes: list[dict[str, Setting]] = [spec.parameters, *spec.model_parameters]
+    for out_slice in spec.slices or ():
+        scopes += [out_slice.parameters, *(s.parameters for s in out_slice.sources)]
+    known = [p.name for p in method.params]
+    for scope in scopes:
+        for name in scope:
+            if name not in known:
+                raise MergeConfigError(
+                    f"parameter {name!r} is not one of {method.name}'s "
+                    f"({', '.join(known) or 'none'})"
+                )
+
+
+def _check_contract(method: Method, sources: Sequence[SliceSource], base: int | None) -> None:
+    models = [s.model for s in sources]
+    has_base = base is not None and base in models and method.base != Base.IGNORED
+    if method.base == Base.REQUIRED and not has_base:
+        raise MergeConfigError(f"{method.name} needs a base_model among its inputs")
+    count, non_base = len(models), len(models) - int(has_base)
+    if count < method.min_inputs or (method.max_inputs and count > method.max_inputs):
+        most = f" and at most {method.max_inputs}" if method.max_inputs else ""
+        raise MergeConfigError(
+            f"{method.name} takes at least {method.min_inputs}{most} models; got {count}"
+        )
+    if method.non_base_count and not (
+        method.non_base_count[0] <= non_base <= method.non_base_count[1]
+    ):
+        raise MergeConfigError(
+            f"{method.name} takes exactly {method.non_base_count[0]} models besides the base; "
+            f"got {non_base}"
+        )
+
+
+def _validate(param: Param, value: object, where: str) -> object:
+    if value is None:
+        return None
+    try:
+        if param.kind is bool:
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            if not isinstance(value, bool | int):
+                raise ValueError
+            return bool(value)
+        if isinstance(value, bool):
+            raise ValueError
+        return param.kind(value)
+    except (TypeError, ValueError):
+        kind = param.kind.__name__
+        raise MergeConfigError(f"{param.name} {value!r} ({where}) is not a {kind}") from None
+
+
+def _resolve(
+    param: Param, scopes: Sequence[dict[str, Setting]], tensor: str, t: float, where: str
+) -> object:
+    for scope in scopes:
+        if param.name in scope:
+            value = evaluate(scope[param.name], tensor, t)
+            if value is not None:
+                return _validate(param, value, where)
+    if param.default is REQUIRED:
+        raise MergeConfigError(f"missing parameter {param.name!r} for {where}")
+    return param.default
+
+
+def _slices(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> tuple[OutputSlice, ...]:
+    if spec.slices is not None:
+        return spec.slices
+    models = list(range(len(spec.models)))
+    sources = [SliceSource(i, 0, 0, spec.model_parameters[i]) for i in models]
+    return (OutputSlice(tuple(sources)),)
+
+
+def _text_stack(checkpoint: Checkpoint, label: str) -> Stack:
+    stacks = checkpoint.stacks
+    if len(stacks) != 1:
+        found = ", ".join(s.name for s in stacks) or "none"
+        raise MergeConfigError(
+            f"slices need a model with one layer stack; {label} has {len(stacks)} ({found})"
+        )
+    return select_stack(stacks, None)
+
+
+def _full_model_tensors(spec: MergeSpec, ckpts: Sequence[Checkpoint], out_slice: OutputSlice):
+    reference = ckpts[out_slice.sources[0].model]
+    stacks = {s.prefix: s for s in reference.stacks}
+    for name in reference.tensors:
+        ref = layer_of(name)
+        t = 0.0
+        if ref is not None and ref[0] in stacks:
+            layers = stacks[ref[0]].num_layers
+            t = ref[1] / (layers - 1) if layers > 1 else 1.0
+        yield _Tensor(name, [(s, name) for s in out_slice.sources], out_slice, t)
+
+
+def _sliced_tensors(
+    spec: MergeSpec, ckpts: Sequence[Checkpoint], slices: Sequence[OutputSlice]
+) -> Iterator[_Tensor]:
+    stacks = {m: _text_stack(ckpts[m], _label(spec, m)) for s in slices for m in _models(s)}
+    first, last = slices[0], slices[-1]
+    reference = ckpts[first.sources[0].model]
+    outside = [n for n in reference.tensors if layer_of(n) is None or not _in(n, stacks)]
+    for name in outside:
+        if _PRE.search(name):
+            yield _Tensor(name, [(s, name) for s in first.sources], first, 0.0)
+    out_layer = 0
+    out_prefix = stacks[first.sources[0].model].prefix
+    for out_slice in slices:
+        lengths = {s.stop - s.start for s in out_slice.sources}
+        if len(lengths) != 1:
+            raise MergeConfigError("every source of a slice must have the same number of layers")
+        for offset in range(out_slice.num_layers):
+            t = offset / (out_slice.num_layers - 1) if out_slice.num_layers > 1 else 1.0
+            ref_source = out_slice.sources[0]
+            for suffix in _layer_suffixes(ckpts, stacks, ref_source, ref_source.start + offset):
+                inputs = []
+                for source in out_slice.sources:
+                    prefix = stacks[source.model].prefix
+                    inputs.append((source, f"{prefix}.{source.start + offset}.{suffix}"))
+                name = f"{out_prefix}.{out_layer}.{suffix}"
+                yield _Tensor(name, inputs, out_slice, t)
+            out_layer += 1
+    for name in outside:
+        if not _PRE.search(name):
+            yield _Tensor(name, [(s, name) for s in last.sources], last, 0.0)
+
+
+def _models(out_slice: OutputSlice) -> list[int]:
+    models = [s.model for s in out_slice.sources]
+    return models + ([out_slice.base] if out_slice.base is not None else [])
+
+
+def _in(name: str, stacks: dict[int, Stack]) -> bool:
+    ref = layer_of(name)
+    return ref is not None and any(ref[0] == s.prefix for s in stacks.values())
+
+
+def _layer_suffixes(ckpts, stacks, source: SliceSource, layer: int) -> list[str]:
+    stack = stacks[source.model]
+    if not 0 <= layer < stack.num_layers:
+        raise MergeConfigError(
+            f"layer_range [{source.start}, {source.stop}] is outside the {stack.num_layers} "
+            "layers of its model"
+        )
+    head = f"{stack.prefix}.{layer}."
+    return [n[len(head) :] for n in ckpts[source.model].tensors if n.startswith(head)]
+
+
+def _input(ckpts, spec: MergeSpec, source: SliceSource, name: str) -> TensorInfo:
+    tensor = ckpts[source.model].tensors.get(name)
+    if tensor is None:
+        raise MismatchError(f"{name!r} is missing from {_label(spec, source.model)}")
+    return tensor
+
+
+def _out_dtype(spec: MergeSpec, inputs: Sequence[TensorInfo]) -> str:
+    if spec.out_dtype or spec.dtype:
+        return spec.out_dtype or spec.dtype
+    dtypes = {t.dtype for t in inputs}
+    if len(dtypes) == 1:
+        return dtypes.pop()
+    return "F64" if "F64" in dtypes else "F32"
+
+
+class _Planner:
+    def __init__(self, spec: MergeSpec, ckpts: Sequence[Checkpoint], pool: SourcePool) -> None:
+        self.spec, self.ckpts, self.pool = spec, ckpts, pool
+        self.method = registry.get(spec.method)
+
+    def tensor(self, item: _Tensor) -> OutputTensor:
+        spec, method = self.spec, self.method
+        base = item.slice.base if item.slice.base is not None else spec.base
+        infos = [_input(self.ckpts, spec, s, n) for s, n in item.inputs]
+        shapes = {t.shape for t in infos}
+        if len(shapes) != 1:
+            raise MismatchError(f"{item.name!r} has different shapes in the inputs: {shapes}")
+        if not all(t.is_float for t in infos):
+            labels = [_label(spec, s.model) for s, _ in item.inputs]
+            require_equal_non_float(infos, labels, self.pool)
+            return replace(copy_of(infos[0]), name=item.name)
+        models = [s.model for s, _ in item.inputs]
+        base_index = models.index(base) if base in models and method.base != Base.IGNORED else None
+        shared_scopes = [item.slice.parameters, spec.parameters]
+        shared = {
+            p.name: _resolve(p, shared_scopes, item.name, item.t, item.name)
+            for p in method.params
+            if p.scope == Scope.SHARED
+        }
+        per_input = []
+        for position, (source, name) in enumerate(item.inputs):
+            scopes = [source.parameters, item.slice.parameters, spec.parameters]
+            where = f"{_label(spec, source.model)}, tensor {name}"
+            per_input.append(
+                {
+                    p.name: _resolve(p, scopes, name, item.t, where)
+                    for p in method.params
+                    if p.scope == Scope.INPUT
+                    or (p.scope == Scope.NON_BASE and position != base_index)
+                }
+            )
+        job = TensorJob(
+            name=item.name,
+            shape=infos[0].shape,
+            out_dtype=_out_dtype(spec, infos),
+            inputs=infos,
+            base=base_index,
+            shared=shared,
+            per_input=per_input,
+            seed=spec.seed,
+        )
+        return replace(method.build(job), name=item.name)
+
+
+def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
+    """Plan a merge of `checkpoints` (opened from `spec.models`, in that order).
+
+    Raises:
+        MergeConfigError: an unknown method or parameter, a method's input contract broken,
+            impossible layer ranges or parameter values.
+        MismatchError: the models do not line up.
+    """
+    method = registry.get(spec.method)
+    check_parameters(spec, method)
+    slices = _slices(spec, checkpoints)
+    for out_slice in slices:
+        base = out_slice.base if out_slice.base is not None else spec.base
+        _check_contract(method, out_slice.sources, base)
+    if spec.slices is None:
+        items = _full_model_tensors(spec, checkpoints, slices[0])
+    else:
+        items = _sliced_tensors(spec, checkpoints, slices)
+    with SourcePool() as pool:
+        planner = _Planner(spec, checkpoints, pool)
+        tensors = [planner.tensor(item) for item in items]
+    donor = checkpoints[spec.base if spec.base is not None else 0]
+    updates = {}
+    if spec.slices is not None:
+        updates["num_hidden_layers"] = sum(s.num_layers for s in spec.slices)
+    recipe = make_recipe(
+        "merge",
+        [(f"model{i + 1}", c) for i, c in enumerate(checkpoints)],
+        method=spec.method,
+        seed=spec.seed,
+        config=spec.config,
+    )
+    return Plan(
+        "merge",
+        tensors,
+        recipe,
+        files_from=donor,
+        inputs=list(checkpoints),
+        dtype=spec.out_dtype or spec.dtype,
+        config_updates=updates,
+        mergekit_config=spec.config,
+    )

@@ -1,0 +1,187 @@
+"""Task arithmetic and its sparsified, sign-elected variants (TIES, DARE, Breadcrumbs, DELLA).
+
+mergekit's "generalized task arithmetic": each model's delta from the base is sparsified, scaled
+by its weight, optionally masked by a TIES sign election (the sign of the weighted sum), summed,
+optionally normalized by the (masked) weight sum, scaled by `lambda`, and added to the base. Each
+variant below is mergekit's row in its registry: a sparsifier, a consensus flag and defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs, Output
+from surgery.engine.ops.merge.breadcrumbs import Breadcrumbs
+from surgery.engine.ops.merge.dare import Dare
+from surgery.engine.ops.merge.della import Della
+from surgery.engine.ops.merge.kernel import Kernel, computed
+from surgery.engine.ops.merge.magnitude import Magnitude
+from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
+from surgery.engine.ops.merge.sparsify import Deltas, KeepAll, Sparsifier
+from surgery.engine.ops.merge.spec import MergeConfigError
+from surgery.engine.plan import OutputTensor
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of mergekit's generalized task arithmetic table."""
+
+    name: str
+    sparsify: str | None  # magnitude, random, magnitude_outliers, della_magprune
+    consensus: bool
+    normalize: bool
+    rescale: bool
+
+
+VARIANTS = (
+    Variant("task_arithmetic", None, False, False, False),
+    Variant("ties", "magnitude", True, True, False),
+    Variant("dare_ties", "random", True, False, True),
+    Variant("dare_linear", "random", False, False, True),
+    Variant("breadcrumbs", "magnitude_outliers", False, False, False),
+    Variant("breadcrumbs_ties", "magnitude_outliers", True, False, False),
+    Variant("della", "della_magprune", True, True, True),
+    Variant("della_linear", "della_magprune", False, False, True),
+)
+
+
+def _row_length(job: TensorJob) -> int:
+    if len(job.shape) > 2:
+        raise MergeConfigError(f"DELLA ranks rows of 1-D or 2-D tensors; {job.name!r} is not")
+    return job.shape[-1] if len(job.shape) == 2 else max(1, int(np.prod(job.shape)))
+
+
+class TaskArithmetic(Kernel):
+    """base + lambda * combine(weight_i * sparsify(x_i - base))."""
+
+    def __init__(self, job: TensorJob, variant: Variant) -> None:
+        super().__init__(job.name, job.inputs, job.out_dtype)
+        self.job, self.variant = job, variant
+        self.base, self.others = job.base, job.non_base
+        self.weights = [float(job.per_input[i]["weight"]) for i in self.others]
+        self.step = CHUNK_ELEMENTS
+        if variant.sparsify == "della_magprune":
+            row = _row_length(job)
+            self.step = max(row, CHUNK_ELEMENTS // row * row)  # whole rows per chunk
+
+    def _deltas(self, inputs: Inputs, index: int) -> Deltas:
+        def passes() -> Iterator[tuple[int, np.ndarray]]:
+            for start in range(0, inputs.numel, self.step):
+                stop = min(start + self.step, inputs.numel)
+                base = inputs.chunk(self.base, start, stop)
+                yield start, np.subtract(inputs.chunk(index, start, stop), base)
+
+        return passes
+
+    def _sparsifier(self, inputs: Inputs, position: int, index: int) -> Sparsifier:
+        params, shared = self.job.per_input[index], self.job.shared
+        deltas, numel = self._deltas(inputs, index), inputs.numel
+        density, rescale = float(params["density"]), bool(shared["rescale"])
+        method = self.variant.sparsify
+        if method is None or density >= 1:
+            return KeepAll(deltas, numel)
+        key = (self.job.seed, self.name, position)
+        make: Callable[..., Sparsifier] = {
+            "magnitude": Magnitude,
+            "magnitude_outliers": partial(Breadcrumbs, gamma=float(params.get("gamma", 0))),
+            "random": partial(Dare, key=key),
+            "della_magprune": partial(
+                Della,
+                epsilon=float(params.get("epsilon", 0)),
+                row=_row_length(self.job),
+                key=key,
+            ),
+        }[method]
+        return make(deltas, numel, rescale, density)
+
+    def run(self, inputs: Inputs, out: Output) -> None:
+        """Reduction passes of every sparsifier, then one map pass."""
+        sparsifiers = [self._sparsifier(inputs, p, i) for p, i in enumerate(self.others)]
+        for sparsifier in sparsifiers:
+            sparsifier.setup()
+        work = inputs.work
+        weights = [work(w) for w in self.weights]
+        plain_divisor = work(sum(weights, work(0)))  # summed in the work dtype, as mergekit
+        if abs(plain_divisor) < 1e-8:
+            plain_divisor = work(1)
+        shared = self.job.shared
+        for start in range(0, inputs.numel, self.step):
+            stop = min(start + self.step, inputs.numel)
+            base = inputs.chunk(self.base, start, stop)
+            deltas = [
+                s.apply(start, inputs.chunk(i, start, stop) - base) * w
+                for s, i, w in zip(sparsifiers, self.others, weights, strict=True)
+            ]
+            if self.variant.consensus:
+                mixed, divisor = self._elect(deltas, weights)
+            else:
+                mixed, divisor = _sum(deltas), plain_divisor
+            if shared["normalize"]:
+                mixed /= divisor
+            if float(shared["lambda"]) != 1:
+                mixed *= work(shared["lambda"])
+            out.put(start, np.add(base, mixed, out=base))
+
+    @staticmethod
+    def _elect(deltas: list[np.ndarray], weights: list) -> tuple[np.ndarray, np.ndarray]:
+        """TIES sign election ("sum"): keep each delta whose sign is that of the sum."""
+        positive = _sum(deltas) >= 0
+        masks = [np.where(positive, d > 0, d < 0) for d in deltas]
+        mixed = _sum([d * m for d, m in zip(deltas, masks, strict=True)])
+        divisor = _sum([w * m.astype(mixed.dtype) for w, m in zip(weights, masks, strict=True)])
+        divisor[divisor == 0] = 1
+        return mixed, divisor
+
+
+def _sum(arrays: list[np.ndarray]) -> np.ndarray:
+    total = arrays[0].copy()
+    for array in arrays[1:]:
+        total += array
+    return total
+
+
+def _check(job: TensorJob, variant: Variant) -> None:
+    if variant.sparsify != "della_magprune":
+        return
+    for index in job.non_base:
+        density = float(job.per_input[index]["density"])
+        epsilon = float(job.per_input[index]["epsilon"])
+        if 0 < density < 1 and (density + epsilon >= 1 or density - epsilon <= 0):
+            raise MergeConfigError(
+                f"{variant.name}: density {density} +/- epsilon {epsilon} must lie in (0, 1)"
+            )
+
+
+def build(job: TensorJob, variant: Variant) -> OutputTensor:
+    """One tensor of a generalized task arithmetic merge."""
+    _check(job, variant)
+    return computed(TaskArithmetic(job, variant), job.shape)
+
+
+def method(variant: Variant) -> Method:
+    """The method of one variant, with mergekit's parameters and defaults."""
+    params = [
+        Param("int8_mask", Scope.SHARED, bool, False),  # a mask dtype in mergekit; no effect here
+        Param("normalize", Scope.SHARED, bool, variant.normalize),
+        Param("rescale", Scope.SHARED, bool, variant.rescale),
+        Param("lambda", Scope.SHARED, float, 1.0),
+        Param("weight", Scope.NON_BASE),
+        Param("density", Scope.NON_BASE, float, 1.0),
+    ]
+    if variant.sparsify == "magnitude_outliers":
+        params.append(Param("gamma", Scope.NON_BASE, float, 0.01))
+    if variant.sparsify == "della_magprune":
+        params.append(Param("epsilon", Scope.NON_BASE, float, 0.15))
+    return Method(
+        name=variant.name,
+        params=tuple(params),
+        build=partial(build, variant=variant),
+        base=Base.REQUIRED,
+    )
+
+
+METHODS = tuple(method(v) for v in VARIANTS)
