@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from pathlib import Path
 from surgery.core.dtypes import ITEMSIZES, is_float, itemsize
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import Stack, find_stacks
+from surgery.engine.header_json import USIZE_LIMIT, HeaderError, parse_header
 
 INDEX_NAME = "model.safetensors.index.json"
 RECIPE_NAME = "surgery_recipe.json"
@@ -74,10 +77,29 @@ def _fail(path: Path, message: str) -> CheckpointError:
     return CheckpointError(f"{path}: {message}")
 
 
+def open_regular(path: Path) -> int:
+    """Open `path` read-only without ever blocking: a FIFO, socket or device is refused.
+
+    O_NONBLOCK makes opening a FIFO return at once (a plain open would wait for a writer);
+    the descriptor is then checked to be a regular file before anything is read.
+
+    Raises:
+        CheckpointError: missing, unreadable, or not a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise _fail(path, f"cannot read: {error.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _fail(path, "not a regular file (a FIFO, device or socket?); refusing to read it")
+    return fd
+
+
 def _read_header_json(path: Path) -> tuple[dict, int, int]:
     """Return (header dict, data start offset, file size)."""
     try:
-        with open(path, "rb") as handle:
+        with open(open_regular(path), "rb") as handle:
             size = handle.seek(0, 2)
             handle.seek(0)
             prefix = handle.read(8)
@@ -90,36 +112,33 @@ def _read_header_json(path: Path) -> tuple[dict, int, int]:
     except OSError as error:
         raise _fail(path, f"cannot read: {error.strerror}") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise _fail(path, f"corrupt header (not JSON: {error})") from None
-    if not isinstance(header, dict):
-        raise _fail(path, "corrupt header (not a JSON object)")
-    return header, 8 + length, size
+        metadata, entries = parse_header(raw)
+    except HeaderError as error:
+        raise _fail(path, f"corrupt header ({error})") from None
+    return {"__metadata__": metadata, **entries}, 8 + length, size
 
 
-def _tensor_entry(path: Path, name: str, entry: object, data_start: int) -> TensorInfo:
-    """Validate one header entry and turn it into a TensorInfo."""
-    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-        raise _fail(path, f"tensor {name!r}: entry needs dtype, shape and data_offsets")
+def _tensor_entry(path: Path, name: str, entry: dict, data_start: int) -> TensorInfo:
+    """Turn one type-checked header entry (see `parse_header`) into a TensorInfo."""
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if dtype not in ITEMSIZES:
-        raise _fail(path, f"tensor {name!r}: unknown dtype {dtype!r}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise _fail(path, f"tensor {name!r}: bad shape {shape!r}")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(isinstance(o, int) and o >= 0 for o in offsets)
-        or offsets[0] > offsets[1]
-    ):
+        raise _fail(path, f"tensor {name!r}: dtype {dtype} is not supported by this tool")
+    if offsets[0] > offsets[1]:
         raise _fail(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
+    # As safetensors: the element count, then the bit count, must fit a 64-bit size.
+    count = 1
+    for dim in shape:
+        count *= dim
+        if count >= USIZE_LIMIT:
+            break
+    if count * itemsize(dtype) * 8 >= USIZE_LIMIT:
+        raise _fail(path, f"tensor {name!r}: shape {shape} overflows a 64-bit size")
     nbytes = offsets[1] - offsets[0]
-    if nbytes != math.prod(shape) * itemsize(dtype):
+    if nbytes != count * itemsize(dtype):
         raise _fail(
             path,
             f"tensor {name!r}: {nbytes} bytes for shape {shape} of {dtype} "
-            f"(expected {math.prod(shape) * itemsize(dtype)})",
+            f"(expected {count * itemsize(dtype)})",
         )
     return TensorInfo(name, dtype, tuple(shape), path, data_start + offsets[0], nbytes)
 
@@ -139,11 +158,7 @@ def read_shard(path: Path) -> Shard:
     """
     path = Path(path)
     header, data_start, size = _read_header_json(path)
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
-        raise _fail(path, "corrupt header (__metadata__ must map strings to strings)")
+    metadata = header.pop("__metadata__")
     tensors = sorted(
         (_tensor_entry(path, name, entry, data_start) for name, entry in header.items()),
         key=lambda t: (t.start, t.nbytes),
