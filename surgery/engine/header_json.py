@@ -20,8 +20,30 @@ USIZE_LIMIT = 2**64  # usize on the 64-bit platforms safetensors runs on
 TENSOR_FIELDS = ("dtype", "shape", "data_offsets")
 # Every dtype safetensors knows (0.8); the reader refuses those the tool cannot handle.
 SAFETENSORS_DTYPES = frozenset(
-    "BOOL F4 F6_E2M3 F6_E3M2 U8 I8 F8_E5M2 F8_E4M3 F8_E8M0 F8_E4M3FNUZ F8_E5M2FNUZ "
-    "I16 U16 F16 BF16 I32 U32 F32 C64 F64 I64 U64".split()
+    [
+        "BOOL",
+        "F4",
+        "F6_E2M3",
+        "F6_E3M2",
+        "U8",
+        "I8",
+        "F8_E5M2",
+        "F8_E4M3",
+        "F8_E8M0",
+        "F8_E4M3FNUZ",
+        "F8_E5M2FNUZ",
+        "I16",
+        "U16",
+        "F16",
+        "BF16",
+        "I32",
+        "U32",
+        "F32",
+        "C64",
+        "F64",
+        "I64",
+        "U64",
+    ]
 )
 
 
