@@ -28,6 +28,8 @@ RECIPE_NAME = "surgery_recipe.json"
 # Files that describe a checkpoint, not a model: never copied from an input into an output.
 CARD_NAME = "README.md"
 RESULTS_NAME = "eval_results.json"
+# Where outputs record each shard's sha256: the index's metadata and surgery_recipe.json.
+SHA256_KEY = "shard_sha256"
 # safetensors refuses headers above 100 MB; so do we, before allocating anything.
 MAX_HEADER_BYTES = 100_000_000
 
@@ -231,9 +233,15 @@ class Checkpoint:
 
 
 def load_index(index_path: Path) -> dict[str, str]:
+    """The weight_map of an index file (name -> shard file), its paths checked by `member`.
+
+    Raises:
+        CheckpointError: unreadable, not a regular file, or not a map of strings.
+    """
     try:
-        index = json.loads(index_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        with open(open_regular(index_path), "rb") as handle:
+            index = json.loads(handle.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
         raise _fail(index_path, f"unreadable index ({error})") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(
@@ -263,7 +271,30 @@ def index_problems(weight_map: dict[str, str], shards: list[Shard]) -> list[str]
     return problems
 
 
-def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
+def checkpoint_root(folder: Path, hub: HubRef | None) -> Path:
+    """The folder a checkpoint's files may live in: the folder itself, or for a Hub snapshot its
+    repository's cache folder (snapshot files are links into its `blobs/`)."""
+    return folder.parent.parent if hub is not None else folder
+
+
+def member(folder: Path, name: str, root: Path) -> Path:
+    """`folder / name` for a file an index names, checked before anything is opened.
+
+    Raises:
+        CheckpointError: an absolute path, a `..` part, or a link that leaves `root`.
+    """
+    relative = Path(name)
+    if not name or relative.is_absolute() or ".." in relative.parts:
+        raise _fail(folder, f"index names {name!r}, outside the checkpoint folder; refusing it")
+    path = folder / relative
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise _fail(folder, f"{name} links outside the checkpoint folder; refusing it")
+    return path
+
+
+def _shard_files(
+    folder: Path, root: Path | None = None
+) -> tuple[list[Path], dict[str, str] | None]:
     """The shard files of a folder and its weight map (None when the folder has no index)."""
     index_path = folder / INDEX_NAME
     if not index_path.is_file():
@@ -271,11 +302,14 @@ def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
         index_path = others[0] if len(others) == 1 else index_path
     if index_path.is_file():
         weight_map = load_index(index_path)
+        if not weight_map:
+            raise _fail(index_path, "the index's weight_map is empty (it maps no tensor)")
         files = sorted(set(weight_map.values()))
-        missing = [f for f in files if not (folder / f).is_file()]
+        paths = [member(folder, f, root or folder) for f in files]
+        missing = [f for f, p in zip(files, paths, strict=True) if not p.exists()]
         if missing:
             raise _fail(folder, f"index names shard(s) that are missing: {', '.join(missing)}")
-        return [folder / f for f in files], weight_map
+        return paths, weight_map
     files = sorted(folder.glob("*.safetensors"))
     if len(files) == 1:
         return files, None
@@ -301,7 +335,7 @@ def open_checkpoint(path: str | Path, *, spec: str = "", hub: HubRef | None = No
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or folder")
     if path.is_dir():
-        files, weight_map = _shard_files(path)
+        files, weight_map = _shard_files(path, checkpoint_root(path, hub))
     else:
         files, weight_map = [path], None
     shards = [read_shard(f) for f in files]
