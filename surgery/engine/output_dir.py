@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -139,9 +140,25 @@ def clean_stale_siblings(folder: Path) -> None:
         notice("note", f"removed {path}, left by a run (pid {match['pid']}) that died")
 
 
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the few renames that publish (delivered after)."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _publish(staging: Path, out: Path, replace: bool) -> None:
     """Rename `staging` to `out`; an existing `out` is swapped out only when `replace`, and put
     back if the swap fails."""
+    with _signals_deferred():
+        _publish_now(staging, out, replace)
+
+
+def _publish_now(staging: Path, out: Path, replace: bool) -> None:
     try:
         rename_noreplace(staging, out)
         return
