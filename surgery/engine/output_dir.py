@@ -201,6 +201,9 @@ def staged_output(out: Path, *, replace: bool | None = None) -> Iterator[Path]:
         OSError: the file system refused (the caller turns it into one line).
     """
     out = Path(out).absolute()
+    existing = next(p for p in out.parents if os.path.lexists(p))
+    if not existing.is_dir():
+        raise OutputError(f"cannot write {out}: {existing} is not a folder")
     created = [p for p in reversed(out.parents) if not p.exists()]
     if replace is None:
         replace = os.path.lexists(out)
