@@ -19,7 +19,6 @@ from tests.hostile.support import (
     fingerprint,
     invoke,
     litter,
-    raw_shard,
     run,
 )
 from tests.support.checks import assert_valid_output
@@ -163,11 +162,11 @@ def test_stale_staging_of_a_dead_run_is_removed(llama, tmp_path):
 # 6. Two runs, one OUT: publishing never replaces what appeared meanwhile; --force restores.
 def test_output_that_appears_meanwhile_is_not_replaced(tmp_path):
     out = tmp_path / "out"
-    with pytest.raises(OutputError, match="appeared while this run was writing"):
-        with staged_output(out) as staging:
-            (staging / "mine").write_text("new")
-            out.mkdir()
-            (out / "theirs").write_text("first")
+    refused = pytest.raises(OutputError, match="appeared while this run was writing")
+    with refused, staged_output(out) as staging:
+        (staging / "mine").write_text("new")
+        out.mkdir()
+        (out / "theirs").write_text("first")
     assert [p.name for p in out.iterdir()] == ["theirs"] and not litter(tmp_path)
 
 
@@ -183,9 +182,8 @@ def test_force_restores_the_old_output_when_the_swap_fails(tmp_path, monkeypatch
         real(source, target)
 
     monkeypatch.setattr(output_dir, "rename_noreplace", failing)
-    with pytest.raises(OSError):
-        with staged_output(out, replace=True) as staging:
-            (staging / "new").write_text("new")
+    with pytest.raises(OSError), staged_output(out, replace=True) as staging:
+        (staging / "new").write_text("new")
     assert (out / "old").read_text() == "keep me" and not litter(tmp_path)
 
 
