@@ -27,7 +27,10 @@ def _on_signal(signum: int, frame: object) -> None:
     global _interrupted
     if not _interrupted:
         _interrupted = True
-        raise Interrupted(signum)
+        stop = Interrupted(signum)
+        # Said here, not where it is caught: a signal during the imports is never caught.
+        sys.stderr.write(f"\nerror: interrupted by {stop.signame}; no partial output is left\n")
+        raise stop
 
 
 def install_signal_handlers() -> None:
@@ -63,9 +66,8 @@ class SurgeryGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except Interrupted as stop:
-            click.echo(f"error: interrupted by {stop.signame}; no partial output left", err=True)
-            raise
+        except Interrupted:
+            raise  # cleanup ran while it unwound; its line is already out
         except (SurgeryError, OSError) as error:
             if ctx.params.get("debug") or os.environ.get("SURGERY_DEBUG"):
                 raise
