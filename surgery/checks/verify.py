@@ -58,6 +58,15 @@ def _read_shards(files: list[Path], report: Report) -> list[Shard]:
     return shards
 
 
+def _root(folder: Path) -> Path:
+    """Where the folder's files may live: the repository's cache folder for a Hub snapshot
+    (`models--org--name/snapshots/<sha>`, whose files link into its `blobs/`), else itself."""
+    repo = folder.parent.parent
+    if folder.parent.name == "snapshots" and repo.name.startswith("models--"):
+        return repo
+    return folder
+
+
 def _check_folder(folder: Path, report: Report) -> list[Shard]:
     index_path = folder / INDEX_NAME
     present = sorted(folder.glob("*.safetensors"))
@@ -67,7 +76,8 @@ def _check_folder(folder: Path, report: Report) -> list[Shard]:
         return _read_shards(present, report)
     try:
         weight_map = load_index(index_path)
-        listed = sorted({member(folder, name, folder) for name in weight_map.values()})
+        root = _root(folder)
+        listed = sorted({member(folder, name, root) for name in weight_map.values()})
     except CheckpointError as error:
         report.problems.append(str(error))
         return _read_shards(present, report)

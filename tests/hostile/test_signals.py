@@ -58,7 +58,10 @@ def signal_runs(tmp_path, experts, moments: list[tuple[int, float]]) -> list[str
             assert all(f"note: removed {tmp_path / name}" in result.stderr for name in stale)
             assert not litter(tmp_path)
     assert fingerprint(*experts) == before
-    print("signal outcomes:", list(zip([signal.Signals(s).name for s, _ in moments], outcomes)))
+    print(
+        "signal outcomes:",
+        list(zip([signal.Signals(s).name for s, _ in moments], outcomes, strict=True)),
+    )
     return outcomes
 
 
