@@ -6,15 +6,58 @@ Errors the user can fix (`SurgeryError`) become one line on stderr and exit code
 
 from __future__ import annotations
 
-import json
-import os
+import signal
 import sys
-from pathlib import Path
 
-import click
 
-from surgery import __version__
-from surgery.core.errors import SurgeryError
+class Interrupted(SystemExit):
+    """SIGINT, SIGTERM or SIGHUP, raised where the main thread is, so every `finally` and
+    `except BaseException` (the staging folder's cleanup) runs; exits with code 2."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(2)
+        self.signame = signal.Signals(signum).name
+
+
+_interrupted = False
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    # The first signal unwinds the run; later ones are ignored so that cleanup finishes.
+    global _interrupted
+    if not _interrupted:
+        _interrupted = True
+        stop = Interrupted(signum)
+        # Said here, not where it is caught: a signal during the imports is never caught.
+        sys.stderr.write(f"\nerror: interrupted by {stop.signame}; no partial output is left\n")
+        raise stop
+
+
+def install_signal_handlers() -> None:
+    """Make SIGINT, SIGTERM and SIGHUP raise `Interrupted` (the `surgery` command only: a
+    program importing this module keeps its own handlers)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _on_signal)
+
+
+# Installed before the heavy imports below, so an early Ctrl-C exits quietly (code 2).
+if __name__ == "__main__" or sys.argv[0].rsplit("/", 1)[-1] == "surgery":
+    install_signal_handlers()
+
+import json  # noqa: E402
+import os  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import click  # noqa: E402
+
+from surgery import __version__  # noqa: E402
+from surgery.core.errors import SurgeryError  # noqa: E402
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
 
 # The top-level --help lists every command under one of these headings, in this order.
 SECTIONS = {
@@ -26,8 +69,8 @@ SECTIONS = {
 
 
 class SurgeryGroup(click.Group):
-    """A click group that turns the project's errors and usage errors into one line and exit
-    code 2, and lists its commands by section."""
+    """A click group that turns the project's errors, usage errors, operating-system errors and
+    signals into one line on stderr and exit code 2, and lists its commands by section."""
 
     resolved: str | None = None  # the subcommand being run, for usage errors
 
@@ -39,10 +82,17 @@ class SurgeryGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except SurgeryError as error:
+        except Interrupted:
+            raise  # cleanup ran while it unwound; its line is already out
+        except (SurgeryError, OSError) as error:
             if ctx.params.get("debug") or os.environ.get("SURGERY_DEBUG"):
                 raise
-            click.echo(f"error: {error}", err=True)
+            if isinstance(error, OSError):
+                reason = (error.strerror or str(error)).lower()
+                where = f"{error.filename}: " if error.filename else ""
+                click.echo(f"error: {where}{reason}", err=True)
+            else:
+                click.echo(f"error: {_one_line(str(error))}", err=True)
             sys.exit(2)
 
     def main(self, *args, **kwargs):
@@ -619,6 +669,7 @@ cli.add_command(train_command, "train")
 
 def main() -> None:
     """Console-script entry point."""
+    install_signal_handlers()
     cli()
 
 

@@ -107,17 +107,19 @@ def load_model(
     check_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError) as error:
         raise CheckpointError(f"cannot read a model config from {path}: {error}") from None
     _check_causal(path, config)
     with _quiet_transformers(progress):
         try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch_dtype, trust_remote_code=False, use_safetensors=True
+            )
         except (OSError, ValueError) as error:
             raise CheckpointError(f"cannot load {path}: {error}") from None
     try:
-        tok = AutoTokenizer.from_pretrained(tokenizer or path)
+        tok = AutoTokenizer.from_pretrained(tokenizer or path, trust_remote_code=False)
     except (OSError, ValueError) as error:
         raise ModelError(
             f"no usable tokenizer at {tokenizer or path} ({error}); pass --tokenizer PATH"

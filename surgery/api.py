@@ -46,7 +46,12 @@ def write_plan(
     out = Path(out)
     check_output(out, [ckpt.path for ckpt in plan.inputs], force)
     return execute(
-        plan, out, quiet=quiet, max_shard_size=max_shard_size, extra_files=card_file(plan, out)
+        plan,
+        out,
+        quiet=quiet,
+        max_shard_size=max_shard_size,
+        extra_files=card_file(plan, out),
+        replace=force,
     )
 
 

@@ -137,7 +137,7 @@ def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
     cfg = plan.config
     set_seed(cfg.seed)
     model, layers = _prepare_model(plan)
-    tokenizer = AutoTokenizer.from_pretrained(plan.base_dir)
+    tokenizer = AutoTokenizer.from_pretrained(plan.base_dir, trust_remote_code=False)
     tokenizer.model_max_length = int(1e30)  # packing splits long documents; no length warning
     block = plan.block_size
     args = training_arguments(plan)

@@ -181,8 +181,11 @@ def load_for_training(layout: CheckpointLayout, dtype: str) -> PreTrainedModel:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     kwargs: dict = {"dtype": getattr(torch, dtype), "output_loading_info": True}
+    # Never run code shipped with a checkpoint; weights only from safetensors.
+    kwargs |= {"trust_remote_code": False, "use_safetensors": True}
     if layout.multimodal:
-        kwargs["config"] = AutoConfig.from_pretrained(layout.folder).get_text_config()
+        config = AutoConfig.from_pretrained(layout.folder, trust_remote_code=False)
+        kwargs["config"] = config.get_text_config()
         kwargs["key_mapping"] = text_only_key_mapping(layout)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(layout.folder, **kwargs)

@@ -1,7 +1,11 @@
-"""verify: check every shard header, the index, and optionally every value of a checkpoint."""
+"""verify: check every shard header, the index, the recorded sha256 of every shard (and the Hub's,
+for a Hub cache snapshot), the recipe, and optionally every value of a checkpoint."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,10 +14,14 @@ from surgery.core.errors import CheckpointError
 from surgery.engine.progress import byte_progress
 from surgery.engine.reader import (
     INDEX_NAME,
+    RECIPE_NAME,
+    SHA256_KEY,
     Shard,
     TensorInfo,
     index_problems,
     load_index,
+    member,
+    open_regular,
     read_shard,
 )
 from surgery.engine.source import SourcePool
@@ -50,6 +58,15 @@ def _read_shards(files: list[Path], report: Report) -> list[Shard]:
     return shards
 
 
+def _root(folder: Path) -> Path:
+    """Where the folder's files may live: the repository's cache folder for a Hub snapshot
+    (`models--org--name/snapshots/<sha>`, whose files link into its `blobs/`), else itself."""
+    repo = folder.parent.parent
+    if folder.parent.name == "snapshots" and repo.name.startswith("models--"):
+        return repo
+    return folder
+
+
 def _check_folder(folder: Path, report: Report) -> list[Shard]:
     index_path = folder / INDEX_NAME
     present = sorted(folder.glob("*.safetensors"))
@@ -59,10 +76,13 @@ def _check_folder(folder: Path, report: Report) -> list[Shard]:
         return _read_shards(present, report)
     try:
         weight_map = load_index(index_path)
+        root = _root(folder)
+        listed = sorted({member(folder, name, root) for name in weight_map.values()})
     except CheckpointError as error:
         report.problems.append(str(error))
         return _read_shards(present, report)
-    listed = sorted({folder / name for name in weight_map.values()})
+    if not weight_map:
+        report.problems.append(f"{INDEX_NAME}: the weight_map is empty (it maps no tensor)")
     shards = _read_shards(listed, report)
     readable = {s.path.name for s in shards}
     subset = {n: f for n, f in weight_map.items() if f in readable}
@@ -101,8 +121,89 @@ def _check_values(shards: list[Shard], report: Report, quiet: bool) -> None:
             bar.update(tensor.nbytes)
 
 
+_HUB_BLOB = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _recorded_hashes(folder: Path, report: Report) -> dict[str, str]:
+    """The shard sha256s an output of this tool recorded (recipe and index must agree)."""
+    records = []
+    for name, key in ((RECIPE_NAME, None), (INDEX_NAME, "metadata")):
+        try:
+            data = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        data = data.get(key) if key and isinstance(data, dict) else data
+        if isinstance(data, dict) and isinstance(data.get(SHA256_KEY), dict):
+            records.append((name, data[SHA256_KEY]))
+    if len(records) == 2 and records[0][1] != records[1][1]:
+        report.problems.append(f"{RECIPE_NAME} and {INDEX_NAME} record different shard hashes")
+    return records[0][1] if records else {}
+
+
+def _hub_hash(file: Path) -> str | None:
+    """The sha256 the Hub reported for a file of a Hub cache snapshot (its blob's name)."""
+    target = file.resolve()
+    if file.is_symlink() and target.parent.name == "blobs" and _HUB_BLOB.match(target.name):
+        return target.name
+    return None
+
+
+def _sha256(file: Path, bar) -> str:
+    digest = hashlib.sha256()
+    with open(open_regular(file), "rb") as handle:
+        while chunk := handle.read(_VALUE_CHUNK):
+            digest.update(chunk)
+            bar.update(len(chunk))
+    return digest.hexdigest()
+
+
+def _check_hashes(path: Path, shards: list[Shard], report: Report, quiet: bool) -> None:
+    """Compare each shard's sha256 with what the output recorded and what the Hub reported."""
+    recorded = _recorded_hashes(path, report) if path.is_dir() else {}
+    expected = {s.path: (recorded.get(s.path.name), _hub_hash(s.path)) for s in shards}
+    if recorded:
+        unrecorded = sorted(s.path.name for s in shards if s.path.name not in recorded)
+        if unrecorded:
+            report.problems.append(f"no recorded sha256 for {', '.join(unrecorded)}")
+    todo = [s for s in shards if any(expected[s.path])]
+    bar = byte_progress(sum(s.size for s in todo), "sha256", quiet)
+    with bar:
+        for shard in todo:
+            actual = _sha256(shard.path, bar)
+            mine, hubs = expected[shard.path]
+            if mine and actual != mine:
+                report.problems.append(
+                    f"{shard.path.name}: sha256 {actual[:12]}... differs from the recorded "
+                    f"{mine[:12]}... (changed or swapped after it was written)"
+                )
+            if hubs and actual != hubs:
+                report.problems.append(
+                    f"{shard.path.name}: sha256 {actual[:12]}... differs from the Hub's "
+                    f"{hubs[:12]}... (corrupt download or modified cache)"
+                )
+
+
+def _check_recipe(folder: Path, shards: list[Shard], report: Report) -> None:
+    """surgery_recipe.json must say what the shards' own metadata says (hashes aside)."""
+    embedded = [s.metadata.get("surgery_recipe") for s in shards]
+    if not (folder / RECIPE_NAME).is_file() or not any(embedded):
+        return
+    try:
+        recipe = json.loads((folder / RECIPE_NAME).read_text())
+        recipe.pop(SHA256_KEY, None)
+        mismatch = any(text is None or json.loads(text) != recipe for text in embedded)
+    except (OSError, ValueError, AttributeError):
+        mismatch = True
+    if mismatch:
+        report.problems.append(f"{RECIPE_NAME} differs from the recipe in the shards (edited?)")
+
+
 def verify(path: str | Path, *, values: bool = False, quiet: bool = True) -> Report:
     """Check a checkpoint folder or file and report every defect found, not only the first.
+
+    Headers and index; each shard's sha256 against the one this tool recorded when it wrote the
+    shard and, for a Hub cache snapshot, the one the Hub reported (its blob's name); the recipe
+    file against the recipe inside the shards.
 
     Args:
         path: local checkpoint folder or .safetensors file (resolve Hub ids first).
@@ -120,6 +221,9 @@ def verify(path: str | Path, *, values: bool = False, quiet: bool = True) -> Rep
     report.shards, report.tensors = len(shards), sum(len(s.tensors) for s in shards)
     if path.is_dir() and not (path / "config.json").is_file():
         report.warnings.append("no config.json: transformers cannot load this folder as a model")
+    if path.is_dir():
+        _check_recipe(path, shards, report)
+    _check_hashes(path, shards, report, quiet)
     if values:
         _check_values(shards, report, quiet)
     return report

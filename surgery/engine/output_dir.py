@@ -1,14 +1,30 @@
-"""Safe output folders: refuse risky paths, build beside OUT, rename into place when done."""
+"""Safe output folders: refuse risky paths, build beside OUT, publish by a rename that never
+replaces what appeared meanwhile, and clean up what an interrupted run left."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import hashlib
 import os
+import re
 import shutil
+import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 
 from surgery.core.errors import OutputError
+from surgery.engine.progress import notice
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+# Hidden siblings of OUT made by a run: `.NAME.partial-PID` (being built), `.NAME.old-PID` (the
+# previous OUT during a --force swap).
+_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?P<pid>\d+)$")
+_NAME_MAX = 255
 
 
 def _is_within(path: Path, folder: Path) -> bool:
@@ -32,39 +48,176 @@ def check_output(out: Path, inputs: Sequence[Path], force: bool) -> None:
         raise OutputError(f"output {out} already exists; pass --force to replace it")
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
+def _remove(path: Path, *, quietly: bool = False) -> None:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    except OSError:
+        if not quietly:
+            raise
+
+
+def sibling(out: Path, kind: str, pid: int | None = None) -> Path:
+    """The hidden `.NAME.KIND-PID` folder beside `out`, its name kept within 255 bytes (a long
+    OUT name is shortened and made unique with a hash)."""
+    pid = os.getpid() if pid is None else pid
+    name, suffix = out.name, f".{kind}-{pid}"
+    if len(os.fsencode(f".{name}{suffix}")) > _NAME_MAX:
+        digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:12]
+        name = os.fsdecode(os.fsencode(name)[:180]).rstrip("\udcff") + "~" + digest
+    return out.parent / f".{name}{suffix}"
+
+
+@cache
+def _renameat2():
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None  # not Linux, or a C library without renameat2
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    function.argtypes += [ctypes.c_uint]
+    return function
+
+
+def rename_noreplace(source: Path, target: Path) -> None:
+    """Rename `source` to `target`, never replacing an existing `target`.
+
+    Atomic on Linux (renameat2 with RENAME_NOREPLACE). Elsewhere, or on a file system without
+    it, `target` is checked first; the rename of a folder then still never replaces a file or a
+    non-empty folder, so only an empty folder created in between could be lost.
+
+    Raises:
+        FileExistsError: `target` exists.
+        OSError: the rename failed otherwise.
+    """
+    rename = _renameat2()
+    if rename is not None:
+        if rename(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), 1) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), str(target))
+    if os.path.lexists(target):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+    os.rename(source, target)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def clean_stale_siblings(folder: Path) -> None:
+    """Remove what runs that died (SIGKILL, power loss) left in `folder`, saying so in a line.
+
+    A staging folder whose process is gone is removed. A `.old` folder (the previous OUT during a
+    --force swap) is put back as OUT when OUT is missing, else removed: its run had finished.
+    """
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for path in entries:
+        match = _SIBLING.match(path.name)
+        if match is None or int(match["pid"]) == os.getpid() or _pid_alive(int(match["pid"])):
+            continue
+        out = folder / match["name"]
+        if match["kind"] == "old" and not os.path.lexists(out):
+            try:
+                rename_noreplace(path, out)
+                notice("note", f"restored {out} from {path.name}, left by a run that died")
+            except OSError:
+                pass
+            continue
+        _remove(path, quietly=True)
+        notice("note", f"removed {path}, left by a run (pid {match['pid']}) that died")
 
 
 @contextmanager
-def staged_output(out: Path) -> Iterator[Path]:
-    """Yield a temporary folder beside `out`; on success it replaces `out` by rename.
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the few renames that publish (delivered after)."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
-    On any error (or Ctrl-C) the temporary folder and any parent folders created for it are
-    removed, so a failed run leaves nothing behind.
+
+def _publish(staging: Path, out: Path, replace: bool) -> None:
+    """Rename `staging` to `out`; an existing `out` is swapped out only when `replace`, and put
+    back if the swap fails."""
+    with _signals_deferred():
+        _publish_now(staging, out, replace)
+
+
+def _publish_now(staging: Path, out: Path, replace: bool) -> None:
+    try:
+        rename_noreplace(staging, out)
+        return
+    except FileExistsError:
+        if not replace:
+            raise OutputError(
+                f"output {out} appeared while this run was writing (another run?); it was left "
+                "as it is; pass --force to replace it"
+            ) from None
+    old = sibling(out, "old")
+    rename_noreplace(out, old)
+    try:
+        rename_noreplace(staging, out)
+    except BaseException:
+        try:
+            rename_noreplace(old, out)
+        except OSError:
+            raise OutputError(
+                f"could not replace {out}; its previous version is in {old}"
+            ) from None
+        raise
+    _remove(old, quietly=True)
+
+
+@contextmanager
+def staged_output(out: Path, *, replace: bool | None = None) -> Iterator[Path]:
+    """Yield a temporary folder beside `out`; on success it becomes `out` by rename.
+
+    Args:
+        replace: whether an existing `out` may be replaced. Default: only if `out` existed when
+            staging began (the caller's `check_output` refused it unless forced); an `out` that
+            appears while the run writes is then never replaced.
+
+    On any error (or Ctrl-C, SIGTERM, SIGHUP: the CLI turns them into exceptions) the temporary
+    folder and any parent folders created for it are removed, so a failed run leaves nothing
+    behind. Stale folders of runs that died are cleaned first (`clean_stale_siblings`).
+
+    Raises:
+        OutputError: `out` appeared meanwhile and may not be replaced.
+        OSError: the file system refused (the caller turns it into one line).
     """
     out = Path(out).absolute()
+    existing = next(p for p in out.parents if os.path.lexists(p))
+    if not existing.is_dir():
+        raise OutputError(f"cannot write {out}: {existing} is not a folder")
     created = [p for p in reversed(out.parents) if not p.exists()]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
-    _remove(staging)
-    staging.mkdir()
+    if replace is None:
+        replace = os.path.lexists(out)
+    staging = sibling(out, "partial")
     try:
-        yield staging
-        if out.exists() or out.is_symlink():
-            # Move the old output aside first so OUT is never missing a complete version for long.
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-            os.replace(staging, out)
-            _remove(old)
-        else:
-            os.replace(staging, out)
-    except BaseException:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_siblings(out.parent)
         _remove(staging)
+        staging.mkdir()
+        yield staging
+        _publish(staging, out, replace)
+    except BaseException:
+        _remove(staging, quietly=True)
         for folder in reversed(created):
-            if folder.exists() and not any(folder.iterdir()):
-                folder.rmdir()
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty
         raise

@@ -19,3 +19,8 @@ def byte_progress(total: int, desc: str, quiet: bool) -> tqdm:
         file=sys.stderr,
         leave=False,
     )
+
+
+def notice(kind: str, message: str) -> None:
+    """One line on stderr that the run goes on despite (`warning`) or did on its own (`note`)."""
+    tqdm.write(f"{kind}: {message}", file=sys.stderr)

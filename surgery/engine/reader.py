@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,12 +21,15 @@ from pathlib import Path
 from surgery.core.dtypes import ITEMSIZES, is_float, itemsize
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import Stack, find_stacks
+from surgery.engine.header_json import USIZE_LIMIT, HeaderError, parse_header
 
 INDEX_NAME = "model.safetensors.index.json"
 RECIPE_NAME = "surgery_recipe.json"
 # Files that describe a checkpoint, not a model: never copied from an input into an output.
 CARD_NAME = "README.md"
 RESULTS_NAME = "eval_results.json"
+# Where outputs record each shard's sha256: the index's metadata and surgery_recipe.json.
+SHA256_KEY = "shard_sha256"
 # safetensors refuses headers above 100 MB; so do we, before allocating anything.
 MAX_HEADER_BYTES = 100_000_000
 
@@ -74,10 +79,29 @@ def _fail(path: Path, message: str) -> CheckpointError:
     return CheckpointError(f"{path}: {message}")
 
 
+def open_regular(path: Path) -> int:
+    """Open `path` read-only without ever blocking: a FIFO, socket or device is refused.
+
+    O_NONBLOCK makes opening a FIFO return at once (a plain open would wait for a writer);
+    the descriptor is then checked to be a regular file before anything is read.
+
+    Raises:
+        CheckpointError: missing, unreadable, or not a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise _fail(path, f"cannot read: {error.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _fail(path, "not a regular file (a FIFO, device or socket?); refusing to read it")
+    return fd
+
+
 def _read_header_json(path: Path) -> tuple[dict, int, int]:
     """Return (header dict, data start offset, file size)."""
     try:
-        with open(path, "rb") as handle:
+        with open(open_regular(path), "rb") as handle:
             size = handle.seek(0, 2)
             handle.seek(0)
             prefix = handle.read(8)
@@ -90,36 +114,33 @@ def _read_header_json(path: Path) -> tuple[dict, int, int]:
     except OSError as error:
         raise _fail(path, f"cannot read: {error.strerror}") from None
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise _fail(path, f"corrupt header (not JSON: {error})") from None
-    if not isinstance(header, dict):
-        raise _fail(path, "corrupt header (not a JSON object)")
-    return header, 8 + length, size
+        metadata, entries = parse_header(raw)
+    except HeaderError as error:
+        raise _fail(path, f"corrupt header ({error})") from None
+    return {"__metadata__": metadata, **entries}, 8 + length, size
 
 
-def _tensor_entry(path: Path, name: str, entry: object, data_start: int) -> TensorInfo:
-    """Validate one header entry and turn it into a TensorInfo."""
-    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-        raise _fail(path, f"tensor {name!r}: entry needs dtype, shape and data_offsets")
+def _tensor_entry(path: Path, name: str, entry: dict, data_start: int) -> TensorInfo:
+    """Turn one type-checked header entry (see `parse_header`) into a TensorInfo."""
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if dtype not in ITEMSIZES:
-        raise _fail(path, f"tensor {name!r}: unknown dtype {dtype!r}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise _fail(path, f"tensor {name!r}: bad shape {shape!r}")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(isinstance(o, int) and o >= 0 for o in offsets)
-        or offsets[0] > offsets[1]
-    ):
+        raise _fail(path, f"tensor {name!r}: dtype {dtype} is not supported by this tool")
+    if offsets[0] > offsets[1]:
         raise _fail(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
+    # As safetensors: the element count, then the bit count, must fit a 64-bit size.
+    count = 1
+    for dim in shape:
+        count *= dim
+        if count >= USIZE_LIMIT:
+            break
+    if count * itemsize(dtype) * 8 >= USIZE_LIMIT:
+        raise _fail(path, f"tensor {name!r}: shape {shape} overflows a 64-bit size")
     nbytes = offsets[1] - offsets[0]
-    if nbytes != math.prod(shape) * itemsize(dtype):
+    if nbytes != count * itemsize(dtype):
         raise _fail(
             path,
             f"tensor {name!r}: {nbytes} bytes for shape {shape} of {dtype} "
-            f"(expected {math.prod(shape) * itemsize(dtype)})",
+            f"(expected {count * itemsize(dtype)})",
         )
     return TensorInfo(name, dtype, tuple(shape), path, data_start + offsets[0], nbytes)
 
@@ -139,11 +160,7 @@ def read_shard(path: Path) -> Shard:
     """
     path = Path(path)
     header, data_start, size = _read_header_json(path)
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
-        raise _fail(path, "corrupt header (__metadata__ must map strings to strings)")
+    metadata = header.pop("__metadata__")
     tensors = sorted(
         (_tensor_entry(path, name, entry, data_start) for name, entry in header.items()),
         key=lambda t: (t.start, t.nbytes),
@@ -226,9 +243,15 @@ class Checkpoint:
 
 
 def load_index(index_path: Path) -> dict[str, str]:
+    """The weight_map of an index file (name -> shard file), its paths checked by `member`.
+
+    Raises:
+        CheckpointError: unreadable, not a regular file, or not a map of strings.
+    """
     try:
-        index = json.loads(index_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        with open(open_regular(index_path), "rb") as handle:
+            index = json.loads(handle.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
         raise _fail(index_path, f"unreadable index ({error})") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(
@@ -258,7 +281,30 @@ def index_problems(weight_map: dict[str, str], shards: list[Shard]) -> list[str]
     return problems
 
 
-def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
+def checkpoint_root(folder: Path, hub: HubRef | None) -> Path:
+    """The folder a checkpoint's files may live in: the folder itself, or for a Hub snapshot its
+    repository's cache folder (snapshot files are links into its `blobs/`)."""
+    return folder.parent.parent if hub is not None else folder
+
+
+def member(folder: Path, name: str, root: Path) -> Path:
+    """`folder / name` for a file an index names, checked before anything is opened.
+
+    Raises:
+        CheckpointError: an absolute path, a `..` part, or a link that leaves `root`.
+    """
+    relative = Path(name)
+    if not name or relative.is_absolute() or ".." in relative.parts:
+        raise _fail(folder, f"index names {name!r}, outside the checkpoint folder; refusing it")
+    path = folder / relative
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise _fail(folder, f"{name} links outside the checkpoint folder; refusing it")
+    return path
+
+
+def _shard_files(
+    folder: Path, root: Path | None = None
+) -> tuple[list[Path], dict[str, str] | None]:
     """The shard files of a folder and its weight map (None when the folder has no index)."""
     index_path = folder / INDEX_NAME
     if not index_path.is_file():
@@ -266,11 +312,14 @@ def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
         index_path = others[0] if len(others) == 1 else index_path
     if index_path.is_file():
         weight_map = load_index(index_path)
+        if not weight_map:
+            raise _fail(index_path, "the index's weight_map is empty (it maps no tensor)")
         files = sorted(set(weight_map.values()))
-        missing = [f for f in files if not (folder / f).is_file()]
+        paths = [member(folder, f, root or folder) for f in files]
+        missing = [f for f, p in zip(files, paths, strict=True) if not p.exists()]
         if missing:
             raise _fail(folder, f"index names shard(s) that are missing: {', '.join(missing)}")
-        return [folder / f for f in files], weight_map
+        return paths, weight_map
     files = sorted(folder.glob("*.safetensors"))
     if len(files) == 1:
         return files, None
@@ -296,7 +345,7 @@ def open_checkpoint(path: str | Path, *, spec: str = "", hub: HubRef | None = No
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or folder")
     if path.is_dir():
-        files, weight_map = _shard_files(path)
+        files, weight_map = _shard_files(path, checkpoint_root(path, hub))
     else:
         files, weight_map = [path], None
     shards = [read_shard(f) for f in files]

@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,11 +26,20 @@ from tqdm import tqdm
 
 from surgery.core.dtypes import CONFIG_NAMES, itemsize, torch_dtype
 from surgery.core.errors import OutputError
-from surgery.engine.blend import accumulate, accumulator_dtype, finish
+from surgery.engine.blend import accumulate, accumulator_dtype, check_finite, finish
 from surgery.engine.output_dir import staged_output
 from surgery.engine.plan import OutputTensor, Plan
-from surgery.engine.progress import byte_progress
-from surgery.engine.reader import CARD_NAME, INDEX_NAME, RECIPE_NAME, RESULTS_NAME, TensorInfo
+from surgery.engine.progress import byte_progress, notice
+from surgery.engine.reader import (
+    CARD_NAME,
+    INDEX_NAME,
+    RECIPE_NAME,
+    RESULTS_NAME,
+    SHA256_KEY,
+    TensorInfo,
+    checkpoint_root,
+)
+from surgery.engine.shard_hash import OrderedHash
 from surgery.engine.source import SourcePool
 
 if TYPE_CHECKING:
@@ -150,10 +160,11 @@ class _TensorWriter:
         self.progress = progress
         self.chunk_buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
 
-    def write(self, fd: int, tensor: OutputTensor, offset: int) -> None:
-        """Write `tensor` at byte `offset` of the open shard `fd`."""
+    def write(self, fd: int, tensor: OutputTensor, offset: int, hasher: OrderedHash) -> None:
+        """Write `tensor` at byte `offset` of the open shard `fd`, feeding its bytes to `hasher`."""
+        self.hasher = hasher
         if tensor.kernel is not None:
-            tensor.kernel.write(self.pool, fd, offset, self.progress)
+            tensor.kernel.write(self.pool, fd, offset, self.progress, hasher)
         elif tensor.is_copy:
             self._copy(fd, tensor, offset)
         else:
@@ -174,12 +185,16 @@ class _TensorWriter:
             if count == 0:
                 count = min(COPY_CHUNK, source.nbytes - done)
                 _pwrite_all(fd, handle.view(source.start + done, count), offset + done)
+            # The kernel copied these bytes; hash them from the input's page-cache mapping.
+            self.hasher.add(offset + done, handle.view(source.start + done, count), stable=True)
             done += count
             self.progress.update(count)
 
     def _blend(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         acc_dtype = accumulator_dtype(tensor.dtype, (s.tensor.dtype for s in tensor.sources))
         numel = tensor.nbytes // itemsize(tensor.dtype)
+        if numel == 0:
+            return  # a zero-element tensor has no bytes (and torch cannot view empty buffers)
         # Whole-tensor views of the memory-mapped inputs: slicing them below copies nothing.
         inputs = [(self._source_values(s.tensor), s.weight) for s in tensor.sources]
         acc_buffer = self._buffer("acc", acc_dtype)
@@ -189,8 +204,10 @@ class _TensorWriter:
             acc, out = acc_buffer[: stop - start], out_buffer[: stop - start]
             sources = [(values[start:stop], weight) for values, weight in inputs]
             finish(accumulate(acc, sources), tensor.divisor, out)  # the one rounding
+            check_finite(tensor, out, sources)
             data = memoryview(out.view(torch_dtype("U8")).numpy())
             _pwrite_all(fd, data, offset + start * out.element_size())
+            self.hasher.add(offset + start * out.element_size(), data)
             self.progress.update(len(data))
 
     def _source_values(self, info: TensorInfo) -> torch.Tensor:
@@ -225,14 +242,22 @@ class _ShardWriter:
             self.local.writer = _TensorWriter(self.pool, self.progress)
         return self.local.writer
 
-    def write(self, path: Path, header: bytes, tensors: Sequence[OutputTensor]) -> None:
-        """Write one shard: header first, then every tensor at its offset."""
+    def write(self, path: Path, header: bytes, tensors: Sequence[OutputTensor]) -> str:
+        """Write one shard: header first, then every tensor at its offset.
+
+        Returns:
+            The shard's sha256 (hex), computed from the bytes as they were written.
+        """
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        hasher, jobs = OrderedHash(), []
         try:
             _pwrite_all(fd, memoryview(header), 0)
+            hasher.add(0, header, stable=True)
             offsets = list(itertools.accumulate((t.nbytes for t in tensors), initial=len(header)))
-            jobs = [
-                self.executor.submit(lambda t, o: self._writer().write(fd, t, o), tensor, offset)
+            jobs += [
+                self.executor.submit(
+                    lambda t, o: self._writer().write(fd, t, o, hasher), tensor, offset
+                )
                 for tensor, offset in zip(tensors, offsets, strict=False)
             ]
             for job in jobs:
@@ -240,7 +265,14 @@ class _ShardWriter:
             expected, actual = offsets[-1], os.fstat(fd).st_size
             if actual != expected:  # a bug, not a user error: never leave such a shard behind
                 raise RuntimeError(f"{path.name}: wrote {actual} bytes, expected {expected}")
+            return hasher.hexdigest(expected)
         finally:
+            # After an error: stop the other workers (aborting the hash stops them at their next
+            # chunk) and wait for them, so none ever writes to a closed, maybe reused, descriptor.
+            hasher.abort()
+            for job in jobs:
+                job.cancel()
+            futures.wait(jobs)
             os.close(fd)
 
     def close(self) -> None:
@@ -248,18 +280,41 @@ class _ShardWriter:
         self.executor.shutdown(cancel_futures=True)
 
 
-def copy_companion_files(plan: Plan, staging: Path) -> list[str]:
-    """Copy config, generation config, tokenizer and other small files; patch the config's dtype
-    when --dtype changed it. Returns the names copied."""
+def companion_files(plan: Plan) -> list[tuple[Path, str]]:
+    """(source, name) of each config, tokenizer or other small file to copy into the output.
+
+    Only regular files inside the checkpoint folder qualify: a link that leaves it (say
+    `notes.txt` -> a private key) is skipped with a warning, never followed, and a FIFO, socket or
+    device is skipped without being opened (opening a FIFO would block).
+    """
     folder = plan.files_from.folder
     if folder is None:
         return []
-    copied = []
+    root = checkpoint_root(folder, plan.files_from.hub).resolve()
+    chosen = []
     for path in sorted(folder.iterdir()):
-        if not path.is_file() or path.name in _SKIP_NAMES or path.name.endswith(_SKIP_SUFFIXES):
+        if path.name in _SKIP_NAMES or path.name.endswith(_SKIP_SUFFIXES):
             continue
-        shutil.copy2(path, staging / path.name)
-        copied.append(path.name)
+        target = path.resolve()
+        if path.is_symlink() and not target.is_relative_to(root):
+            notice("warning", f"skipped {path.name}: a link to {target}, outside {folder}")
+        elif target.is_file():
+            chosen.append((target, path.name))
+        elif target.exists() and not target.is_dir():
+            notice("warning", f"skipped {path.name}: not a regular file")
+    return chosen
+
+
+def copy_companion_files(
+    plan: Plan, staging: Path, files: Sequence[tuple[Path, str]] | None = None
+) -> list[str]:
+    """Copy config, generation config, tokenizer and other small files (`files`, default
+    `companion_files(plan)`); patch the config's dtype when --dtype changed it. Returns the names
+    copied."""
+    copied = []
+    for source, name in companion_files(plan) if files is None else files:
+        shutil.copyfile(source, staging / name)
+        copied.append(name)
     config = staging / "config.json"
     if plan.dtype in CONFIG_NAMES and config.is_file():
         _patch_config_dtype(config, CONFIG_NAMES[plan.dtype])
@@ -284,12 +339,38 @@ def _patch_config_dtype(config_path: Path, name: str) -> None:
     config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
+# Rounding slack per file written (file systems allocate whole blocks).
+_BLOCK = 4096
+
+
 def _check_disk_space(folder: Path, needed: int) -> None:
     free = shutil.disk_usage(folder).free
     if needed > free:
         raise OutputError(
             f"the output needs {needed / 1e9:.2f} GB but {folder} has {free / 1e9:.2f} GB free"
         )
+
+
+def bytes_needed(
+    plan: Plan,
+    headers: Sequence[bytes],
+    companions: Sequence[tuple[Path, str]],
+    extra_files: Mapping[str, str],
+) -> int:
+    """Everything the run writes: shards (headers and tensors), index, recipe, copied companion
+    files and extra files, each rounded up by a block."""
+    recipe = len(json.dumps(plan.recipe, indent=2)) + 100 * (len(headers) + 1)
+    index = sum(len(t.name) + 40 for t in plan.tensors) + 100 * len(headers) + 200
+    files = [plan.total_bytes + sum(map(len, headers)), recipe, index]
+    files += [source.stat().st_size for source, _ in companions]
+    files += [len(text.encode()) for text in extra_files.values()]
+    return sum(files) + _BLOCK * (len(headers) + len(files))
+
+
+def _os_error_line(out: Path, error: OSError) -> OutputError:
+    """`cannot write OUT: no space left on device` (what a user can act on, in one line)."""
+    reason = (error.strerror or str(error)).lower()
+    return OutputError(f"cannot write {out}: {reason}")
 
 
 @contextmanager
@@ -319,49 +400,70 @@ def execute(
     quiet: bool = False,
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
     extra_files: Mapping[str, str] | None = None,
+    replace: bool | None = None,
 ) -> Path:
     """Write the plan's output checkpoint at `out` (checked by the caller with `check_output`).
 
+    Every shard's sha256, computed as its bytes are written, goes in the index's metadata and in
+    surgery_recipe.json (`shard_sha256`); `surgery verify` checks them.
+
     Args:
         extra_files: text files to add to the output by name (a model card), written last.
+        replace: whether an existing `out` may be replaced (see `staged_output`; --force).
 
     Returns:
         The output folder.
 
     Raises:
-        OutputError: too little disk space; any error leaves nothing at `out`.
+        OutputError: too little disk space, `out` appeared meanwhile, or the file system
+            refused (one line: `cannot write OUT: no space left on device`); any error leaves
+            nothing at `out`.
     """
     shards = layout_shards(plan.tensors, max_shard_size)
     names = shard_names(len(shards))
     recipe_text = json.dumps(plan.recipe, sort_keys=True)
     headers = [build_header(s, {"format": "pt", "surgery_recipe": recipe_text}) for s in shards]
-    with staged_output(Path(out)) as staging:
-        _check_disk_space(staging, plan.total_bytes)
-        bar = byte_progress(plan.total_bytes, plan.operation, quiet)
-        with SourcePool() as pool, bar, _single_threaded_torch(plan) as workers:
-            writer = _ShardWriter(pool, bar, workers)
-            try:
-                for name, (header, ordered) in zip(names, headers, strict=True):
-                    writer.write(staging / name, header, ordered)
-            finally:
-                writer.close()
-        if len(shards) > 1:
-            _write_index(staging, plan, shards, names)
-        copy_companion_files(plan, staging)
-        (staging / RECIPE_NAME).write_text(json.dumps(plan.recipe, indent=2, sort_keys=True) + "\n")
-        for name, text in (extra_files or {}).items():
-            (staging / name).write_text(text)
+    extra_files = extra_files or {}
+    companions = companion_files(plan)
+    try:
+        with staged_output(Path(out), replace=replace) as staging:
+            _check_disk_space(
+                staging, bytes_needed(plan, [h for h, _ in headers], companions, extra_files)
+            )
+            bar = byte_progress(plan.total_bytes, plan.operation, quiet)
+            hashes = {}
+            with SourcePool() as pool, bar, _single_threaded_torch(plan) as workers:
+                writer = _ShardWriter(pool, bar, workers)
+                try:
+                    for name, (header, ordered) in zip(names, headers, strict=True):
+                        hashes[name] = writer.write(staging / name, header, ordered)
+                finally:
+                    writer.close()
+            if len(shards) > 1:
+                _write_index(staging, plan, shards, names, hashes)
+            copy_companion_files(plan, staging, companions)
+            recipe = {**plan.recipe, SHA256_KEY: hashes}
+            (staging / RECIPE_NAME).write_text(json.dumps(recipe, indent=2, sort_keys=True) + "\n")
+            for name, text in extra_files.items():
+                (staging / name).write_text(text)
+    except OSError as error:
+        raise _os_error_line(Path(out), error) from error
     return Path(out)
 
 
 def _write_index(
-    staging: Path, plan: Plan, shards: list[list[OutputTensor]], names: list[str]
+    staging: Path,
+    plan: Plan,
+    shards: list[list[OutputTensor]],
+    names: list[str],
+    hashes: Mapping[str, str],
 ) -> None:
     weight_map = {t.name: name for name, shard in zip(names, shards, strict=True) for t in shard}
     index = {
         "metadata": {
             "total_size": plan.total_bytes,
             "total_parameters": sum(t.nbytes // itemsize(t.dtype) for t in plan.tensors),
+            SHA256_KEY: dict(hashes),
         },
         "weight_map": dict(sorted(weight_map.items())),
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -56,11 +57,16 @@ def assert_valid_output(path: Path) -> dict[str, torch.Tensor]:
     else:
         assert not index_path.exists()
     recipe = json.loads((path / "surgery_recipe.json").read_text())
+    # Each shard's sha256 is recorded (computed while writing; checked here with hashlib).
+    hashes = recipe.pop("shard_sha256")
+    assert hashes == {s.name: hashlib.sha256(s.read_bytes()).hexdigest() for s in shards}
+    if len(shards) > 1:
+        assert json.loads(index_path.read_text())["metadata"]["shard_sha256"] == hashes
     for shard in shards:
         with safe_open(shard, "pt") as handle:
             assert json.loads(handle.metadata()["surgery_recipe"]) == recipe
     state = load_state(path)
-    assert all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point())
+    assert all(torch.isfinite(t.float()).all() for t in state.values() if t.is_floating_point())
     return state
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from surgery.core.errors import SurgeryError
@@ -29,9 +30,21 @@ def parse_weights(text: str | None, count: int) -> list[float]:
         raise SurgeryError(f"--weights {text!r}: give comma-separated numbers") from None
     if len(weights) != count:
         raise SurgeryError(f"--weights has {len(weights)} values for {count} checkpoints")
-    if any(w < 0 for w in weights) or sum(weights) <= 0:
-        raise SurgeryError(f"--weights {text!r}: weights must be >= 0 and not all zero")
+    check_weights(weights, text)
     return weights
+
+
+def check_weights(weights: Sequence[float], text: str | None = None) -> None:
+    """Weights must be finite, >= 0, not all zero, and sum to a finite total.
+
+    Raises:
+        SurgeryError: naming the weights.
+    """
+    shown = text if text is not None else ",".join(map(str, weights))
+    if not all(math.isfinite(w) for w in weights) or not math.isfinite(sum(weights)):
+        raise SurgeryError(f"--weights {shown!r}: every weight and their sum must be finite")
+    if any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise SurgeryError(f"--weights {shown!r}: weights must be >= 0 and not all zero")
 
 
 def plan_soup(
@@ -53,6 +66,7 @@ def plan_soup(
     if len(experts) < 2:
         raise SurgeryError("soup needs at least two checkpoints")
     weights = list(weights) if weights is not None else [1.0] * len(experts)
+    check_weights(weights)
     labels = [f"expert {i + 1} ({e.path})" for i, e in enumerate(experts)]
     check_compatible(experts, labels, float_dtypes_may_differ=dtype is not None)
     total = sum(weights)

@@ -15,6 +15,7 @@ import numpy as np
 from surgery.core.dtypes import itemsize
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.reader import TensorInfo
+from surgery.engine.shard_hash import OrderedHash
 from surgery.engine.source import SourcePool
 
 # Elements per chunk: the writer's blend chunk (surgery/engine/writer.py CHUNK_ELEMENTS).
@@ -76,13 +77,17 @@ class Inputs:
 class Output:
     """Writes chunks of one output tensor at its place in an open shard."""
 
-    def __init__(self, fd: int, offset: int, dtype: str, progress: object) -> None:
+    def __init__(
+        self, fd: int, offset: int, dtype: str, progress: object, hasher: OrderedHash
+    ) -> None:
         self.fd, self.offset, self.dtype, self.progress = fd, offset, dtype, progress
+        self.hasher = hasher
 
     def put(self, start: int, values: np.ndarray) -> None:
         """Round `values` once to the output dtype and write them at element `start`."""
         data = memoryview(encode(values, self.dtype)).cast("B")
         position = self.offset + start * itemsize(self.dtype)
+        self.hasher.add(position, data)  # copied if early: bounded by the hash's pending limit
         total = len(data)
         while len(data):
             written = os.pwrite(self.fd, data, position)

@@ -16,6 +16,7 @@ import numpy as np
 from surgery.engine.ops.merge.arrays import Inputs, Output, work_dtype
 from surgery.engine.plan import OutputTensor, Source
 from surgery.engine.reader import TensorInfo
+from surgery.engine.shard_hash import OrderedHash
 from surgery.engine.source import SourcePool
 
 
@@ -27,10 +28,14 @@ class Kernel(ABC):
         self.inputs = tuple(inputs)
         self.out_dtype = out_dtype
 
-    def write(self, pool: SourcePool, fd: int, offset: int, progress: object) -> None:
-        """Compute the tensor and write it at byte `offset` of the open shard `fd`."""
+    def write(
+        self, pool: SourcePool, fd: int, offset: int, progress: object, hasher: OrderedHash
+    ) -> None:
+        """Compute the tensor and write it at byte `offset` of the open shard `fd`, feeding the
+        bytes written to the shard's `hasher`."""
         work = work_dtype([*(t.dtype for t in self.inputs), self.out_dtype])
-        self.run(Inputs(pool, self.inputs, work), Output(fd, offset, self.out_dtype, progress))
+        out = Output(fd, offset, self.out_dtype, progress, hasher)
+        self.run(Inputs(pool, self.inputs, work), out)
 
     @abstractmethod
     def run(self, inputs: Inputs, out: Output) -> None:

@@ -1,0 +1,177 @@
+"""Parse a safetensors header with the same verdicts as the safetensors library.
+
+safetensors parses headers with serde_json in Rust, which is stricter than Python's `json`: no
+NaN or Infinity, no number out of a float's range, no lone surrogate in a string, at most 127
+nested arrays or objects, integers as plain literals (no `1.0`, no `true`, no `-0`) that fit a
+64-bit unsigned integer, no duplicate field inside a tensor entry or a second `__metadata__`,
+and every duplicate tensor entry well-typed even though the last one wins. Python's `json`
+accepts all of those (or raises RecursionError and ValueError on some), so this module parses
+with hooks that keep what Python would hide, then checks the types as serde does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+# serde_json fails at 128 nested arrays/objects (the root object counts as one).
+MAX_DEPTH = 127
+USIZE_LIMIT = 2**64  # usize on the 64-bit platforms safetensors runs on
+TENSOR_FIELDS = ("dtype", "shape", "data_offsets")
+# Every dtype safetensors knows (0.8); the reader refuses those the tool cannot handle.
+SAFETENSORS_DTYPES = frozenset(
+    [
+        "BOOL",
+        "F4",
+        "F6_E2M3",
+        "F6_E3M2",
+        "U8",
+        "I8",
+        "F8_E5M2",
+        "F8_E4M3",
+        "F8_E8M0",
+        "F8_E4M3FNUZ",
+        "F8_E5M2FNUZ",
+        "I16",
+        "U16",
+        "F16",
+        "BF16",
+        "I32",
+        "U32",
+        "F32",
+        "C64",
+        "F64",
+        "I64",
+        "U64",
+    ]
+)
+
+
+class HeaderError(ValueError):
+    """A header safetensors would refuse; the message says why (the caller adds the path)."""
+
+
+class _Object(dict):
+    """A JSON object that remembers every (key, value) pair, duplicates included."""
+
+    pairs: list[tuple[str, object]]
+
+
+class _NotUsize:
+    """An integer literal no usize can hold: negative, `-0` (a float to serde), or >= 2**64."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text if len(text) <= 24 else f"{text[:20]}... ({len(text)} digits)"
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _object(pairs: list[tuple[str, object]]) -> _Object:
+    obj = _Object(pairs)
+    obj.pairs = pairs
+    return obj
+
+
+def _parse_int(text: str) -> int | _NotUsize:
+    # Never call int() on thousands of digits: Python refuses them with a ValueError.
+    if text.startswith("-") or len(text) > 20 or int(text) >= USIZE_LIMIT:
+        return _NotUsize(text)
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise HeaderError(f"number {text[:30]} out of range")
+    return value
+
+
+def _parse_constant(text: str) -> None:
+    raise HeaderError(f"{text} is not a JSON number")
+
+
+def _check_strings_and_depth(root: object) -> None:
+    """Refuse lone surrogates in any string and nesting deeper than serde_json allows."""
+    stack = [(root, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise HeaderError(f"string {value[:40]!r} holds a lone surrogate") from None
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise HeaderError(f"nested deeper than {MAX_DEPTH} levels")
+            items = value.pairs if isinstance(value, _Object) else ((None, v) for v in value)
+            for key, item in items:
+                if key is not None:
+                    stack.append((key, depth))
+                stack.append((item, depth + 1))
+
+
+def _is_usize(value: object) -> bool:
+    return type(value) is int  # not bool, not float, not _NotUsize
+
+
+def _check_entry(name: str, entry: object) -> None:
+    if not isinstance(entry, _Object):
+        raise HeaderError(f"tensor {name!r}: entry is {type(entry).__name__}, not an object")
+    for field in TENSOR_FIELDS:
+        count = sum(1 for key, _ in entry.pairs if key == field)
+        if count != 1:
+            what = "missing" if count == 0 else "duplicate"
+            raise HeaderError(f"tensor {name!r}: {what} field {field!r}")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+        raise HeaderError(f"tensor {name!r}: unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(_is_usize(d) for d in shape):
+        raise HeaderError(f"tensor {name!r}: bad shape {shape!r}")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_is_usize, offsets)):
+        raise HeaderError(f"tensor {name!r}: bad data_offsets {offsets!r}")
+
+
+def parse_header(raw: bytes) -> tuple[dict[str, str], dict[str, dict]]:
+    """Parse and type-check a safetensors header as safetensors does.
+
+    Args:
+        raw: the header bytes (without the 8-byte length).
+
+    Returns:
+        (metadata, entries): `__metadata__` (empty if absent or null) and each tensor's entry
+        (`dtype` a str, `shape` a list of ints, `data_offsets` two ints), the last of
+        duplicate names winning as in safetensors.
+
+    Raises:
+        HeaderError: the header is not what safetensors accepts.
+    """
+    try:
+        text = raw.decode("utf-8")
+        root = json.loads(
+            text,
+            object_pairs_hook=_object,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_parse_constant,
+        )
+    except UnicodeDecodeError:
+        raise HeaderError("header is not UTF-8") from None
+    except RecursionError:
+        raise HeaderError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:  # JSONDecodeError and the hooks' HeaderError
+        raise HeaderError(f"not JSON ({error})") from None
+    if not isinstance(root, _Object):
+        raise HeaderError("not a JSON object")
+    _check_strings_and_depth(root)
+    if sum(1 for key, _ in root.pairs if key == "__metadata__") > 1:
+        raise HeaderError("duplicate __metadata__")
+    for key, value in root.pairs:
+        if key != "__metadata__":
+            _check_entry(key, value)
+        elif value is not None and (
+            not isinstance(value, _Object) or not all(isinstance(v, str) for _, v in value.pairs)
+        ):
+            raise HeaderError("__metadata__ must map strings to strings")
+    metadata = root.pop("__metadata__", None) or {}
+    return dict(metadata), dict(root)

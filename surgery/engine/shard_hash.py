@@ -1,0 +1,85 @@
+"""sha256 of a shard computed from the bytes as they are written, never by reading it back.
+
+Writer threads write a shard's tensors at known offsets, out of order. A file's sha256 needs its
+bytes in order, so each piece is hashed when the hash reaches its offset; a piece that arrives
+early waits: without a copy when its bytes stay valid (a view of an input's memory map, for byte
+copies), copied otherwise (a blend's reused chunk buffer). Copies that wait are bounded: past
+`limit` bytes a thread blocks until the hash catches up. The thread writing the earliest
+unfinished tensor never blocks, so this cannot deadlock; `abort` releases every waiting thread
+when a write fails or the run is interrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+# Bytes of early blend chunks held while the hash catches up (a bounded, small buffer).
+PENDING_LIMIT = 32 * 2**20
+
+
+class HashAborted(Exception):
+    """The shard's writing was abandoned; raised in threads that were waiting on the hash."""
+
+
+class OrderedHash:
+    """sha256 of a file whose byte ranges arrive out of order from several threads."""
+
+    def __init__(self, limit: int = PENDING_LIMIT) -> None:
+        self._hash = hashlib.sha256()
+        self._next = 0  # the offset the hash has reached
+        self._pending: dict[int, bytes | memoryview] = {}
+        self._copied = 0  # bytes copied into _pending
+        self._limit = limit
+        self._aborted = False
+        self._cond = threading.Condition()
+
+    def add(self, offset: int, data: bytes | memoryview, *, stable: bool = False) -> None:
+        """Account for `data`, written at `offset` (pieces never overlap).
+
+        Args:
+            stable: `data` stays valid and unchanged until the shard is done (an input's
+                mapping), so an early piece is kept as it is rather than copied.
+
+        Raises:
+            HashAborted: `abort` was called.
+        """
+        if not len(data):
+            return
+        with self._cond:
+            while not self._aborted and offset != self._next and not stable:
+                if self._copied + len(data) <= self._limit:
+                    break
+                self._cond.wait()
+            if self._aborted:
+                raise HashAborted
+            if offset != self._next:
+                kept = data if stable else bytes(data)
+                self._copied += 0 if stable else len(kept)
+                self._pending[offset] = kept
+                return
+            self._update(data)
+            while self._next in self._pending:
+                piece = self._pending.pop(self._next)
+                if isinstance(piece, bytes):
+                    self._copied -= len(piece)
+                self._update(piece)
+            self._cond.notify_all()
+
+    def _update(self, data: bytes | memoryview) -> None:
+        self._hash.update(data)
+        self._next += len(data)
+
+    def abort(self) -> None:
+        """Wake every waiting thread with HashAborted; the digest is then meaningless."""
+        with self._cond:
+            self._aborted = True
+            self._pending.clear()
+            self._cond.notify_all()
+
+    def hexdigest(self, size: int) -> str:
+        """The sha256 of the whole file, which must be `size` bytes long and complete."""
+        with self._cond:
+            if self._next != size or self._pending:
+                raise RuntimeError(f"hashed {self._next} of {size} bytes")  # a bug, not input
+            return self._hash.hexdigest()

@@ -1,0 +1,163 @@
+"""The reader's verdict on fuzzed headers is safetensors' own (`safe_open`), example by example.
+
+Headers are written as JSON text fragment by fragment, so the fuzzer can produce what Python's
+json would never write: duplicate keys, NaN, `-0`, 1e999, integers of 30 digits, lone surrogate
+escapes, deep nesting, wrong types in every field, and offsets that overlap, leave gaps or pass
+the end of the file. The reader must never crash (only CheckpointError), must refuse everything
+safetensors refuses, and must accept everything safetensors accepts except dtypes this tool does
+not handle (refused with "not supported").
+"""
+
+import json
+import struct
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors import safe_open
+
+from surgery.core.dtypes import ITEMSIZES
+from surgery.core.errors import CheckpointError
+from surgery.engine.header_json import SAFETENSORS_DTYPES
+from surgery.engine.reader import read_shard
+
+
+class Raw(str):
+    """JSON text inserted verbatim."""
+
+
+def dump(value) -> str:
+    """JSON text of nested lists, (key, value) pair lists for objects, and Raw fragments."""
+    if isinstance(value, Raw):
+        return str(value)
+    if isinstance(value, tuple):  # an object as a tuple of pairs (duplicates allowed)
+        return "{" + ",".join(f"{dump(k)}:{dump(v)}" for k, v in value) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(dump(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+weird_numbers = st.sampled_from(
+    [
+        "-0",
+        "1.0",
+        "1e2",
+        "-1",
+        "18446744073709551615",
+        "18446744073709551616",
+        "9" * 30,
+        "9" * 5000,
+        "NaN",
+        "Infinity",
+        "1e999",
+        "-1e999",
+        "1e-999",
+        "true",
+        "null",
+        '"3"',
+    ]
+).map(Raw)
+odd_names = st.sampled_from(
+    [Raw('"\\ud800"'), Raw('"\\udc00x"'), Raw('"\\ud83d\\ude00"'), "__metadata__", ""]
+)
+odd_dtypes = st.one_of(
+    st.sampled_from(sorted(SAFETENSORS_DTYPES - set(ITEMSIZES))),
+    st.sampled_from(["u8", "F33", "", "BF16 "]),
+    st.integers(0, 3),
+    st.just([]),
+)
+odd_dims = st.one_of(st.integers(0, 2**64 + 5), weird_numbers)
+nested = st.integers(100, 140).map(lambda depth: Raw("[" * depth + "]" * depth))
+odd_extras = st.lists(
+    st.tuples(
+        st.sampled_from(["z", "dtype", "shape", "data_offsets", "y"]),
+        st.one_of(weird_numbers, nested, odd_names, st.integers(-5, 5)),
+    ),
+    min_size=1,
+    max_size=2,
+)
+
+
+def pick(draw, usual, odd, percent: int = 8):
+    """Draw from `odd` about `percent`% of the time, else from `usual`."""
+    # Hypothesis favours the ends of a range; the odd band sits in the middle.
+    return draw(odd) if 40 <= draw(st.integers(0, 99)) < 40 + percent else draw(usual)
+
+
+@st.composite
+def entry(draw, position: int):
+    """One tensor entry (as pairs) at `position`, and the position after it."""
+    dtype = pick(draw, st.sampled_from(sorted(ITEMSIZES)), odd_dtypes)
+    shape = draw(st.lists(st.integers(0, 5) if draw(st.integers(0, 9)) else odd_dims, max_size=3))
+    count = 1
+    for dim in shape:
+        count = count * dim if type(dim) is int else count
+    size = ITEMSIZES.get(dtype, 1) if isinstance(dtype, str) else 1
+    nbytes = min(count * size, 256) + pick(draw, st.just(0), st.sampled_from([1, -1]))
+    start = position + pick(draw, st.just(0), st.sampled_from([1, -1, -2]))
+    offsets = pick(draw, st.just([start, start + nbytes]), st.lists(odd_dims, max_size=3))
+    pairs = [("dtype", dtype), ("shape", shape), ("data_offsets", offsets)]
+    pairs = draw(st.permutations(pairs))[: 3 - pick(draw, st.just(0), st.just(1), 4)]
+    pairs += pick(draw, st.just([]), odd_extras, 15)
+    return tuple(pairs), max(position, start + nbytes)
+
+
+@st.composite
+def headers(draw):
+    """(header bytes, data length): mostly valid, with a few mutations of every kind."""
+    pairs, position = [], 0
+    for _ in range(draw(st.integers(0, 4))):
+        value, position = draw(entry(position))
+        value = pick(draw, st.just(value), weird_numbers, 3)
+        pairs.append((pick(draw, st.text(max_size=6), odd_names), value))
+    if draw(st.booleans()):
+        strings = st.tuples(st.text(max_size=3), st.text(max_size=3))
+        odd_pairs = st.tuples(st.text(max_size=3), st.one_of(odd_dims, st.integers(0, 9)))
+        metadata = pick(
+            draw,
+            st.lists(strings, max_size=3).map(tuple),
+            st.one_of(
+                st.just(Raw("null")),
+                weird_numbers,
+                st.lists(odd_pairs, min_size=1, max_size=2).map(tuple),
+            ),
+            20,
+        )
+        pairs.insert(draw(st.integers(0, len(pairs))), ("__metadata__", metadata))
+    if pairs and draw(st.integers(0, 9)) == 0:
+        pairs.append(draw(st.sampled_from(pairs)))  # a duplicate key
+    text = pick(draw, st.just(dump(tuple(pairs))), st.just(dump([])), 3)
+    text += pick(draw, st.sampled_from(["", "  "]), st.sampled_from(["\x00", "}", "\n\t"]), 5)
+    length = max(0, position + pick(draw, st.just(0), st.sampled_from([1, -1])))
+    return text.encode("utf-8", "surrogatepass"), length
+
+
+def safetensors_verdict(path):
+    try:
+        with safe_open(path, "pt") as handle:
+            return True, set(handle.keys()), handle.metadata() or {}
+    except Exception as error:
+        return False, str(error), None
+
+
+@settings(
+    max_examples=3000,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(headers())
+def test_reader_agrees_with_safetensors(tmp_path, case):
+    header, data_length = case
+    path = tmp_path / "fuzz.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(data_length))
+    theirs, detail, metadata = safetensors_verdict(path)
+    try:
+        shard = read_shard(path)
+    except CheckpointError as error:
+        if theirs:  # only a dtype the tool does not handle may be refused here
+            assert "not supported by this tool" in str(error), (header, str(error))
+        return
+    assert theirs, (header, detail)
+    assert {t.name for t in shard.tensors} == detail
+    assert shard.metadata == metadata
