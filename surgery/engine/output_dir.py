@@ -40,11 +40,16 @@ def _remove(path: Path) -> None:
 
 
 @contextmanager
-def staged_output(out: Path) -> Iterator[Path]:
+def staged_output(out: Path, carry: Sequence[str] = ()) -> Iterator[Path]:
     """Yield a temporary folder beside `out`; on success it replaces `out` by rename.
 
     On any error (or Ctrl-C) the temporary folder and any parent folders created for it are
     removed, so a failed run leaves nothing behind.
+
+    Args:
+        out: the output folder.
+        carry: names of entries of an existing `out` moved into the new output just before it
+            replaces `out` (entries the new output also has are not carried).
     """
     out = Path(out).absolute()
     created = [p for p in reversed(out.parents) if not p.exists()]
@@ -54,6 +59,9 @@ def staged_output(out: Path) -> Iterator[Path]:
     staging.mkdir()
     try:
         yield staging
+        for name in carry:
+            if (out / name).exists() and not (staging / name).exists():
+                os.replace(out / name, staging / name)
         if out.exists() or out.is_symlink():
             # Move the old output aside first so OUT is never missing a complete version for long.
             old = out.parent / f".{out.name}.old-{os.getpid()}"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from surgery.core.dtypes import ITEMSIZES, is_float, itemsize
+from surgery.core.dtypes import bits, is_float, is_known, nbytes
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import Stack, find_stacks
 
@@ -103,7 +103,7 @@ def _tensor_entry(path: Path, name: str, entry: object, data_start: int) -> Tens
     if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
         raise _fail(path, f"tensor {name!r}: entry needs dtype, shape and data_offsets")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in ITEMSIZES:
+    if not isinstance(dtype, str) or not is_known(dtype):
         raise _fail(path, f"tensor {name!r}: unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise _fail(path, f"tensor {name!r}: bad shape {shape!r}")
@@ -114,14 +114,19 @@ def _tensor_entry(path: Path, name: str, entry: object, data_start: int) -> Tens
         or offsets[0] > offsets[1]
     ):
         raise _fail(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
-    nbytes = offsets[1] - offsets[0]
-    if nbytes != math.prod(shape) * itemsize(dtype):
+    size, numel = offsets[1] - offsets[0], math.prod(shape)
+    if numel * bits(dtype) % 8:
         raise _fail(
             path,
-            f"tensor {name!r}: {nbytes} bytes for shape {shape} of {dtype} "
-            f"(expected {math.prod(shape) * itemsize(dtype)})",
+            f"tensor {name!r}: {numel} {dtype} elements do not fill whole bytes (corrupt header)",
         )
-    return TensorInfo(name, dtype, tuple(shape), path, data_start + offsets[0], nbytes)
+    if size != nbytes(dtype, numel):
+        raise _fail(
+            path,
+            f"tensor {name!r}: {size} bytes for shape {shape} of {dtype} "
+            f"(expected {nbytes(dtype, numel)})",
+        )
+    return TensorInfo(name, dtype, tuple(shape), path, data_start + offsets[0], size)
 
 
 def read_shard(path: Path) -> Shard:

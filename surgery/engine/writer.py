@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import itertools
 import json
+import math
 import os
 import shutil
 import threading
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from surgery.core.dtypes import CONFIG_NAMES, itemsize, torch_dtype
+from surgery.core.dtypes import CONFIG_NAMES, bits, itemsize, torch_dtype
 from surgery.core.errors import OutputError
 from surgery.engine.blend import accumulate, accumulator_dtype, finish
 from surgery.engine.output_dir import staged_output
@@ -114,9 +115,9 @@ def build_header(
     """The header bytes (length prefix included) and the tensors in data order.
 
     Larger item sizes come first, as safetensors orders them, so every tensor stays aligned to its
-    item size.
+    item size (packed sub-byte tensors last).
     """
-    ordered = sorted(tensors, key=lambda t: -itemsize(t.dtype))
+    ordered = sorted(tensors, key=lambda t: -bits(t.dtype))
     header: dict[str, object] = {"__metadata__": metadata}
     offset = 0
     for tensor in ordered:
@@ -151,7 +152,9 @@ class _TensorWriter:
 
     def write(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         """Write `tensor` at byte `offset` of the open shard `fd`."""
-        if tensor.is_copy:
+        if tensor.values is not None:
+            self._from_memory(fd, tensor, offset)
+        elif tensor.is_copy:
             self._copy(fd, tensor, offset)
         else:
             self._blend(fd, tensor, offset)
@@ -187,6 +190,29 @@ class _TensorWriter:
             sources = [(values[start:stop], weight) for values, weight in inputs]
             finish(accumulate(acc, sources), tensor.divisor, out)  # the one rounding
             data = memoryview(out.view(torch_dtype("U8")).numpy())
+            _pwrite_all(fd, data, offset + start * out.element_size())
+            self.progress.update(len(data))
+
+    def _from_memory(self, fd: int, tensor: OutputTensor, offset: int) -> None:
+        """Write a tensor held in memory: its own bytes when it is already a CPU tensor of the
+        output dtype, else converted chunk by chunk (the one rounding) through a reused buffer."""
+        import torch
+
+        values = tensor.values.reshape(-1)
+        out_dtype = torch_dtype(tensor.dtype)
+        if values.dtype == out_dtype and values.device.type == "cpu":
+            data = memoryview(values.view(torch.uint8).numpy())
+            for start in range(0, len(data), COPY_CHUNK):
+                chunk = data[start : start + COPY_CHUNK]
+                _pwrite_all(fd, chunk, offset + start)
+                self.progress.update(len(chunk))
+            return
+        out_buffer = self._buffer("out", out_dtype)
+        for start in range(0, values.numel(), CHUNK_ELEMENTS):
+            stop = min(start + CHUNK_ELEMENTS, values.numel())
+            out = out_buffer[: stop - start]
+            out.copy_(values[start:stop])
+            data = memoryview(out.view(torch.uint8).numpy())
             _pwrite_all(fd, data, offset + start * out.element_size())
             self.progress.update(len(data))
 
@@ -300,6 +326,22 @@ def _single_threaded_torch(plan: Plan) -> Iterator[int]:
         torch.set_num_threads(threads)
 
 
+def plan_shards(plan: Plan, max_shard_size: int) -> tuple[list[list[OutputTensor]], list[str]]:
+    """The output's shards and their file names: the plan's own layout if it has one, else
+    tensors split by `max_shard_size` under Hugging Face's names."""
+    if plan.shards is None:
+        shards = layout_shards(plan.tensors, max_shard_size)
+        return shards, shard_names(len(shards))
+    by_name = {t.name: t for t in plan.tensors}
+    try:
+        grouped = [[by_name.pop(n) for n in names] for names in plan.shards.values()]
+    except KeyError as error:  # a bug in the operation, not a user error
+        raise ValueError(f"the plan's layout places {error} twice or has no such tensor") from None
+    if by_name:
+        raise ValueError(f"the plan's layout leaves out {sorted(by_name)[:3]}")
+    return grouped, list(plan.shards)
+
+
 def execute(
     plan: Plan,
     out: Path,
@@ -307,11 +349,14 @@ def execute(
     quiet: bool = False,
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
     extra_files: Mapping[str, str] | None = None,
+    carry: Sequence[str] = (),
 ) -> Path:
     """Write the plan's output checkpoint at `out` (checked by the caller with `check_output`).
 
     Args:
         extra_files: text files to add to the output by name (a model card), written last.
+        carry: entries of an existing `out` to keep in the new one (training's resumable
+            checkpoints); see `staged_output`.
 
     Returns:
         The output folder.
@@ -319,11 +364,10 @@ def execute(
     Raises:
         OutputError: too little disk space; any error leaves nothing at `out`.
     """
-    shards = layout_shards(plan.tensors, max_shard_size)
-    names = shard_names(len(shards))
+    shards, names = plan_shards(plan, max_shard_size)
     recipe_text = json.dumps(plan.recipe, sort_keys=True)
     headers = [build_header(s, {"format": "pt", "surgery_recipe": recipe_text}) for s in shards]
-    with staged_output(Path(out)) as staging:
+    with staged_output(Path(out), carry) as staging:
         _check_disk_space(staging, plan.total_bytes)
         bar = byte_progress(plan.total_bytes, plan.operation, quiet)
         with SourcePool() as pool, bar, _single_threaded_torch(plan) as workers:
@@ -333,7 +377,7 @@ def execute(
                     writer.write(staging / name, header, ordered)
             finally:
                 writer.close()
-        if len(shards) > 1:
+        if names != shard_names(1):
             _write_index(staging, plan, shards, names)
         copy_companion_files(plan, staging)
         (staging / RECIPE_NAME).write_text(json.dumps(plan.recipe, indent=2, sort_keys=True) + "\n")
@@ -349,7 +393,7 @@ def _write_index(
     index = {
         "metadata": {
             "total_size": plan.total_bytes,
-            "total_parameters": sum(t.nbytes // itemsize(t.dtype) for t in plan.tensors),
+            "total_parameters": sum(math.prod(t.shape) for t in plan.tensors),
         },
         "weight_map": dict(sorted(weight_map.items())),
     }

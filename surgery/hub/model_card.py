@@ -45,6 +45,12 @@ def describe_operation(recipe: dict) -> str:
             f"(1 - alpha) * {roles.get('base')} + alpha * {roles.get('trained')} with alpha "
             f"`{recipe.get('alpha')}`{where}; tensors not covered come from {roles.get('trained')}."
         )
+    if operation == "train":
+        return (
+            f"Continued pretraining of {roles.get('base')}: {recipe.get('steps', '?')} optimizer "
+            f"steps on {recipe.get('tokens', '?')} tokens, saved in the base's exact layout "
+            "(tensor names, shapes, dtypes and shard files)."
+        )
     return f"Made by the `{operation}` operation."
 
 
@@ -53,7 +59,9 @@ def _front_matter(recipe: dict) -> str:
     meta: dict[str, object] = {}
     if hub_inputs:
         meta["base_model"] = list(dict.fromkeys(hub_inputs))
-        if len(recipe.get("inputs", [])) > 1:
+        if recipe.get("operation") == "train":
+            meta["base_model_relation"] = "finetune"
+        elif len(recipe.get("inputs", [])) > 1:
             meta["base_model_relation"] = "merge"
     meta["library_name"] = "transformers"
     meta["tags"] = ["checkpoint-surgery", recipe.get("operation", "surgery")]
