@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -503,8 +504,17 @@ from train.command import train_command  # noqa: E402
 cli.add_command(train_command, "train")
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    SIGTERM ends a command as Ctrl-C does (an exception, not an instant death), so a terminated
+    write still removes its hidden staging folder.
+    """
+    signal.signal(signal.SIGTERM, _terminate)
     cli()
 
 
