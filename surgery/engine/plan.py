@@ -102,7 +102,6 @@ def from_memory(name: str, values: torch.Tensor, dtype: str) -> OutputTensor:
         dtype: the output's safetensors dtype.
 
     Raises:
-        ValueError: a shape that is not a tensor's shape (a caller's bug).
         SurgeryError: a dtype torch cannot write (F4, F6_*).
     """
     torch_dtype(dtype)  # fail at planning time, not halfway through a write
