@@ -53,8 +53,23 @@ shard_option = click.option(
 force_option = click.option(
     "--force", is_flag=True, help="Replace OUT if it exists (never an input)."
 )
+
+
+def _repo_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Validate --push-to before any work, not after the checkpoint is written."""
+    if value is None:
+        return None
+    from surgery.hub.push import check_repo_id
+
+    return check_repo_id(value)
+
+
 push_option = click.option(
-    "--push-to", default=None, metavar="REPO_ID", help="Then push OUT to this Hub repository."
+    "--push-to",
+    default=None,
+    metavar="REPO_ID",
+    callback=_repo_id,
+    help="Then push OUT to this Hub repository.",
 )
 
 
@@ -91,7 +106,7 @@ def _done(out: Path, quiet: bool, push_to: str | None) -> None:
     if push_to:
         from surgery.hub.push import push
 
-        url = push(out, push_to)
+        url = push(out, push_to, echo=lambda message: click.echo(message, err=True))
         click.echo(f"pushed {out} to {url}", err=True)
 
 
@@ -99,6 +114,13 @@ stack_option = click.option(
     "--stack",
     default=None,
     help="Layer stack the spec addresses (default: the text/decoder stack; e.g. vision).",
+)
+
+
+extrapolate_option = click.option(
+    "--extrapolate",
+    is_flag=True,
+    help="Allow alphas outside [0, 1] (extrapolate beyond BASE or TRAINED).",
 )
 
 
@@ -165,10 +187,22 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
     "--layers", default=None, help="Blend only these layers; all other tensors from TRAINED."
 )
 @stack_option
+@extrapolate_option
 @write_options
 @base_trained_out
 def interpolate(
-    alpha, layers, stack, dtype, max_shard_size, force, push_to, quiet, base, trained, out
+    alpha,
+    layers,
+    stack,
+    extrapolate,
+    dtype,
+    max_shard_size,
+    force,
+    push_to,
+    quiet,
+    base,
+    trained,
+    out,
 ):
     """Write (1 - alpha) * BASE + alpha * TRAINED.
 
@@ -185,7 +219,10 @@ def interpolate(
     from surgery.api import interpolate as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    _done(run(base, trained, out, alpha, layers=layers, stack=stack, **kwargs), quiet, push_to)
+    out = run(
+        base, trained, out, alpha, layers=layers, stack=stack, extrapolate=extrapolate, **kwargs
+    )
+    _done(out, quiet, push_to)
 
 
 @cli.command()
@@ -272,6 +309,7 @@ def _eval_kwargs(scoring: dict) -> dict:
 )
 @click.option("--layers", default=None, help="Blend only these layers; others from TRAINED.")
 @stack_option
+@extrapolate_option
 @click.option("--no-save", is_flag=True, help="Do not keep a checkpoint per alpha (needs --eval).")
 @click.option(
     "--in-memory/--write-and-reload",
@@ -287,6 +325,7 @@ def sweep(
     grid,
     layers,
     stack,
+    extrapolate,
     no_save,
     in_memory,
     tasks,
@@ -322,18 +361,16 @@ def sweep(
         tasks=list(tasks),
         save=not no_save,
         in_memory=in_memory,
+        extrapolate=extrapolate,
         eval_options=_eval_kwargs(scoring),
         max_shard_size=parse_size(max_shard_size),
         force=force,
         quiet=quiet,
     )
     if tasks:
-        from surgery.diagnostics.sweep import metric_names
+        from surgery.diagnostics.results import format_table, metric_names
 
-        metrics = metric_names(rows)
-        click.echo("alpha  " + "  ".join(metrics))
-        for row in rows:
-            click.echo(f"{row['alpha']:<5g}  " + "  ".join(f"{row[m]:.4g}" for m in metrics))
+        click.echo(format_table(rows, ["alpha", *metric_names(rows)]))
     _done(Path(out_dir), quiet, None)
 
 
@@ -354,27 +391,16 @@ def drift(stack, csv_path, plot, quiet, base, trained):
       surgery drift base trained
       surgery drift base trained --csv drift.csv --plot drift.png
     """
-    import csv
-
     from surgery.diagnostics.drift import drift as run
-    from surgery.diagnostics.drift import drift_rows, format_drift
+    from surgery.diagnostics.drift import format_drift, plot_drift, write_drift_csv
     from surgery.hub.resolve import open_input
 
     report = run(open_input(base), open_input(trained), stack=stack, quiet=quiet)
     click.echo(format_drift(report))
     if csv_path:
-        rows = drift_rows(report)
-        with open(csv_path, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_drift_csv(report, Path(csv_path))
     if plot:
-        from surgery.diagnostics.plots import plot_drift_by_layer
-
-        values = {key: sums.relative_l2 for key, sums in report.layer_kinds.items()}
-        plot_drift_by_layer(
-            values, Path(plot), f"Drift of {Path(trained).name} from {Path(base).name}"
-        )
+        plot_drift(report, Path(plot), f"Drift of {Path(trained).name} from {Path(base).name}")
 
 
 @cli.command()

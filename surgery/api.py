@@ -20,7 +20,7 @@ from surgery.engine.output_dir import check_output
 from surgery.engine.plan import Plan
 from surgery.engine.reader import CARD_NAME
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
-from surgery.hub.model_card import render_card
+from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_input
 
 
@@ -45,7 +45,14 @@ def write_plan(
 
 
 def card_file(plan: Plan, out: Path) -> dict[str, str]:
-    """The model card of the plan's output, as `execute`'s extra file."""
+    """The model card of the plan's output, as `execute`'s extra file.
+
+    The output keeps the license its config and tokenizer come from declares (recorded in the
+    recipe, so `surgery push` regenerates the same card).
+    """
+    license_id = input_license(plan.files_from.folder)
+    if license_id is not None:
+        plan.recipe.setdefault("license", license_id)
     return {CARD_NAME: render_card(plan.recipe, title=Path(out).name)}
 
 
@@ -86,10 +93,17 @@ def interpolate(
     layers: str | None = None,
     stack: str | None = None,
     dtype: str | None = None,
+    extrapolate: bool = False,
     **write_options: object,
 ) -> Path:
     """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`."""
     plan = plan_interpolate(
-        open_input(base), open_input(trained), alpha, layers=layers, stack=stack, dtype=dtype
+        open_input(base),
+        open_input(trained),
+        alpha,
+        layers=layers,
+        stack=stack,
+        dtype=dtype,
+        extrapolate=extrapolate,
     )
     return write_plan(plan, out, **write_options)

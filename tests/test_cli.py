@@ -216,3 +216,32 @@ def test_verify_values_flags_nan(tmp_path):
     assert run("verify", tmp_path / "m.safetensors").exit_code == 0
     result = run("verify", "--values", "-q", tmp_path / "m.safetensors")
     assert result.exit_code == 1 and "'w': 1 NaN or infinite values" in result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["interpolate", "--alpha", "1.5"],
+        ["interpolate", "--alpha", "-0.2"],
+        ["interpolate", "--alpha", "2:4=0.3,*=2"],
+        ["sweep", "--alpha", "0:1.5:0.5"],
+    ],
+)
+def test_alphas_outside_0_1_need_extrapolate(llama, tmp_path, command):
+    base, trained = llama
+    result = run(*command, "-q", base, trained, tmp_path / "out")
+    assert_refused(result, "outside [0, 1]", tmp_path)
+
+
+def test_extrapolation_when_asked_is_recorded(llama, tmp_path):
+    base, trained = llama
+    result = run(
+        "interpolate", "--alpha", "1.5", "--extrapolate", "-q", base, trained, tmp_path / "o"
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "o" / "surgery_recipe.json").read_text())["extrapolate"] is True
+    assert "extrapolate beyond the inputs" in (tmp_path / "o" / "README.md").read_text()
+    b, t, o = load_state(base), load_state(trained), load_state(tmp_path / "o")
+    name = next(n for n in o if n.endswith("q_proj.weight"))
+    expected = (b[name].float() * -0.5 + t[name].float() * 1.5).to(o[name].dtype)
+    assert (o[name].float() - expected.float()).abs().max() <= 2**-6 * expected.float().abs().max()

@@ -13,7 +13,15 @@ from cli import cli
 from eval.api import evaluate, load_model
 from surgery.core.errors import SurgeryError
 from surgery.diagnostics.drift import drift, module_kind
-from surgery.diagnostics.localize import recovery, run_localize
+from surgery.diagnostics.localize import (
+    Localization,
+    format_localization,
+    noise,
+    recovery,
+    run_localize,
+)
+from surgery.diagnostics.plots import is_perplexity
+from surgery.diagnostics.results import format_table
 from surgery.diagnostics.sweep import parse_alpha_grid, point_names, run_sweep
 from surgery.engine.reader import open_checkpoint
 from tests.support.checks import load_state, same_bits
@@ -228,3 +236,49 @@ def test_recovery():
     assert recovery(5.0, trained=5.0, base=10.0) == 0.0
     assert recovery(10.0, trained=5.0, base=10.0) == 1.0
     assert math.isnan(recovery(3.0, trained=5.0, base=5.0))
+    assert math.isnan(recovery(3.0, trained=5.0, base=5.004, floor=0.005))
+
+
+def test_noise_floor_of_accuracies_and_perplexities():
+    # A proportion with a known item count: twice the binomial standard error of the difference.
+    base, trained = {"mc/acc": 0.50, "mc/n": 100}, {"mc/acc": 0.52, "mc/n": 100}
+    assert noise("mc/acc", base, trained) == pytest.approx(2 * math.sqrt((0.25 + 0.2496) / 100))
+    # A reported standard error wins.
+    base["mc/acc_stderr"], trained["mc/acc_stderr"] = 0.03, 0.04
+    assert noise("mc/acc", base, trained) == pytest.approx(0.1)
+    # Otherwise 0.01% of the larger magnitude.
+    assert noise("ppl/x/ppl", {"ppl/x/ppl": 20.0}, {"ppl/x/ppl": 10.0}) == pytest.approx(0.002)
+
+
+def test_localize_reports_no_recovery_within_noise():
+    """TRAINED scores like BASE up to noise: no recovery like -6.24 and no best block."""
+    result = Localization(
+        base={"m/ppl": 10.000},
+        trained={"m/ppl": 10.004},
+        rows=[{"block": "0:2", "alpha": 0.0, "m/ppl": 10.03, "recovery/m/ppl": math.nan}],
+        metrics=["m/ppl"],
+        noise={"m/ppl": 0.01},
+        within_noise=["m/ppl"],
+    )
+    text = format_localization(result)
+    assert "within noise" in text and "most recovery" not in text
+    assert result.best() == {}
+    # A block whose own change is noise is not named best even if its ratio is large.
+    result.within_noise = []
+    result.base["m/ppl"] = 12.0
+    result.rows[0].update({"m/ppl": 10.008, "recovery/m/ppl": 0.002})
+    assert result.best() == {}
+    assert "no block alone moves m/ppl beyond noise" in format_localization(result)
+
+
+def test_sweep_table_is_aligned_and_perplexity_axes_are_logarithmic():
+    rows = [
+        {"alpha": 0.0, "ppl/gen/ppl": 5.3, "belebele/acc": 0.25},
+        {"alpha": 0.25, "ppl/gen/ppl": 4654.123, "belebele/acc": 0.3},
+    ]
+    lines = format_table(rows, ["alpha", "ppl/gen/ppl", "belebele/acc"]).splitlines()
+    assert len({len(line) for line in lines}) == 1
+    assert [line.index("ppl/gen/ppl") + len("ppl/gen/ppl") for line in lines[:1]] == [
+        line.index("5.3") + 3 for line in lines[1:2]
+    ]
+    assert is_perplexity("ppl/gen/ppl") and not is_perplexity("ppl/gen/bits_per_byte")

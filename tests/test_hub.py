@@ -150,6 +150,7 @@ def test_model_card_matches_golden_file():
         "layers": "9:28",
         "stack": "text",
         "num_layers": 34,
+        "license": "gemma",
     }
     results = {"metrics": {"belebele/acc": 0.5123, "belebele/n": 900, "flores/chrf": 41.27}}
     card = render_card(recipe, "my-org/slavic-reverted", results)
@@ -211,6 +212,9 @@ def test_push_refusals(merged, tmp_path):
         env = {**base_env, "HF_TOKEN": "hf_test"}
         locked = surgery("push", merged, "acme/locked", env=env)
         dry = surgery("push", merged, "acme/merged", "--dry-run", env=env)
+        invalid = surgery("push", merged, "acme/bad name!", env=env)
+        out = tmp_path / "never"
+        invalid_push_to = surgery("soup", merged, merged, out, "--push-to", "a--/b", env=env)
         shard = next(merged.glob("*.safetensors"))
         shard.write_bytes(shard.read_bytes()[:-10])
         broken = surgery("push", merged, "acme/merged", env=env)
@@ -218,8 +222,32 @@ def test_push_refusals(merged, tmp_path):
     assert locked.returncode == 2
     assert locked.stderr.strip() == "error: acme/locked: not writable with this token (HTTP 403)"
     assert dry.returncode == 0 and "README.md (generated)" in dry.stdout
+    first = dry.stdout.splitlines()[0]
+    assert first.startswith("dry run: pushing ") and "to acme/merged, branch main, public" in first
+    for refused in (invalid, invalid_push_to):
+        assert refused.returncode == 2 and "is not a valid Hub repository id" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert not out.exists()
     assert broken.returncode == 2 and "fails verify, not pushed" in broken.stderr
     assert hub.state.commits == []
     # Only the locked push reached the commit endpoint; the dry run and the broken one sent nothing.
     commits = [path for method, path in hub.state.requests if "/commit/" in path]
     assert commits == ["/api/models/acme/locked/commit/main"]
+
+
+def test_card_keeps_the_input_license_and_never_shows_local_paths(families, tmp_path):
+    from huggingface_hub import ModelCard
+
+    from surgery.api import revert
+
+    paths = families("llama")
+    trained = tmp_path / "trained"
+    shutil.copytree(paths["trained"], trained)
+    (trained / "README.md").write_text("---\nlicense: mit\n---\n# trained\n")
+    out = revert(paths["base"], trained, tmp_path / "out", "1:2", quiet=True)
+    text = (out / "README.md").read_text()
+    card = ModelCard(text)  # huggingface_hub's own parser and metadata checks
+    assert card.data.license == "mit"
+    assert card.data.library_name == "transformers"
+    assert str(tmp_path) not in text and "| trained | trained | local |" in text
+    assert json.loads((out / "surgery_recipe.json").read_text())["license"] == "mit"

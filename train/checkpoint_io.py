@@ -22,14 +22,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from surgery.api import card_file
 from surgery.core.dtypes import torch_dtype
 from surgery.core.errors import CheckpointError, MismatchError
 from surgery.core.layers import Stack, select_stack
 from surgery.engine.plan import OutputTensor, Plan, copy_of, from_memory
-from surgery.engine.reader import CARD_NAME, Checkpoint, TensorInfo
+from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
 from surgery.engine.writer import execute
-from surgery.hub.model_card import render_card
 from surgery.hub.resolve import open_input
 
 if TYPE_CHECKING:
@@ -260,8 +260,7 @@ def write_checkpoint(
         The output folder, which also holds `surgery_recipe.json` and a model card.
     """
     plan = plan_checkpoint(layout, tensors, record)
-    files = {
-        TRAIN_RECORD: json.dumps(record, indent=2, default=str) + "\n",
-        CARD_NAME: render_card(plan.recipe, title=Path(out).name),
-    }
+    # The model card as every surgery output has one (keeping BASE's license).
+    files = {TRAIN_RECORD: json.dumps(record, indent=2, default=str) + "\n"}
+    files |= card_file(plan, Path(out))
     return execute(plan, Path(out), quiet=quiet, extra_files=files, carry=carry)

@@ -453,16 +453,14 @@ def _surgery(stages: Stages, models: Path, size: Size) -> None:
 
 def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device: str) -> None:
     """Drift and an interpolation sweep of the first family's expert."""
-    from surgery.diagnostics.drift import drift
-    from surgery.diagnostics.plots import plot_drift_by_layer
+    from surgery.diagnostics.drift import drift, plot_drift
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
     from surgery.hub.resolve import open_input
 
     family = FAMILIES[0]
     expert = models / f"expert-{family}"
     report = drift(open_input(models / "base"), open_input(expert))
-    values = {key: sums.relative_l2 for key, sums in report.layer_kinds.items()}
-    plot_drift_by_layer(values, out / "expert_drift.png", f"Drift of expert-{family} from the base")
+    plot_drift(report, out / "expert_drift.png", f"Drift of expert-{family} from the base")
     tasks = [
         f"ppl:{world.gen_ppl}:name=gen",
         f"ppl:{world.heldin_ppl / 'data' / (family[:3] + '1')}:name=heldin",

@@ -8,9 +8,11 @@ inputs, so the whole model is never loaded; layers and kinds aggregate the sums,
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -164,3 +166,21 @@ def drift_rows(report: DriftReport) -> list[dict]:
             }
         )
     return rows
+
+
+def write_drift_csv(report: DriftReport, path: Path) -> Path:
+    """Write `drift_rows` as CSV (one row per tensor)."""
+    rows = drift_rows(report)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["tensor"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def plot_drift(report: DriftReport, path: Path, title: str) -> Path:
+    """A PNG bar chart of relative L2 drift per layer and module kind."""
+    from surgery.diagnostics.plots import plot_drift_by_layer
+
+    values = {key: sums.relative_l2 for key, sums in report.layer_kinds.items()}
+    return plot_drift_by_layer(values, path, title)

@@ -20,6 +20,11 @@ def pyplot():
     return plt
 
 
+def is_perplexity(metric: str) -> bool:
+    """Whether a metric is a perplexity (plotted on a log axis)."""
+    return metric.rsplit("/", 1)[-1] in {"ppl", "perplexity", "word_perplexity", "byte_perplexity"}
+
+
 def plot_metrics_vs_alpha(
     rows: Sequence[dict], metrics: Sequence[str], path: Path, title: str
 ) -> Path:
@@ -30,7 +35,12 @@ def plot_metrics_vs_alpha(
     fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.4 * nrows), squeeze=False)
     alphas = [row["alpha"] for row in rows]
     for ax, metric in zip(axes.flat, metrics, strict=False):
-        ax.plot(alphas, [row[metric] for row in rows], marker="o", label=metric)
+        values = [row[metric] for row in rows]
+        ax.plot(alphas, values, marker="o", label=metric)
+        if is_perplexity(metric) and all(v > 0 for v in values):
+            ax.set_yscale("log")  # perplexities span orders of magnitude along a sweep
+        else:
+            ax.ticklabel_format(axis="y", useOffset=False)  # never "+2.186" above the axis
         ax.set_title(metric)
         ax.set_xlabel("alpha (0 = base, 1 = trained)")
         ax.set_ylabel(metric.rsplit("/", 1)[-1])
@@ -75,20 +85,28 @@ def plot_heatmap(
     title: str,
     label: str,
 ) -> Path:
-    """A labelled heatmap with the value written in each cell."""
+    """A labelled heatmap of values meant to lie in [0, 1] (recoveries) on a fixed 0-1 colour
+    scale, the value written in each cell; values outside the scale get their own colours and a
+    marker (< or >) next to the number, so 0.15 never looks like full recovery."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(cols) + 2.5), max(2.5, 0.5 * len(rows) + 1.5)))
     import numpy as np
 
     grid = np.ma.masked_invalid(np.array(values, dtype=float))  # NaN cells stay blank
-    image = ax.imshow(grid, cmap="viridis", aspect="auto")
+    cmap = plt.get_cmap("viridis").copy()
+    cmap.set_under("#7b2d26")  # below 0: reverting made it worse than TRAINED
+    cmap.set_over("#f4a6a6")  # above 1: better than BASE
+    image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(cols)), labels=cols, rotation=30, ha="right")
     ax.set_yticks(range(len(rows)), labels=rows)
     for r, row in enumerate(values):
         for c, value in enumerate(row):
-            text = "n/a" if value != value else f"{value:.2f}"  # NaN: metric did not move
-            ax.text(c, r, text, ha="center", va="center", color="white", fontsize="small")
-    fig.colorbar(image, ax=ax, label=label)
+            text = "n/a" if value != value else f"{value:.2f}"  # NaN: within noise
+            if value < 0 or value > 1:
+                text = ("< " if value < 0 else "> ") + text
+            color = "black" if 0.6 < value <= 1 or value > 1 else "white"
+            ax.text(c, r, text, ha="center", va="center", color=color, fontsize="small")
+    fig.colorbar(image, ax=ax, label=f"{label} (fixed scale 0 to 1)", extend="both")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

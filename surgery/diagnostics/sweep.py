@@ -7,8 +7,6 @@ re-read between two scores. Otherwise each point is written, loaded and scored.
 
 from __future__ import annotations
 
-import csv
-import json
 import shutil
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
@@ -17,6 +15,7 @@ from pathlib import Path
 from surgery.api import card_file
 from surgery.core.errors import SurgeryError
 from surgery.diagnostics.memory_blend import MemoryBlender, fits_in_memory
+from surgery.diagnostics.results import announce, metric_names, write_results
 from surgery.engine.ops.interpolate import plan_interpolate, resolve_alphas
 from surgery.engine.output_dir import check_output, staged_output
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
@@ -51,24 +50,6 @@ def point_names(alphas: Sequence[float]) -> list[str]:
     return [f"alpha-{a:.{decimals}f}" for a in alphas]
 
 
-def metric_names(rows: Sequence[dict]) -> list[str]:
-    """The metrics worth plotting: float columns other than alpha (integers are counts: n,
-    tokens)."""
-    names = [k for k in rows[0] if k != "alpha"] if rows else []
-    return [k for k in names if all(isinstance(r.get(k), float) for r in rows)]
-
-
-def write_results(rows: list[dict], folder: Path, stem: str, config: dict) -> list[Path]:
-    """`stem`.json (rows + config) and `stem`.csv."""
-    json_path, csv_path = folder / f"{stem}.json", folder / f"{stem}.csv"
-    json_path.write_text(json.dumps({"config": config, "rows": rows}, indent=2) + "\n")
-    with open(csv_path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return [json_path, csv_path]
-
-
 def run_sweep(
     base: str | Path,
     trained: str | Path,
@@ -80,6 +61,7 @@ def run_sweep(
     tasks: Sequence[str] = (),
     save: bool = True,
     in_memory: bool | None = None,
+    extrapolate: bool = False,
     eval_options: dict | None = None,
     force: bool = False,
     quiet: bool = False,
@@ -93,6 +75,7 @@ def run_sweep(
         tasks: eval task strings; none means only checkpoints are written.
         save: write one checkpoint per alpha (alpha-0.30, ...).
         in_memory: blend in memory for scoring; None decides by whether the model fits.
+        extrapolate: allow alphas outside [0, 1].
         eval_options: passed to `eval.api.evaluate` (batch_size, limit, seed, max_length) and
             `load_model` (device, dtype).
 
@@ -106,7 +89,10 @@ def run_sweep(
         raise SurgeryError("--no-save without --eval leaves nothing to do")
     base_ckpt, trained_ckpt = open_input(base), open_input(trained)
     plans = [
-        plan_interpolate(base_ckpt, trained_ckpt, a, layers=layers, stack=stack) for a in alphas
+        plan_interpolate(
+            base_ckpt, trained_ckpt, a, layers=layers, stack=stack, extrapolate=extrapolate
+        )
+        for a in alphas
     ]  # validates inputs, layers and alphas before anything is written or loaded
     options = dict(eval_options or {})
     load_options = {"device": options.pop("device", "cpu"), "dtype": options.pop("dtype", None)}
@@ -122,7 +108,8 @@ def run_sweep(
     rows = [{"alpha": a} for a in alphas]
     with staged_output(out_dir) as staging:
         if save:
-            for plan, name in zip(plans, names, strict=True):
+            for step, (plan, name) in enumerate(zip(plans, names, strict=True), 1):
+                announce("sweep", step, len(plans), f"writing {name}", quiet or bool(tasks))
                 execute(
                     plan,
                     staging / name,
@@ -133,8 +120,11 @@ def run_sweep(
         if tasks:
             if in_memory:
                 blender = MemoryBlender(base_ckpt, trained_ckpt, **load_options)
-                points = [resolve_alphas(trained_ckpt, a, layers, stack) for a in alphas]
-                scores = _memory_scores(blender, points, tasks, options, quiet)
+                points = [
+                    resolve_alphas(trained_ckpt, a, layers, stack, extrapolate=extrapolate)
+                    for a in alphas
+                ]
+                scores = _memory_scores(blender, points, alphas, tasks, options, quiet)
             else:
                 folders = [staging / (n if save else f".scratch-{n}") for n in names]
                 scores = _disk_scores(plans, folders, save, tasks, load_options, options, quiet)
@@ -164,12 +154,15 @@ def run_sweep(
     return rows
 
 
-def _memory_scores(blender: MemoryBlender, points, tasks, options: dict, quiet: bool) -> list[dict]:
+def _memory_scores(
+    blender: MemoryBlender, points, alphas, tasks, options: dict, quiet: bool
+) -> list[dict]:
     """Score each (LayerValues, disk stack) point on the in-memory model."""
     from eval.api import evaluate
 
     scores = []
-    for values, disk_stack in points:
+    for step, (values, disk_stack) in enumerate(points, 1):
+        announce("sweep", step, len(points), f"scoring alpha {alphas[step - 1]:g}", quiet)
         memory_stack = blender.stack(disk_stack.name) if disk_stack is not None else None
         blender.set_alphas(values, memory_stack)
         result = evaluate(blender.model, blender.tokenizer, tasks, progress=not quiet, **options)
@@ -182,7 +175,8 @@ def _disk_scores(plans, folders, saved: bool, tasks, load_options, options, quie
     from eval.api import evaluate, load_model
 
     scores = []
-    for plan, folder in zip(plans, folders, strict=True):
+    for step, (plan, folder) in enumerate(zip(plans, folders, strict=True), 1):
+        announce("sweep", step, len(plans), f"scoring {folder.name.lstrip('.')}", quiet)
         if not saved:
             execute(plan, folder, quiet=True, extra_files=card_file(plan, folder))
         model, tokenizer = load_model(folder, progress=False, **load_options)

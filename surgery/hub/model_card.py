@@ -11,11 +11,12 @@ from pathlib import Path
 
 import yaml
 
-from surgery.engine.reader import RECIPE_NAME, RESULTS_NAME
+from surgery.engine.reader import CARD_NAME, RECIPE_NAME, RESULTS_NAME
 
 
 def _name(entry: dict) -> str:
-    return entry.get("repo_id") or entry["path"]
+    """An input as a card shows it: its Hub id, or its folder's name (never a local path)."""
+    return entry.get("repo_id") or Path(entry["path"]).name
 
 
 def _inputs_by_role(recipe: dict) -> dict[str, str]:
@@ -44,6 +45,11 @@ def describe_operation(recipe: dict) -> str:
         return (
             f"(1 - alpha) * {roles.get('base')} + alpha * {roles.get('trained')} with alpha "
             f"`{recipe.get('alpha')}`{where}; tensors not covered come from {roles.get('trained')}."
+            + (
+                " Alphas outside [0, 1] extrapolate beyond the inputs."
+                if recipe.get("extrapolate")
+                else ""
+            )
         )
     if operation == "train":
         return (
@@ -55,17 +61,46 @@ def describe_operation(recipe: dict) -> str:
 
 
 def _front_matter(recipe: dict) -> str:
+    """The card's YAML front matter, written by huggingface_hub's own `ModelCardData`."""
+    from huggingface_hub import ModelCardData
+
     hub_inputs = [e["repo_id"] for e in recipe.get("inputs", []) if e.get("repo_id")]
-    meta: dict[str, object] = {}
+    relation = None
     if hub_inputs:
-        meta["base_model"] = list(dict.fromkeys(hub_inputs))
-        if recipe.get("operation") == "train":
-            meta["base_model_relation"] = "finetune"
-        elif len(recipe.get("inputs", [])) > 1:
-            meta["base_model_relation"] = "merge"
-    meta["library_name"] = "transformers"
-    meta["tags"] = ["checkpoint-surgery", recipe.get("operation", "surgery")]
-    return "---\n" + yaml.safe_dump(meta, sort_keys=False) + "---\n"
+        relation = "finetune" if recipe.get("operation") == "train" else None
+        if relation is None and len(recipe.get("inputs", [])) > 1:
+            relation = "merge"
+    data = ModelCardData(
+        base_model=list(dict.fromkeys(hub_inputs)) or None,
+        base_model_relation=relation,
+        library_name="transformers",
+        license=recipe.get("license"),
+        tags=["checkpoint-surgery", recipe.get("operation", "surgery")],
+    )
+    return "---\n" + data.to_yaml() + "\n---\n"
+
+
+def input_license(folder: Path | None) -> str | None:
+    """The `license` of a checkpoint folder's model card front matter, if it declares one."""
+    card = folder / CARD_NAME if folder is not None else None
+    if card is None or not card.is_file():
+        return None
+    from huggingface_hub import metadata_load
+
+    try:
+        license_id = (metadata_load(card) or {}).get("license")
+    except (ValueError, yaml.YAMLError):
+        return None  # a malformed card of an input is not a reason to fail the operation
+    return license_id if isinstance(license_id, str) else None
+
+
+def _shareable(recipe: dict) -> dict:
+    """The recipe as a published card shows it: local inputs by folder name, not full path."""
+    inputs = [
+        entry if entry.get("repo_id") else {**entry, "path": _name(entry)}
+        for entry in recipe.get("inputs", [])
+    ]
+    return {**recipe, "inputs": inputs} if inputs else recipe
 
 
 def _results_table(results: dict) -> list[str]:
@@ -108,7 +143,7 @@ def render_card(recipe: dict, title: str, results: dict | None = None) -> str:
         "## Recipe",
         "",
         "```yaml",
-        yaml.safe_dump(recipe, sort_keys=True).rstrip(),
+        yaml.safe_dump(_shareable(recipe), sort_keys=True).rstrip(),
         "```",
         "",
         *_results_table(results or {}),

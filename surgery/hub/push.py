@@ -26,6 +26,35 @@ def plan_upload(folder: Path, repo_id: str) -> tuple[list[Path], str | None]:
     return files, card
 
 
+def check_repo_id(repo_id: str) -> str:
+    """Refuse a repository id the Hub would refuse, before any work is done.
+
+    Raises:
+        SurgeryError: naming the rule broken (huggingface_hub's own validator).
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        reason = str(error).splitlines()[0]
+        raise SurgeryError(f"{repo_id!r} is not a valid Hub repository id: {reason}") from None
+    return repo_id
+
+
+def describe_upload(
+    files: list[Path], card: str | None, repo_id: str, private: bool, revision: str | None
+) -> str:
+    """The one line said before anything is sent: where, how visible, which branch, how much."""
+    size = sum(p.stat().st_size for p in files) + (len(card.encode()) if card else 0)
+    count = len(files) + (card is not None)
+    visibility = "private" if private else "public (an existing repository keeps its visibility)"
+    return (
+        f"pushing {count} files ({size / 1e6:,.1f} MB) to {repo_id}, "
+        f"branch {revision or 'main'}, {visibility}"
+    )
+
+
 def _hub_error(error: Exception, repo_id: str) -> PushError:
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
@@ -52,7 +81,7 @@ def push(
 
     Args:
         folder: a local checkpoint folder.
-        repo_id: `org/name` on the Hub.
+        repo_id: `org/name` on the Hub (validated before anything else).
         private: create the repository as private (an existing one keeps its visibility).
         revision: a branch to commit to, created from main if missing.
         commit_message: defaults to one naming the operation.
@@ -66,6 +95,7 @@ def push(
         SurgeryError: the folder fails verify, or no token.
         PushError: the Hub refused (not found, not writable) or could not be reached.
     """
+    check_repo_id(repo_id)
     folder = Path(folder)
     if not folder.is_dir():
         raise SurgeryError(f"{folder}: not a checkpoint folder")
@@ -73,6 +103,9 @@ def push(
     if not report.ok:
         raise SurgeryError(f"{folder} fails verify, not pushed: {report.problems[0]}")
     files, card = plan_upload(folder, repo_id)
+    echo(
+        ("dry run: " if dry_run else "") + describe_upload(files, card, repo_id, private, revision)
+    )
     if dry_run:
         for path in files:
             echo(f"{path.stat().st_size:>14,d}  {path.name}")

@@ -28,15 +28,24 @@ from surgery.engine.source import SourcePool
 
 
 def resolve_alphas(
-    checkpoint: Checkpoint, alpha: str | float, layers: str | None, stack: str | None
+    checkpoint: Checkpoint,
+    alpha: str | float,
+    layers: str | None,
+    stack: str | None,
+    *,
+    extrapolate: bool = False,
 ) -> tuple[LayerValues, Stack | None]:
     """Turn `--alpha` (a number or `9:28=0.3,*=1.0`) and `--layers` into values per layer.
 
     A bare number applies to every tensor, unless `layers` restricts it to those layers; tensors
     not covered come from TRAINED (alpha 1).
 
+    Alphas outside [0, 1] extrapolate beyond BASE or TRAINED (task-vector extrapolation): allowed
+    only with `extrapolate`, so a typo never silently writes an extrapolated model.
+
     Raises:
-        LayerSpecError: a bad spec, or per-range alphas combined with --layers.
+        LayerSpecError: a bad spec, per-range alphas combined with --layers, or an alpha outside
+            [0, 1] without `extrapolate`.
     """
     text = str(alpha)
     per_range = "=" in text
@@ -56,6 +65,14 @@ def resolve_alphas(
         math.isfinite(v) for v in [*values.per_layer.values(), values.default] if v is not None
     ):
         raise LayerSpecError(f"alpha {text!r} is not a finite number")
+    outside = [
+        v for v in [*values.per_layer.values(), values.default] if v is not None and not 0 <= v <= 1
+    ]
+    if outside and not extrapolate:
+        raise LayerSpecError(
+            f"alpha {outside[0]:g} lies outside [0, 1] (alpha {text!r}); pass --extrapolate to "
+            "extrapolate beyond BASE or TRAINED on purpose"
+        )
     return values, chosen
 
 
@@ -76,6 +93,7 @@ def plan_interpolate(
     layers: str | None = None,
     stack: str | None = None,
     dtype: str | None = None,
+    extrapolate: bool = False,
 ) -> Plan:
     """Plan (1 - a) * BASE + a * TRAINED with a per layer (see `resolve_alphas`).
 
@@ -88,7 +106,7 @@ def plan_interpolate(
     check_compatible(
         [trained, base], ["trained", "base"], float_dtypes_may_differ=dtype is not None
     )
-    values, chosen = resolve_alphas(trained, alpha, layers, stack)
+    values, chosen = resolve_alphas(trained, alpha, layers, stack, extrapolate=extrapolate)
     tensors = []
     with SourcePool() as pool:
         for name, tensor in trained.tensors.items():
@@ -108,6 +126,7 @@ def plan_interpolate(
         layers=layers,
         stack=chosen.name if chosen is not None else None,
         dtype=dtype,
+        extrapolate=extrapolate or None,
     )
     return Plan(
         "interpolate", tensors, recipe, files_from=trained, inputs=[base, trained], dtype=dtype
