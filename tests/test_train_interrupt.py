@@ -92,6 +92,12 @@ def _holds_a_shard(folder: Path) -> bool:
         return False
 
 
+def _wait_until_stopped(pid: int) -> None:
+    """SIGSTOP is delivered asynchronously: wait until the kernel reports the process stopped."""
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "TtZX":
+        time.sleep(0.0001)
+
+
 def _stop_during_save(command: list[str], out: Path) -> subprocess.Popen | None:
     """Run `command` and freeze it while its staging folder holds a shard; None if the save
     finished before it could be caught."""
@@ -102,6 +108,7 @@ def _stop_during_save(command: list[str], out: Path) -> subprocess.Popen | None:
         staging = _stagings(out)
         if staging and _holds_a_shard(staging[0]):
             process.send_signal(signal.SIGSTOP)
+            _wait_until_stopped(process.pid)
             if staging[0].is_dir():  # not yet renamed to OUT: frozen inside the save
                 return process
             process.send_signal(signal.SIGCONT)
