@@ -14,11 +14,9 @@ from typing import Any
 import torch
 
 from eval.errors import ModelError
-from surgery.core.dtypes import parse_dtype, torch_dtype
+from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype, torch_dtype
 from surgery.core.errors import SurgeryError
 
-# Float dtypes a model may be scored in (safetensors names, as surgery.core.dtypes parses them).
-_SCORING_DTYPES = ("F32", "BF16", "F16", "F64")
 # Architectures whose name ends like this are decoders that predict the next token.
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
@@ -45,7 +43,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
         name = parse_dtype(dtype)
     except SurgeryError:
         name = ""
-    if name not in _SCORING_DTYPES:
+    if name not in COMPUTE_DTYPES:
         raise ModelError(f"unknown dtype {dtype!r}; use bf16, fp16 or fp32")
     return torch_dtype(name)
 

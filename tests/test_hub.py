@@ -16,6 +16,7 @@ import yaml
 from surgery.hub.model_card import render_card
 from tests.support.checks import assert_valid_output
 from tests.support.hub_server import FakeHub
+from tests.support.train_helpers import headers, write_corpus
 
 ROOT = Path(__file__).parents[1]
 SHA_BASE, SHA_TRAINED, SHA_V1 = "1" * 40, "2" * 40, "3" * 40
@@ -108,6 +109,25 @@ def test_offline_with_nothing_cached_is_a_clear_error(tmp_path):
         "reached (HF_HUB_OFFLINE set, or no network)"
     ]
     assert not (tmp_path / "out").exists()
+
+
+def test_training_from_a_hub_id_goes_through_the_one_resolver(hf_home, tmp_path, families):
+    corpus = write_corpus(tmp_path / "sk.jsonl", docs=20)
+    env = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
+    out = tmp_path / "out"
+    options = ["--max-steps", "1", "--block-size", "16", "--batch-size", "2", "-q"]
+    result = surgery("train", "acme/tiny-base", out, "--data", corpus, *options, env=env)
+    assert result.returncode == 0, result.stderr
+    assert_valid_output(out)
+    assert headers(out) == headers(families("llama")["base"])
+    recipe = json.loads((out / "surgery_recipe.json").read_text())
+    assert recipe["operation"] == "train" and recipe["steps"] == 1 and recipe["tokens"] == 32
+    base = {"role": "base", "path": "acme/tiny-base", "repo_id": "acme/tiny-base"}
+    assert recipe["inputs"] == [base | {"revision": SHA_BASE}]
+    assert "log_history" not in recipe  # kept in surgery_train.json, not in every shard header
+    assert json.loads((out / "surgery_train.json").read_text())["log_history"]
+    front = yaml.safe_load((out / "README.md").read_text().split("---")[1])
+    assert front["base_model"] == ["acme/tiny-base"] and front["base_model_relation"] == "finetune"
 
 
 GOLDEN = Path(__file__).parent / "data" / "model_card_revert.md"

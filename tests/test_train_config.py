@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from click.testing import CliRunner
+from safetensors.torch import save_file
 
 from cli import cli
 from surgery.core.errors import CheckpointError, LayerSpecError, OutputError
@@ -150,8 +152,20 @@ def test_output_rules(llama, tmp_path):
 
 def test_base_must_exist(tmp_path):
     data = write_corpus(tmp_path / "d.txt")
-    with pytest.raises(CheckpointError, match="could not be fetched"):
+    # Resolved by the one Hub resolver (surgery.hub.resolve); the suite runs offline.
+    with pytest.raises(CheckpointError, match="not a local path and not in the Hub cache"):
         tiny_config("nobody/no-such-model", tmp_path / "o", [str(data)]).validate()
+    (tmp_path / "weights").mkdir()
+    save_file({"w": torch.ones(2)}, tmp_path / "weights" / "model.safetensors")
+    with pytest.raises(CheckpointError, match="has no config.json"):
+        tiny_config(tmp_path / "weights", tmp_path / "o", [str(data)]).validate()
+
+
+def test_output_inside_base_is_refused(llama, tmp_path):
+    data = write_corpus(tmp_path / "d.txt")
+    with pytest.raises(OutputError, match="lies inside the input"):
+        tiny_config(llama, llama / "out", [str(data)]).validate()
+    assert not (llama / "out").exists()
 
 
 def test_report_to_and_precision_pass_through(llama, tmp_path):

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 from cli import cli
 from surgery.core.errors import CheckpointError
+from tests.support.checks import assert_valid_output
 from tests.support.train_helpers import (
     headers,
     in_layers,
@@ -64,6 +65,9 @@ def test_freeze_keeps_layers_bit_identical_and_layout(families, tmp_path, corpus
     base = families(arch)["base"]
     out = train(tiny_config(base, tmp_path / "out", [corpus], freeze="1:3"))
     assert headers(out) == headers(base)  # names, dtypes, shapes and shard files
+    assert_valid_output(out)  # verifies, index matches shards, recipe in every shard
+    assert json.loads((out / "surgery_recipe.json").read_text())["operation"] == "train"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]  # no staging left
     before, after = load_tensors(base), load_tensors(out)
     frozen = [n for n in before if in_layers(n, {1, 2})]
     assert frozen and all(_same(before[n], after[n]) for n in frozen)
@@ -300,3 +304,13 @@ def test_cli_mix_curriculum_and_token_budget(families, tmp_path):
     ):
         assert all(key in entry for entry in logs), key
     assert not (out / "checkpoints").exists()
+
+
+def test_keep_checkpoints_carries_them_into_the_saved_output(families, tmp_path, corpus):
+    config = tiny_config(
+        families("llama")["base"], tmp_path / "out", [corpus], save_steps=2, keep_checkpoints=True
+    )
+    out = train(config)
+    assert (out / "checkpoints" / "checkpoint-2").is_dir()
+    assert headers(out) == headers(families("llama")["base"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]

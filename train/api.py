@@ -10,7 +10,6 @@ import dataclasses
 import logging
 import math
 import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -175,8 +174,30 @@ def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
     return plan.output
 
 
+def _carried_entries(plan: TrainPlan) -> list[str]:
+    """What of an existing OUT the saved checkpoint keeps: anything the Trainer wrote there, but
+    the resumable checkpoints only with --keep-checkpoints.
+
+    The Trainer creates OUT/checkpoints when it starts; left empty, it is removed now (and OUT
+    with it when that leaves OUT empty), so that a save interrupted before its final rename
+    leaves no OUT, or OUT exactly as a resumable interrupted run.
+    """
+    checkpoints, out = plan.checkpoints_dir, plan.output
+    for folder in (checkpoints, out):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    if not out.is_dir():
+        return []
+    keep = plan.config.keep_checkpoints
+    return sorted(p.name for p in out.iterdir() if keep or p.name != checkpoints.name)
+
+
 def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:
-    """Gather full weights, write them in BASE's layout on the main process, clean up."""
+    """Gather full weights, write them in BASE's layout on the main process.
+
+    The engine writes the checkpoint beside OUT and then replaces OUT (and with it the
+    resumable checkpoints, unless kept) in one rename.
+    """
     from train.checkpoint_io import to_base_layout, write_checkpoint
     from train.lora import merge_lora
 
@@ -196,9 +217,14 @@ def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:
             "world_size": trainer.args.world_size,
             "log_history": trainer.state.log_history,
         }
-        write_checkpoint(plan.output, plan.layout, tensors, record)
-        if not plan.config.keep_checkpoints:
-            shutil.rmtree(plan.checkpoints_dir, ignore_errors=True)
+        write_checkpoint(
+            plan.output,
+            plan.layout,
+            tensors,
+            record,
+            carry=_carried_entries(plan),
+            quiet=not plan.config.progress,
+        )
         logger.info("saved %s", plan.output)
     trainer.accelerator.wait_for_everyone()
     # Let the next run in this process (tests, pipelines) start without a stale process group.

@@ -1,9 +1,11 @@
-"""Reading the base checkpoint's layout, loading it for training, saving in the same layout.
+"""BASE's layout for training, loading it for training, and saving in the same layout.
 
 The saved checkpoint must line up with BASE tensor for tensor (same names, shapes, dtypes, and
-the same shard files), because the surgery engine refuses anything else. So the writer does not
-use `save_pretrained`: it walks BASE's shards and writes, for each tensor, the trained value cast
-to BASE's dtype, or BASE's own bytes for tensors that were not trained (a vision tower).
+the same shard files), because the surgery engine refuses anything else. So training does not
+use `save_pretrained`: it saves through the engine, with a plan that keeps BASE's shard layout
+and writes, for each tensor, the trained value rounded once to BASE's dtype, or BASE's own bytes
+for tensors that were not trained (a vision tower). The engine's staged writer builds the output
+beside OUT and renames it into place, so an interrupted save leaves no half-written checkpoint.
 
 Gemma-3 multimodal checkpoints keep the language model under `language_model.model.` on disk.
 Only the language model is loaded (into the text-only class, with a key mapping) and trained;
@@ -14,43 +16,51 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from surgery.api import card_file
+from surgery.core.dtypes import torch_dtype
 from surgery.core.errors import CheckpointError, MismatchError
-from surgery.core.layers import Stack, find_stacks, select_stack
+from surgery.core.layers import Stack, select_stack
+from surgery.engine.plan import OutputTensor, Plan, copy_of, from_memory
+from surgery.engine.reader import Checkpoint, TensorInfo
+from surgery.engine.recipe import make_recipe
+from surgery.engine.writer import execute
+from surgery.hub.resolve import open_input
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_FILE = "model.safetensors"
-# Files of BASE that are weights (rewritten) or would mislead next to new weights (model card).
-_NOT_COPIED = re.compile(r".*\.(safetensors|bin|pt|pth|h5|msgpack|gguf|ckpt|md)$|.*\.index\.json$")
-_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """A tensor's safetensors dtype string (e.g. "BF16") and shape."""
-
-    dtype: str
-    shape: tuple[int, ...]
+TRAIN_RECORD = "surgery_train.json"
 
 
 @dataclass(frozen=True)
 class CheckpointLayout:
-    """What BASE holds on disk: shards, tensor names, dtypes, shapes, and its config."""
+    """What BASE holds on disk (its headers, read by the engine's reader) and its config."""
 
-    folder: Path
-    shards: Mapping[str, tuple[str, ...]]
-    tensors: Mapping[str, TensorInfo]
+    checkpoint: Checkpoint
     config: Mapping
     text_stack: Stack
+
+    @property
+    def folder(self) -> Path:
+        """BASE's local folder (a Hub id's snapshot)."""
+        return self.checkpoint.path
+
+    @property
+    def tensors(self) -> Mapping[str, TensorInfo]:
+        """BASE's tensors by name, in on-disk order."""
+        return self.checkpoint.tensors
+
+    @cached_property
+    def shards(self) -> dict[str, tuple[str, ...]]:
+        """Shard file name -> names of the tensors it holds, in on-disk order."""
+        return {s.path.name: tuple(t.name for t in s.tensors) for s in self.checkpoint.shards}
 
     @property
     def multimodal(self) -> bool:
@@ -79,87 +89,21 @@ class CheckpointLayout:
         return name.startswith(self.language_model_prefixes())
 
 
-_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U8": "uint8",
-    "BOOL": "bool",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-}
-
-
-def torch_dtype(safetensors_dtype: str) -> torch.dtype:
-    """The torch dtype of a safetensors dtype string ("BF16" -> torch.bfloat16)."""
-    import torch
-
-    return getattr(torch, _DTYPES[safetensors_dtype])
-
-
-def resolve_base(base: str) -> Path:
-    """A local folder for BASE: the folder itself, or a Hub snapshot of an id like org/name.
+def open_layout(base: str | Path) -> CheckpointLayout:
+    """Open BASE (a local folder or a Hub id) with the engine's reader; no tensor data is read.
 
     Raises:
-        CheckpointError: not a folder, and not downloadable (offline, unknown id).
+        CheckpointError: not found or not downloadable, no config.json, or unreadable weights.
     """
-    path = Path(base)
-    if path.is_dir():
-        return path
-    if path.exists() or not _HUB_ID.match(base):
-        raise CheckpointError(f"base checkpoint {base!r} is not a folder or a Hub id")
+    checkpoint = open_input(base)
+    config_path = checkpoint.path / "config.json"
+    if checkpoint.folder is None or not config_path.is_file():
+        raise CheckpointError(f"{base} has no config.json; is it a Hugging Face checkpoint folder?")
     try:
-        from huggingface_hub import snapshot_download
-
-        patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.jinja"]
-        return Path(snapshot_download(base, allow_patterns=patterns))
-    except Exception as error:  # the hub client raises many types; all mean "not available"
-        raise CheckpointError(
-            f"base {base!r} is not a local folder and could not be fetched from the Hub "
-            f"({type(error).__name__}: {error})"
-        ) from None
-
-
-def read_layout(folder: Path) -> CheckpointLayout:
-    """Read shard names and tensor headers of a safetensors checkpoint (no tensor data).
-
-    Raises:
-        CheckpointError: no config.json, no safetensors weights, or unreadable files.
-    """
-    from safetensors import safe_open
-
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise CheckpointError(f"{folder} has no config.json; is it a Hugging Face checkpoint?")
-    if (folder / INDEX_FILE).is_file():
-        weight_map = json.loads((folder / INDEX_FILE).read_text())["weight_map"]
-        files = sorted(set(weight_map.values()))
-    elif (folder / SINGLE_FILE).is_file():
-        files = [SINGLE_FILE]
-    else:
-        raise CheckpointError(f"{folder} has no safetensors weights ({SINGLE_FILE} or index)")
-    shards: dict[str, tuple[str, ...]] = {}
-    tensors: dict[str, TensorInfo] = {}
-    for file in files:
-        try:
-            with safe_open(folder / file, framework="pt") as handle:
-                names = tuple(handle.keys())
-                for name in names:
-                    view = handle.get_slice(name)
-                    tensors[name] = TensorInfo(view.get_dtype(), tuple(view.get_shape()))
-        except Exception as error:
-            raise CheckpointError(f"cannot read {folder / file}: {error}") from None
-        shards[file] = names
-    stack = select_stack(find_stacks(tensors))
-    config = json.loads(config_path.read_text())
-    return CheckpointLayout(
-        folder=folder, shards=shards, tensors=tensors, config=config, text_stack=stack
-    )
+        config = json.loads(config_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{config_path}: unreadable ({error})") from None
+    return CheckpointLayout(checkpoint, config, select_stack(checkpoint.stacks))
 
 
 def text_only_key_mapping(layout: CheckpointLayout) -> dict[str, str]:
@@ -177,10 +121,9 @@ def load_for_training(layout: CheckpointLayout, dtype: str) -> PreTrainedModel:
     Raises:
         CheckpointError: not a causal LM, or weights missing or mismatched after loading.
     """
-    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    kwargs: dict = {"dtype": getattr(torch, dtype), "output_loading_info": True}
+    kwargs: dict = {"dtype": torch_dtype(dtype), "output_loading_info": True}
     # Never run code shipped with a checkpoint; weights only from safetensors.
     kwargs |= {"trust_remote_code": False, "use_safetensors": True}
     if layout.multimodal:
@@ -269,39 +212,58 @@ def to_base_layout(
     return kept
 
 
-def write_checkpoint(
-    out: Path, layout: CheckpointLayout, tensors: Mapping[str, torch.Tensor], extra: Mapping
-) -> None:
-    """Write a checkpoint with BASE's shards, names and dtypes; side files copied from BASE.
+def plan_checkpoint(
+    layout: CheckpointLayout, tensors: Mapping[str, torch.Tensor], record: Mapping
+) -> Plan:
+    """The engine plan of a training output: BASE's shards, names and dtypes.
 
     Args:
-        out: the output folder (created; files in it are overwritten).
         layout: BASE's layout.
-        tensors: trained tensors by BASE name (any dtype, any device); BASE tensors not in it
-            are copied from BASE unchanged.
-        extra: JSON-serializable training record, written as `surgery_train.json`.
+        tensors: trained tensors by BASE name (any float dtype, any device), each rounded once
+            to BASE's dtype as it is written; BASE tensors not in it are byte copies of BASE.
+        record: the training record; the recipe keeps all of it but the log history.
     """
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    out.mkdir(parents=True, exist_ok=True)
-    for shard, names in layout.shards.items():
-        payload = {}
-        with safe_open(layout.folder / shard, framework="pt") as handle:
-            metadata = handle.metadata() or {"format": "pt"}
-            for name in names:
-                if name in tensors:
-                    target = torch_dtype(layout.tensors[name].dtype)
-                    payload[name] = tensors[name].detach().to("cpu", target).contiguous()
-                else:
-                    payload[name] = handle.get_tensor(name)
-        save_file(payload, out / shard, metadata=metadata)
-    if (layout.folder / INDEX_FILE).is_file():
-        shutil.copyfile(layout.folder / INDEX_FILE, out / INDEX_FILE)
-    (out / "surgery_train.json").write_text(json.dumps(extra, indent=2, default=str) + "\n")
-    # config.json last: a folder with a config is a finished checkpoint.
-    side_files = sorted(
-        p for p in layout.folder.iterdir() if p.is_file() and not _NOT_COPIED.match(p.name)
+    outputs: list[OutputTensor] = []
+    for name, info in layout.tensors.items():
+        if name in tensors:
+            outputs.append(from_memory(name, tensors[name], info.dtype))
+        else:
+            outputs.append(copy_of(info))
+    # JSON round trip: paths and other objects in the config become strings, as in the record.
+    summary = json.loads(json.dumps(dict(record), default=str))
+    summary.pop("log_history", None)
+    base = layout.checkpoint
+    recipe = make_recipe("train", [("base", base)], **summary)
+    return Plan(
+        "train", outputs, recipe, files_from=base, inputs=[base], shards=dict(layout.shards)
     )
-    for path in sorted(side_files, key=lambda p: p.name == "config.json"):
-        shutil.copyfile(path, out / path.name)
+
+
+def write_checkpoint(
+    out: Path,
+    layout: CheckpointLayout,
+    tensors: Mapping[str, torch.Tensor],
+    record: Mapping,
+    *,
+    carry: Sequence[str] = (),
+    quiet: bool = True,
+) -> Path:
+    """Write the trained checkpoint with the engine's staged writer: nothing appears at `out`
+    until the whole checkpoint is written.
+
+    Args:
+        out: the output folder; an existing one (the Trainer's resumable checkpoints) is replaced.
+        layout: BASE's layout; config, tokenizer and other small files are copied from BASE.
+        tensors: trained tensors by BASE name; see `plan_checkpoint`.
+        record: JSON-ready training record, written as `surgery_train.json`.
+        carry: entries of an existing `out` kept in the new one.
+        quiet: no progress bar.
+
+    Returns:
+        The output folder, which also holds `surgery_recipe.json` and a model card.
+    """
+    plan = plan_checkpoint(layout, tensors, record)
+    # The model card as every surgery output has one (keeping BASE's license).
+    files = {TRAIN_RECORD: json.dumps(record, indent=2, default=str) + "\n"}
+    files |= card_file(plan, Path(out))
+    return execute(plan, Path(out), quiet=quiet, extra_files=files, carry=carry)

@@ -14,20 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from surgery.core.errors import OutputError
+from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype
+from surgery.core.errors import OutputError, SurgeryError
 from surgery.core.layers import LayerValues, format_layers, parse_layer_spec, parse_layer_values
-from train.checkpoint_io import CheckpointLayout, read_layout, resolve_base
+from surgery.engine.output_dir import check_output
+from train.checkpoint_io import CheckpointLayout, open_layout
 from train.errors import TrainConfigError
 from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
 
-DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-}
 MIXED_PRECISION = ("no", "bf16", "fp16")
 CHECKPOINTS_DIR = "checkpoints"
 DEFAULT_BLOCK = 1024
@@ -87,7 +81,7 @@ class TrainPlan:
     lora: LoraSpec | None
     drift_groups: tuple[tuple[str, tuple[int, ...]], ...]
     resume_from: Path | None
-    dtype: str
+    dtype: str  # safetensors name of the weights' dtype while training (F32, BF16, ...)
     block_size: int
 
     @property
@@ -171,8 +165,8 @@ class TrainConfig:
         output = Path(self.output)
         resume_from = _check_output(output, self.resume)
         sources = self._resolve_sources()
-        base_dir = resolve_base(self.base)
-        layout = read_layout(base_dir)
+        layout = open_layout(self.base)
+        check_output(output, [layout.folder], force=True)  # never inside BASE, never holding it
         num_layers = layout.text_stack.num_layers
         frozen = tuple(parse_layer_spec(self.freeze, num_layers)) if self.freeze else ()
         l2sp = _parse_l2sp(self.l2sp, num_layers) if self.l2sp else None
@@ -182,7 +176,7 @@ class TrainConfig:
         groups = drift_groups(self.drift_groups, num_layers, frozen, l2sp)
         return TrainPlan(
             config=self,
-            base_dir=base_dir,
+            base_dir=layout.folder,
             output=output,
             layout=layout,
             sources=sources,
@@ -192,7 +186,7 @@ class TrainConfig:
             lora=lora,
             drift_groups=groups,
             resume_from=resume_from,
-            dtype=DTYPES[self.dtype.lower()],
+            dtype=_training_dtype(self.dtype),
             block_size=_block_size(self.block_size, layout.config),
         )
 
@@ -218,8 +212,7 @@ class TrainConfig:
             raise TrainConfigError(
                 f"--ema is the weight of the previous average, in (0, 1); got {self.ema}"
             )
-        if self.dtype.lower() not in DTYPES:
-            raise TrainConfigError(f"--dtype {self.dtype!r}: choose float32, bfloat16 or float16")
+        _training_dtype(self.dtype)
         if self.mixed_precision not in MIXED_PRECISION:
             raise TrainConfigError(
                 f"mixed precision {self.mixed_precision!r}: choose {', '.join(MIXED_PRECISION)}"
@@ -238,6 +231,17 @@ class TrainConfig:
         for source in sources:
             check_source(source)
         return sources
+
+
+def _training_dtype(text: str) -> str:
+    """The safetensors name of a --dtype a model can train in (float32, bf16, ...)."""
+    try:
+        name = parse_dtype(text)
+    except SurgeryError:
+        name = ""
+    if name not in COMPUTE_DTYPES:
+        raise TrainConfigError(f"--dtype {text!r}: choose float32, bfloat16, float16 or float64")
+    return name
 
 
 def _block_size(requested: int | None, config: Mapping) -> int:

@@ -14,37 +14,12 @@ from __future__ import annotations
 import json
 import math
 
+from surgery.core.dtypes import is_known
+
 # serde_json fails at 128 nested arrays/objects (the root object counts as one).
 MAX_DEPTH = 127
 USIZE_LIMIT = 2**64  # usize on the 64-bit platforms safetensors runs on
 TENSOR_FIELDS = ("dtype", "shape", "data_offsets")
-# Every dtype safetensors knows (0.8); the reader refuses those the tool cannot handle.
-SAFETENSORS_DTYPES = frozenset(
-    [
-        "BOOL",
-        "F4",
-        "F6_E2M3",
-        "F6_E3M2",
-        "U8",
-        "I8",
-        "F8_E5M2",
-        "F8_E4M3",
-        "F8_E8M0",
-        "F8_E4M3FNUZ",
-        "F8_E5M2FNUZ",
-        "I16",
-        "U16",
-        "F16",
-        "BF16",
-        "I32",
-        "U32",
-        "F32",
-        "C64",
-        "F64",
-        "I64",
-        "U64",
-    ]
-)
 
 
 class HeaderError(ValueError):
@@ -124,7 +99,7 @@ def _check_entry(name: str, entry: object) -> None:
             what = "missing" if count == 0 else "duplicate"
             raise HeaderError(f"tensor {name!r}: {what} field {field!r}")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+    if not isinstance(dtype, str) or not is_known(dtype):
         raise HeaderError(f"tensor {name!r}: unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(_is_usize(d) for d in shape):
         raise HeaderError(f"tensor {name!r}: bad shape {shape!r}")

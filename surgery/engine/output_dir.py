@@ -184,10 +184,14 @@ def _publish_now(staging: Path, out: Path, replace: bool) -> None:
 
 
 @contextmanager
-def staged_output(out: Path, *, replace: bool | None = None) -> Iterator[Path]:
+def staged_output(
+    out: Path, *, replace: bool | None = None, carry: Sequence[str] = ()
+) -> Iterator[Path]:
     """Yield a temporary folder beside `out`; on success it becomes `out` by rename.
 
     Args:
+        carry: names of entries of an existing `out` moved into the new output just before it
+            replaces `out` (entries the new output also has are not carried).
         replace: whether an existing `out` may be replaced. Default: only if `out` existed when
             staging began (the caller's `check_output` refused it unless forced); an `out` that
             appears while the run writes is then never replaced.
@@ -214,6 +218,9 @@ def staged_output(out: Path, *, replace: bool | None = None) -> Iterator[Path]:
         _remove(staging)
         staging.mkdir()
         yield staging
+        for name in carry:
+            if (out / name).exists() and not (staging / name).exists():
+                os.replace(out / name, staging / name)
         _publish(staging, out, replace)
     except BaseException:
         _remove(staging, quietly=True)

@@ -6,14 +6,18 @@ checking and progress are shared by all of them (surgery/writer.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from surgery.core.dtypes import itemsize
+from surgery.core.dtypes import nbytes, torch_dtype
 from surgery.core.errors import MismatchError
 from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.source import SourcePool
+
+if TYPE_CHECKING:
+    import torch
 
 # Bytes compared at a time when checking that non-float tensors agree.
 _COMPARE_CHUNK = 8 * 2**20
@@ -29,7 +33,8 @@ class Source:
 
 @dataclass(frozen=True)
 class OutputTensor:
-    """One output tensor: sum(weight * source) / divisor, rounded once to `dtype`.
+    """One output tensor: sum(weight * source) / divisor, rounded once to `dtype`, or `values`
+    held in memory (then `sources` is empty), rounded once to `dtype` as they are written.
 
     A single source of weight 1 in the output's dtype is a byte copy: no decode, no round trip.
     """
@@ -42,18 +47,18 @@ class OutputTensor:
     # A merge kernel (surgery/engine/ops/merge/kernel.py) that computes the tensor in chunked
     # passes; None for copies and weighted sums.
     kernel: Any = field(default=None, compare=False)
+    values: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the output tensor."""
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count * itemsize(self.dtype)
+        return nbytes(self.dtype, math.prod(self.shape))
 
     @property
     def is_copy(self) -> bool:
         """Whether this tensor is written as a byte copy of its only source."""
+        if self.values is not None:
+            return False
         (first, *rest) = self.sources
         return (
             not rest
@@ -77,6 +82,9 @@ class Plan:
     dtype: str | None = None  # the --dtype override, if any (config.json is patched to match)
     config_updates: dict = field(default_factory=dict)  # other config.json keys to set
     mergekit_config: dict | None = None  # the equivalent mergekit YAML config, if there is one
+    # Shard file name -> names of the tensors it holds (an input's own layout, kept as it is);
+    # None: shards split by size under Hugging Face's names.
+    shards: Mapping[str, Sequence[str]] | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -88,6 +96,22 @@ def copy_of(tensor: TensorInfo, dtype: str | None = None) -> OutputTensor:
     """An output tensor taken whole from `tensor`, cast to `dtype` if it is given and differs."""
     out_dtype = dtype if (dtype and tensor.is_float) else tensor.dtype
     return OutputTensor(tensor.name, out_dtype, tensor.shape, (Source(tensor),))
+
+
+def from_memory(name: str, values: torch.Tensor, dtype: str) -> OutputTensor:
+    """An output tensor written from a tensor held in memory, rounded once to `dtype`.
+
+    Args:
+        name: the output tensor's name.
+        values: any torch tensor of the output's shape (any device, any dtype torch casts to
+            `dtype`); the writer converts and writes it in bounded chunks.
+        dtype: the output's safetensors dtype.
+
+    Raises:
+        SurgeryError: a dtype torch cannot write (F4, F6_*).
+    """
+    torch_dtype(dtype)  # fail at planning time, not halfway through a write
+    return OutputTensor(name, dtype, tuple(values.shape), (), values=values.detach())
 
 
 def blend_of(
@@ -172,5 +196,6 @@ def require_equal_non_float(
         if not tensors_equal(first, other, pool):
             raise MismatchError(
                 f"non-float tensor {first.name!r} ({first.dtype}) differs between {labels[0]} "
-                f"and {label}; integer tensors cannot be averaged"
+                f"and {label}; only float tensors are averaged (integer, bool, complex and packed "
+                "tensors must be identical in every input)"
             )

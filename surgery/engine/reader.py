@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from surgery.core.dtypes import ITEMSIZES, is_float, itemsize
+from surgery.core.dtypes import bits, is_float, is_known, nbytes
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import Stack, find_stacks
 from surgery.engine.header_json import USIZE_LIMIT, HeaderError, parse_header
@@ -123,26 +123,31 @@ def _read_header_json(path: Path) -> tuple[dict, int, int]:
 def _tensor_entry(path: Path, name: str, entry: dict, data_start: int) -> TensorInfo:
     """Turn one type-checked header entry (see `parse_header`) into a TensorInfo."""
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in ITEMSIZES:
+    if not is_known(dtype):
         raise _fail(path, f"tensor {name!r}: dtype {dtype} is not supported by this tool")
     if offsets[0] > offsets[1]:
         raise _fail(path, f"tensor {name!r}: bad data_offsets {offsets!r}")
     # As safetensors: the element count, then the bit count, must fit a 64-bit size.
-    count = 1
+    numel = 1
     for dim in shape:
-        count *= dim
-        if count >= USIZE_LIMIT:
+        numel *= dim
+        if numel >= USIZE_LIMIT:
             break
-    if count * itemsize(dtype) * 8 >= USIZE_LIMIT:
+    if numel * bits(dtype) >= USIZE_LIMIT:
         raise _fail(path, f"tensor {name!r}: shape {shape} overflows a 64-bit size")
-    nbytes = offsets[1] - offsets[0]
-    if nbytes != count * itemsize(dtype):
+    if numel * bits(dtype) % 8:
         raise _fail(
             path,
-            f"tensor {name!r}: {nbytes} bytes for shape {shape} of {dtype} "
-            f"(expected {count * itemsize(dtype)})",
+            f"tensor {name!r}: {numel} {dtype} elements do not fill whole bytes (corrupt header)",
         )
-    return TensorInfo(name, dtype, tuple(shape), path, data_start + offsets[0], nbytes)
+    size = offsets[1] - offsets[0]
+    if size != nbytes(dtype, numel):
+        raise _fail(
+            path,
+            f"tensor {name!r}: {size} bytes for shape {shape} of {dtype} "
+            f"(expected {nbytes(dtype, numel)})",
+        )
+    return TensorInfo(name, dtype, tuple(shape), path, data_start + offsets[0], size)
 
 
 def read_shard(path: Path) -> Shard:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import itertools
 import json
+import math
 import os
 import shutil
 import threading
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from surgery.core.dtypes import CONFIG_NAMES, itemsize, torch_dtype
+from surgery.core.dtypes import CONFIG_NAMES, bits, itemsize, torch_dtype
 from surgery.core.errors import OutputError
 from surgery.engine.blend import accumulate, accumulator_dtype, check_finite, finish
 from surgery.engine.output_dir import staged_output
@@ -125,9 +126,9 @@ def build_header(
     """The header bytes (length prefix included) and the tensors in data order.
 
     Larger item sizes come first, as safetensors orders them, so every tensor stays aligned to its
-    item size.
+    item size (packed sub-byte tensors last).
     """
-    ordered = sorted(tensors, key=lambda t: -itemsize(t.dtype))
+    ordered = sorted(tensors, key=lambda t: -bits(t.dtype))
     header: dict[str, object] = {"__metadata__": metadata}
     offset = 0
     for tensor in ordered:
@@ -165,6 +166,8 @@ class _TensorWriter:
         self.hasher = hasher
         if tensor.kernel is not None:
             tensor.kernel.write(self.pool, fd, offset, self.progress, hasher)
+        elif tensor.values is not None:
+            self._from_memory(fd, tensor, offset)
         elif tensor.is_copy:
             self._copy(fd, tensor, offset)
         else:
@@ -206,6 +209,32 @@ class _TensorWriter:
             finish(accumulate(acc, sources), tensor.divisor, out)  # the one rounding
             check_finite(tensor, out, sources)
             data = memoryview(out.view(torch_dtype("U8")).numpy())
+            _pwrite_all(fd, data, offset + start * out.element_size())
+            self.hasher.add(offset + start * out.element_size(), data)
+            self.progress.update(len(data))
+
+    def _from_memory(self, fd: int, tensor: OutputTensor, offset: int) -> None:
+        """Write a tensor held in memory: its own bytes when it is already a CPU tensor of the
+        output dtype, else converted chunk by chunk (the one rounding) through a reused buffer."""
+        import torch
+
+        values = tensor.values.reshape(-1)
+        out_dtype = torch_dtype(tensor.dtype)
+        if values.dtype == out_dtype and values.device.type == "cpu":
+            data = memoryview(values.view(torch.uint8).numpy())
+            for start in range(0, len(data), COPY_CHUNK):
+                chunk = data[start : start + COPY_CHUNK]
+                _pwrite_all(fd, chunk, offset + start)
+                # The plan holds the tensor until the shard is done: its bytes stay valid.
+                self.hasher.add(offset + start, chunk, stable=True)
+                self.progress.update(len(chunk))
+            return
+        out_buffer = self._buffer("out", out_dtype)
+        for start in range(0, values.numel(), CHUNK_ELEMENTS):
+            stop = min(start + CHUNK_ELEMENTS, values.numel())
+            out = out_buffer[: stop - start]
+            out.copy_(values[start:stop])
+            data = memoryview(out.view(torch.uint8).numpy())
             _pwrite_all(fd, data, offset + start * out.element_size())
             self.hasher.add(offset + start * out.element_size(), data)
             self.progress.update(len(data))
@@ -393,6 +422,22 @@ def _single_threaded_torch(plan: Plan) -> Iterator[int]:
         torch.set_num_threads(threads)
 
 
+def plan_shards(plan: Plan, max_shard_size: int) -> tuple[list[list[OutputTensor]], list[str]]:
+    """The output's shards and their file names: the plan's own layout if it has one, else
+    tensors split by `max_shard_size` under Hugging Face's names."""
+    if plan.shards is None:
+        shards = layout_shards(plan.tensors, max_shard_size)
+        return shards, shard_names(len(shards))
+    by_name = {t.name: t for t in plan.tensors}
+    try:
+        grouped = [[by_name.pop(n) for n in names] for names in plan.shards.values()]
+    except KeyError as error:  # a bug in the operation, not a user error
+        raise ValueError(f"the plan's layout places {error} twice or has no such tensor") from None
+    if by_name:
+        raise ValueError(f"the plan's layout leaves out {sorted(by_name)[:3]}")
+    return grouped, list(plan.shards)
+
+
 def execute(
     plan: Plan,
     out: Path,
@@ -401,6 +446,7 @@ def execute(
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
     extra_files: Mapping[str, str] | None = None,
     replace: bool | None = None,
+    carry: Sequence[str] = (),
 ) -> Path:
     """Write the plan's output checkpoint at `out` (checked by the caller with `check_output`).
 
@@ -410,6 +456,8 @@ def execute(
     Args:
         extra_files: text files to add to the output by name (a model card), written last.
         replace: whether an existing `out` may be replaced (see `staged_output`; --force).
+        carry: entries of an existing `out` to keep in the new one (training's resumable
+            checkpoints); see `staged_output`.
 
     Returns:
         The output folder.
@@ -419,14 +467,13 @@ def execute(
             refused (one line: `cannot write OUT: no space left on device`); any error leaves
             nothing at `out`.
     """
-    shards = layout_shards(plan.tensors, max_shard_size)
-    names = shard_names(len(shards))
+    shards, names = plan_shards(plan, max_shard_size)
     recipe_text = json.dumps(plan.recipe, sort_keys=True)
     headers = [build_header(s, {"format": "pt", "surgery_recipe": recipe_text}) for s in shards]
     extra_files = extra_files or {}
     companions = companion_files(plan)
     try:
-        with staged_output(Path(out), replace=replace) as staging:
+        with staged_output(Path(out), replace=replace, carry=carry) as staging:
             _check_disk_space(
                 staging, bytes_needed(plan, [h for h, _ in headers], companions, extra_files)
             )
@@ -439,7 +486,7 @@ def execute(
                         hashes[name] = writer.write(staging / name, header, ordered)
                 finally:
                     writer.close()
-            if len(shards) > 1:
+            if names != shard_names(1):
                 _write_index(staging, plan, shards, names, hashes)
             copy_companion_files(plan, staging, companions)
             recipe = {**plan.recipe, SHA256_KEY: hashes}
@@ -462,7 +509,7 @@ def _write_index(
     index = {
         "metadata": {
             "total_size": plan.total_bytes,
-            "total_parameters": sum(t.nbytes // itemsize(t.dtype) for t in plan.tensors),
+            "total_parameters": sum(math.prod(t.shape) for t in plan.tensors),
             SHA256_KEY: dict(hashes),
         },
         "weight_map": dict(sorted(weight_map.items())),

@@ -58,6 +58,12 @@ def describe_operation(recipe: dict) -> str:
             "the streaming engine; the config is in the recipe below and in mergekit_config.yml "
             f"(random masks seeded with {recipe.get('seed', 0)})."
         )
+    if operation == "train":
+        return (
+            f"Continued pretraining of {roles.get('base')}: {recipe.get('steps', '?')} optimizer "
+            f"steps on {recipe.get('tokens', '?')} tokens, saved in the base's exact layout "
+            "(tensor names, shapes, dtypes and shard files)."
+        )
     return f"Made by the `{operation}` operation."
 
 

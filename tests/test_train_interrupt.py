@@ -1,0 +1,176 @@
+"""An interrupted or failed final save of `surgery train` leaves no OUT (subprocesses).
+
+The save is caught in the act without any hook in the product: the model is big enough that
+writing it takes a while, the test polls for the engine's hidden staging folder to hold a shard,
+freezes the process with SIGSTOP (so the moment cannot pass), checks the staging folder is still
+there (the final rename has not happened), and only then sends the signal under test.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from tests.support import tiny_models
+from tests.support.train_helpers import write_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+# Attempts at catching the save before the test gives up (each trains one step).
+ATTEMPTS = 3
+
+
+@pytest.fixture(scope="module")
+def big_base(tmp_path_factory) -> Path:
+    """About 150 MB of bfloat16 weights in 3 shards, mostly a large vocabulary's embeddings,
+    which --freeze-embeddings keeps out of the optimizer (cheap to train, slow enough to save)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=65536,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    return tiny_models.save(model, tmp_path_factory.mktemp("big") / "base", shard_size="20MB")
+
+
+def _command(base: Path, out: Path, corpus: Path) -> list[str]:
+    return [
+        sys.executable,
+        str(ROOT / "cli.py"),
+        "train",
+        str(base),
+        str(out),
+        "--data",
+        str(corpus),
+        "--max-steps",
+        "1",
+        "--block-size",
+        "8",
+        "--batch-size",
+        "1",
+        "--freeze-embeddings",
+        "--no-drift",
+        "-q",
+    ]
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def _stagings(out: Path) -> list[Path]:
+    return [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.partial-")]
+
+
+def _holds_a_shard(folder: Path) -> bool:
+    try:
+        return any(name.endswith(".safetensors") for name in os.listdir(folder))
+    except FileNotFoundError:
+        return False
+
+
+def _wait_until_stopped(pid: int) -> None:
+    """SIGSTOP is delivered asynchronously: wait until the kernel reports the process stopped."""
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "TtZX":
+        time.sleep(0.0001)
+
+
+def _stop_during_save(command: list[str], out: Path) -> subprocess.Popen | None:
+    """Run `command` and freeze it while its staging folder holds a shard; None if the save
+    finished before it could be caught."""
+    process = subprocess.Popen(
+        command, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    while process.poll() is None:
+        staging = _stagings(out)
+        if staging and _holds_a_shard(staging[0]):
+            process.send_signal(signal.SIGSTOP)
+            _wait_until_stopped(process.pid)
+            if staging[0].is_dir():  # not yet renamed to OUT: frozen inside the save
+                return process
+            process.send_signal(signal.SIGCONT)
+        time.sleep(0.0005)
+    return None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_killed_during_final_save_leaves_no_out(big_base, tmp_path, signum):
+    corpus = write_corpus(tmp_path / "sk.jsonl", docs=20)
+    out = tmp_path / "work" / "out"
+    out.parent.mkdir()
+    before = _snapshot(big_base)
+    for _ in range(ATTEMPTS):
+        process = _stop_during_save(_command(big_base, out, corpus), out)
+        if process is not None:
+            break
+        assert (out / "model.safetensors.index.json").is_file()  # finished: try again
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+    else:
+        pytest.fail(f"the save finished each of {ATTEMPTS} times before it could be stopped")
+    assert not out.exists()
+    process.send_signal(signum)
+    process.send_signal(signal.SIGCONT)
+    code = process.wait(timeout=120)
+
+    assert not out.exists()
+    if signum == signal.SIGKILL:
+        # No chance to clean up: the hidden staging folder with a partial checkpoint remains
+        # (removing stale ones is the next run's business), but nothing is at OUT.
+        assert code == -signal.SIGKILL
+        assert len(_stagings(out)) == 1
+    else:
+        # SIGTERM ends the command as Ctrl-C does (one line, exit 2): the staging folder is
+        # removed too.
+        assert code == 2
+        assert not _stagings(out)
+    assert _snapshot(big_base) == before
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+def test_failed_final_save_leaves_nothing(families, tmp_path):
+    """A write that fails halfway (a file-size limit below one shard: EFBIG, as on a full disk)
+    removes the staging folder; OUT never appears."""
+    corpus = write_corpus(tmp_path / "sk.jsonl", docs=20)
+    base, out = families("llama")["base"], tmp_path / "work" / "out"
+    out.parent.mkdir()
+    shard = max(p.stat().st_size for p in base.glob("*.safetensors"))
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an error from write(), not a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (shard // 2, shard // 2))
+
+    command = _command(base, out, corpus)
+    command.remove("--freeze-embeddings")
+    result = subprocess.run(
+        command, env=_env(), preexec_fn=limit_file_size, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 2
+    assert "error: cannot write" in result.stderr and "file too large" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert list(out.parent.iterdir()) == []
