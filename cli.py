@@ -55,6 +55,12 @@ force_option = click.option(
 push_option = click.option(
     "--push-to", default=None, metavar="REPO_ID", help="Then push OUT to this Hub repository."
 )
+download_option = click.option(
+    "--download",
+    is_flag=True,
+    help="Download Hub ids' whole snapshots through the cache instead of reading only the "
+    "bytes needed by HTTP range requests.",
+)
 
 
 def options(*decorators):
@@ -115,8 +121,11 @@ base_trained_out = options(
 )
 @stack_option
 @write_options
+@download_option
 @base_trained_out
-def revert(layers, stack, dtype, max_shard_size, force, push_to, quiet, base, trained, out):
+def revert(
+    layers, stack, dtype, max_shard_size, force, push_to, quiet, download, base, trained, out
+):
     """Take LAYERS from BASE and everything else from TRAINED (byte copies).
 
     \b
@@ -128,6 +137,7 @@ def revert(layers, stack, dtype, max_shard_size, force, push_to, quiet, base, tr
     from surgery.api import revert as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
+    kwargs["download"] = download
     _done(run(base, trained, out, layers, stack=stack, **kwargs), quiet, push_to)
 
 
@@ -136,9 +146,10 @@ def revert(layers, stack, dtype, max_shard_size, force, push_to, quiet, base, tr
     "--weights", default=None, help="Comma-separated weights, normalized (default: uniform)."
 )
 @write_options
+@download_option
 @click.argument("experts", nargs=-1, required=True, type=click.Path())
 @click.argument("out", type=click.Path())
-def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
+def soup(weights, dtype, max_shard_size, force, push_to, quiet, download, experts, out):
     """Average EXPERTS (two or more) into OUT: sum(w_i * expert_i) / sum(w_i).
 
     Float tensors accumulate in float32 (float64 for 32-bit inputs) and are rounded once;
@@ -153,6 +164,7 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
     from surgery.engine.ops.soup import parse_weights
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
+    kwargs["download"] = download
     _done(run(list(experts), out, parse_weights(weights, len(experts)), **kwargs), quiet, push_to)
 
 
@@ -165,9 +177,10 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
 )
 @stack_option
 @write_options
+@download_option
 @base_trained_out
 def interpolate(
-    alpha, layers, stack, dtype, max_shard_size, force, push_to, quiet, base, trained, out
+    alpha, layers, stack, dtype, max_shard_size, force, push_to, quiet, download, base, trained, out
 ):
     """Write (1 - alpha) * BASE + alpha * TRAINED.
 
@@ -184,13 +197,15 @@ def interpolate(
     from surgery.api import interpolate as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
+    kwargs["download"] = download
     _done(run(base, trained, out, alpha, layers=layers, stack=stack, **kwargs), quiet, push_to)
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@download_option
 @click.argument("checkpoint", type=click.Path())
-def inspect(as_json, checkpoint):
+def inspect(as_json, download, checkpoint):
     """Summarize CHECKPOINT from its headers: stacks, layers, dtypes, parameters, shards, recipe.
 
     \b
@@ -201,7 +216,7 @@ def inspect(as_json, checkpoint):
     from surgery.checks.inspection import describe, format_description
     from surgery.hub.resolve import open_input
 
-    info = describe(open_input(checkpoint))
+    info = describe(open_input(checkpoint, ranges=not download, companions=False))
     click.echo(json.dumps(info, indent=2) if as_json else format_description(info))
 
 
@@ -341,9 +356,10 @@ def sweep(
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Per-tensor rows as CSV.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="PNG bar chart of drift over layers.")
 @quiet_option
+@download_option
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
-def drift(stack, csv_path, plot, quiet, base, trained):
+def drift(stack, csv_path, plot, quiet, download, base, trained):
     """How far TRAINED moved from BASE: relative L2 and cosine per layer and module kind.
 
     Streamed: the models are never loaded whole.
@@ -359,7 +375,10 @@ def drift(stack, csv_path, plot, quiet, base, trained):
     from surgery.diagnostics.drift import drift_rows, format_drift
     from surgery.hub.resolve import open_input
 
-    report = run(open_input(base), open_input(trained), stack=stack, quiet=quiet)
+    base_ckpt, trained_ckpt = (
+        open_input(spec, ranges=not download, companions=False) for spec in (base, trained)
+    )
+    report = run(base_ckpt, trained_ckpt, stack=stack, quiet=quiet)
     click.echo(format_drift(report))
     if csv_path:
         rows = drift_rows(report)

@@ -18,7 +18,7 @@ from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
 from surgery.engine.plan import Plan
-from surgery.engine.reader import CARD_NAME
+from surgery.engine.reader import CARD_NAME, Checkpoint
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
 from surgery.hub.model_card import render_card
 from surgery.hub.resolve import open_input
@@ -44,6 +44,17 @@ def write_plan(
     )
 
 
+def _open_inputs(
+    specs: Sequence[str | Path], download: bool, files_from: int = -1
+) -> list[Checkpoint]:
+    """Open the inputs; Hub ids by ranges unless `download`. Only the input the output copies
+    config and tokenizer files from (`files_from`) fetches them."""
+    index = files_from % len(specs)
+    return [
+        open_input(spec, ranges=not download, companions=i == index) for i, spec in enumerate(specs)
+    ]
+
+
 def card_file(plan: Plan, out: Path) -> dict[str, str]:
     """The model card of the plan's output, as `execute`'s extra file."""
     return {CARD_NAME: render_card(plan.recipe, title=Path(out).name)}
@@ -57,10 +68,15 @@ def revert(
     *,
     stack: str | None = None,
     dtype: str | None = None,
+    download: bool = False,
     **write_options: object,
 ) -> Path:
-    """Write TRAINED with `layers` taken from BASE to `out`. See `plan_revert` and `write_plan`."""
-    plan = plan_revert(open_input(base), open_input(trained), layers, stack=stack, dtype=dtype)
+    """Write TRAINED with `layers` taken from BASE to `out`. See `plan_revert` and `write_plan`.
+
+    Hub ids are read by ranges (only the tensors the plan needs) unless `download`.
+    """
+    base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
+    plan = plan_revert(base_ckpt, trained_ckpt, layers, stack=stack, dtype=dtype)
     return write_plan(plan, out, **write_options)
 
 
@@ -70,10 +86,11 @@ def soup(
     weights: Sequence[float] | None = None,
     *,
     dtype: str | None = None,
+    download: bool = False,
     **write_options: object,
 ) -> Path:
     """Write the (weighted) average of `experts` to `out`. See `plan_soup` and `write_plan`."""
-    plan = plan_soup([open_input(p) for p in experts], weights, dtype=dtype)
+    plan = plan_soup(_open_inputs(list(experts), download, files_from=0), weights, dtype=dtype)
     return write_plan(plan, out, **write_options)
 
 
@@ -86,10 +103,10 @@ def interpolate(
     layers: str | None = None,
     stack: str | None = None,
     dtype: str | None = None,
+    download: bool = False,
     **write_options: object,
 ) -> Path:
     """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`."""
-    plan = plan_interpolate(
-        open_input(base), open_input(trained), alpha, layers=layers, stack=stack, dtype=dtype
-    )
+    base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
+    plan = plan_interpolate(base_ckpt, trained_ckpt, alpha, layers=layers, stack=stack, dtype=dtype)
     return write_plan(plan, out, **write_options)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,6 +19,7 @@ from pathlib import Path
 from surgery.core.dtypes import ITEMSIZES, is_float, itemsize
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import Stack, find_stacks
+from surgery.engine.source import ByteSource, LocalFile, Opener
 
 INDEX_NAME = "model.safetensors.index.json"
 RECIPE_NAME = "surgery_recipe.json"
@@ -74,21 +75,29 @@ def _fail(path: Path, message: str) -> CheckpointError:
     return CheckpointError(f"{path}: {message}")
 
 
-def _read_header_json(path: Path) -> tuple[dict, int, int]:
-    """Return (header dict, data start offset, file size)."""
+def _read_header_json(path: Path, source: ByteSource | None = None) -> tuple[dict, int, int]:
+    """Return (header dict, data start offset, file size), reading through `source` (default:
+    the local file at `path`)."""
     try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, 2)
-            handle.seek(0)
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                raise _fail(path, f"only {size} bytes: too short to be a safetensors file")
-            (length,) = struct.unpack("<Q", prefix)
-            if length > MAX_HEADER_BYTES or 8 + length > size:
-                raise _fail(path, f"header length {length} does not fit in a {size}-byte file")
-            raw = handle.read(length)
+        handle = source if source is not None else LocalFile(path)
     except OSError as error:
         raise _fail(path, f"cannot read: {error.strerror}") from None
+    try:
+        size = handle.size
+        if size < 8:
+            raise _fail(path, f"only {size} bytes: too short to be a safetensors file")
+        prefix = bytearray(8)
+        handle.read_into(0, memoryview(prefix))
+        (length,) = struct.unpack("<Q", prefix)
+        if length > MAX_HEADER_BYTES or 8 + length > size:
+            raise _fail(path, f"header length {length} does not fit in a {size}-byte file")
+        raw = bytearray(length)
+        handle.read_into(8, memoryview(raw))
+    except OSError as error:
+        raise _fail(path, f"cannot read: {error.strerror}") from None
+    finally:
+        if source is None:
+            handle.close()
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -124,11 +133,13 @@ def _tensor_entry(path: Path, name: str, entry: object, data_start: int) -> Tens
     return TensorInfo(name, dtype, tuple(shape), path, data_start + offsets[0], nbytes)
 
 
-def read_shard(path: Path) -> Shard:
+def read_shard(path: Path, source: ByteSource | None = None) -> Shard:
     """Parse and validate one safetensors file's header.
 
     Args:
         path: a .safetensors file.
+        source: where its bytes come from, when not from the local file `path` (a Hub file
+            read by ranges); only the header's bytes are read.
 
     Returns:
         The shard, tensors sorted by position in the data buffer.
@@ -138,7 +149,7 @@ def read_shard(path: Path) -> Shard:
             does not match the shape, or offsets that overlap, leave gaps, or pass the file's end.
     """
     path = Path(path)
-    header, data_start, size = _read_header_json(path)
+    header, data_start, size = _read_header_json(path, source)
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
@@ -174,6 +185,8 @@ class Checkpoint:
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
     spec: str = ""  # what the user gave: a path or a Hub id
     hub: HubRef | None = None  # the repository and commit, when `spec` was a Hub id
+    # Shard files that are not on disk (Hub files read by ranges) and how to open them.
+    openers: dict[Path, Opener] = field(default_factory=dict)
 
     @property
     def folder(self) -> Path | None:
@@ -248,8 +261,16 @@ def index_problems(weight_map: dict[str, str], shards: list[Shard]) -> list[str]
     return problems
 
 
-def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
-    """The shard files of a folder and its weight map (None when the folder has no index)."""
+def openers(checkpoints: Iterable[Checkpoint]) -> dict[Path, Opener]:
+    """How to open the files of `checkpoints` that are not on disk (for a `SourcePool`)."""
+    return {path: opener for ckpt in checkpoints for path, opener in ckpt.openers.items()}
+
+
+def _shard_files(
+    folder: Path, remote: Mapping[Path, Opener]
+) -> tuple[list[Path], dict[str, str] | None]:
+    """The shard files of a folder and its weight map (None when the folder has no index);
+    files in `remote` count as present."""
     index_path = folder / INDEX_NAME
     if not index_path.is_file():
         others = sorted(folder.glob("*.safetensors.index.json"))
@@ -257,11 +278,11 @@ def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
     if index_path.is_file():
         weight_map = load_index(index_path)
         files = sorted(set(weight_map.values()))
-        missing = [f for f in files if not (folder / f).is_file()]
+        missing = [f for f in files if not (folder / f).is_file() and folder / f not in remote]
         if missing:
             raise _fail(folder, f"index names shard(s) that are missing: {', '.join(missing)}")
         return [folder / f for f in files], weight_map
-    files = sorted(folder.glob("*.safetensors"))
+    files = sorted({*folder.glob("*.safetensors"), *(p for p in remote if p.parent == folder)})
     if len(files) == 1:
         return files, None
     if not files:
@@ -269,7 +290,13 @@ def _shard_files(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
     raise _fail(folder, f"{len(files)} .safetensors files but no {INDEX_NAME}")
 
 
-def open_checkpoint(path: str | Path, *, spec: str = "", hub: HubRef | None = None) -> Checkpoint:
+def open_checkpoint(
+    path: str | Path,
+    *,
+    spec: str = "",
+    hub: HubRef | None = None,
+    remote: Mapping[Path, Opener] | None = None,
+) -> Checkpoint:
     """Read a local checkpoint's headers: a folder (indexed shards or one file) or a .safetensors
     file. Hub ids are resolved above the engine (`surgery.hub.resolve.open_input`).
 
@@ -277,28 +304,42 @@ def open_checkpoint(path: str | Path, *, spec: str = "", hub: HubRef | None = No
         path: the local folder or file.
         spec: what the user gave (a path or Hub id), for recipes; default: `path`.
         hub: the repository and commit `path` was resolved from, if any.
+        remote: shard files that are not on disk and how to open them (a Hub checkpoint read by
+            ranges: `path` is its snapshot folder, which holds the small files).
 
     Raises:
         CheckpointError: missing path, no weights, an inconsistent index, or a corrupt shard.
     """
     path = Path(path)
     spec = spec or str(path)
-    if not path.exists():
+    remote = dict(remote or {})
+    if not path.exists() and path not in remote:
         raise CheckpointError(f"{path}: no such file or folder")
     if path.is_dir():
-        files, weight_map = _shard_files(path)
+        files, weight_map = _shard_files(path, remote)
     else:
         files, weight_map = [path], None
-    shards = [read_shard(f) for f in files]
+    shards = [_read_shard_from(f, remote.get(f)) for f in files]
     if weight_map is not None:
         problems = index_problems(weight_map, shards)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise _fail(path, f"{problems[0]}{more}")
     checkpoint = Checkpoint(path=path, shards=shards, spec=spec, hub=hub)
+    checkpoint.openers = {f: remote[f] for f in files if f in remote}
     for shard in shards:
         for tensor in shard.tensors:
             if tensor.name in checkpoint.tensors:
                 raise _fail(path, f"{tensor.name!r} appears in more than one shard")
             checkpoint.tensors[tensor.name] = tensor
     return checkpoint
+
+
+def _read_shard_from(path: Path, opener: Opener | None) -> Shard:
+    if opener is None:
+        return read_shard(path)
+    source = opener()
+    try:
+        return read_shard(path, source)
+    finally:
+        source.close()

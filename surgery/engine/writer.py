@@ -29,8 +29,16 @@ from surgery.engine.blend import accumulate, accumulator_dtype, finish
 from surgery.engine.output_dir import staged_output
 from surgery.engine.plan import OutputTensor, Plan
 from surgery.engine.progress import byte_progress
-from surgery.engine.reader import CARD_NAME, INDEX_NAME, RECIPE_NAME, RESULTS_NAME, TensorInfo
-from surgery.engine.source import SourcePool
+from surgery.engine.reader import (
+    CARD_NAME,
+    INDEX_NAME,
+    RECIPE_NAME,
+    RESULTS_NAME,
+    TensorInfo,
+    openers,
+)
+from surgery.engine.source import ByteSource, LocalFile, SourcePool
+from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_values
 
 if TYPE_CHECKING:
     import torch
@@ -159,6 +167,9 @@ class _TensorWriter:
     def _copy(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         source = tensor.sources[0].tensor
         handle = self.pool.get(source.file)
+        if not isinstance(handle, LocalFile):  # a Hub file read by ranges: read, then pwrite
+            self._copy_by_reads(handle, fd, source, offset)
+            return
         done = 0
         while done < source.nbytes:
             count = min(COPY_CHUNK, source.nbytes - done)
@@ -173,6 +184,18 @@ class _TensorWriter:
                 _pwrite_all(fd, handle.view(source.start + done, count), offset + done)
             done += count
             self.progress.update(count)
+
+    def _copy_by_reads(self, handle: ByteSource, fd: int, source: TensorInfo, offset: int) -> None:
+        if not hasattr(self, "copy_buffer"):
+            self.copy_buffer = bytearray(BLOCK_BYTES)  # one per worker, reused
+        buffer = self.copy_buffer
+        done = 0
+        while done < source.nbytes:
+            piece = memoryview(buffer)[: min(len(buffer), source.nbytes - done)]
+            handle.read_into(source.start + done, piece)
+            _pwrite_all(fd, piece, offset + done)
+            done += len(piece)
+            self.progress.update(len(piece))
 
     def _blend(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         acc_dtype = accumulator_dtype(tensor.dtype, (s.tensor.dtype for s in tensor.sources))
@@ -190,11 +213,8 @@ class _TensorWriter:
             _pwrite_all(fd, data, offset + start * out.element_size())
             self.progress.update(len(data))
 
-    def _source_values(self, info: TensorInfo) -> torch.Tensor:
-        view = self.pool.get(info.file).view(info.start, info.nbytes)
-        import torch
-
-        return torch.frombuffer(view, dtype=torch_dtype(info.dtype), count=info.numel)
+    def _source_values(self, info: TensorInfo) -> torch.Tensor | StreamedValues:
+        return tensor_values(self.pool.get(info.file), info)
 
     def _buffer(self, role: str, dtype: torch.dtype) -> torch.Tensor:
         if (role, dtype) not in self.chunk_buffers:
@@ -326,7 +346,7 @@ def execute(
     with staged_output(Path(out)) as staging:
         _check_disk_space(staging, plan.total_bytes)
         bar = byte_progress(plan.total_bytes, plan.operation, quiet)
-        with SourcePool() as pool, bar, _single_threaded_torch(plan) as workers:
+        with SourcePool(openers(plan.inputs)) as pool, bar, _single_threaded_torch(plan) as workers:
             writer = _ShardWriter(pool, bar, workers)
             try:
                 for name, (header, ordered) in zip(names, headers, strict=True):
