@@ -153,6 +153,8 @@ def test_half_layer_revert_reads_what_it_needs(hub, pair, tmp_path):
             served = hub.state.ranges(repo, file)
             assert covered(served, allowed), (repo, file)  # nothing the plan does not need
             assert covered(allowed[1:], served), (repo, file)  # and all that it does
+        merged = sum(b - a for file in needed for a, b in hub.state.ranges(repo, file))
+        assert served_shard_bytes(hub, repo) == merged  # each byte once
     base_served, base_total = served_shard_bytes(hub, "acme/base"), shard_bytes(pair["base"])
     print(f"revert 0:6 of {LAYERS}: {base_served} of {base_total} BASE shard bytes")
     assert 0.4 < base_served / base_total < 0.55
@@ -199,3 +201,120 @@ def test_half_layer_revert_reads_what_it_needs(hub, pair, tmp_path):
     assert result.returncode == 0, result.stderr
     assert len(hub.state.requests) == requests
     same_files(out, offline)
+
+
+def first_shard(folder: Path) -> str:
+    return shard_files(folder)[0]
+
+
+def test_dropped_connection_is_resumed(hub, pair, tmp_path):
+    env = hub_env(hub, tmp_path / "hf")
+    shard = first_shard(pair["base"])
+    hub.drop_next("acme/base", shard, after=100_000)
+    out = tmp_path / "ranges" / "out"
+    result = surgery("revert", "--layers", "0:6", "-q", "acme/base", "acme/trained", out, env=env)
+    assert result.returncode == 0, result.stderr
+    assert hub.state.drops == {}  # the connection was dropped ...
+    sent = [(a, b) for r, f, a, b in hub.state.served if (r, f) == ("acme/base", shard)]
+    dropped = next(b for a, b in sent if b - a == 100_000)
+    assert any(a == dropped for a, _ in sent)  # ... and the next request began where it stopped
+    downloaded = tmp_path / "download" / "out"
+    args = ["revert", "--download", "--layers", "0:6", "-q", "acme/base", "acme/trained"]
+    result = surgery(*args, downloaded, env=env)
+    assert result.returncode == 0, result.stderr
+    same_files(out, downloaded)
+
+
+def ranged_and_downloaded(hub: FakeHub, tmp_path: Path, command: list[str]) -> None:
+    """Run `command` on Hub ids by ranges and by download (separate caches): same files."""
+    outs = []
+    for mode in ("ranges", "download"):
+        out = tmp_path / mode / "out"  # same name: same model card title
+        flags = ["--download"] if mode == "download" else []
+        result = surgery(*command, *flags, "-q", out, env=hub_env(hub, tmp_path / f"hf-{mode}"))
+        assert result.returncode == 0, result.stderr
+        outs.append(out)
+    same_files(*outs)
+
+
+def test_blends_by_ranges_match_downloads(hub, pair, tmp_path):
+    # A drop in the middle of a blended tensor's blocks, too.
+    hub.drop_next("acme/trained", first_shard(pair["trained"]), after=300_000)
+    command = ["interpolate", "--alpha", "0.3", "--layers", "2:8", "acme/base", "acme/trained"]
+    ranged_and_downloaded(hub, tmp_path, command)
+    assert hub.state.drops == {}
+
+
+@pytest.mark.slow
+def test_soup_by_ranges_matches_download(hub, tmp_path):
+    ranged_and_downloaded(hub, tmp_path, ["soup", "--weights", "2,1", "acme/trained", "acme/base"])
+
+
+def test_drift_by_ranges_matches_local(hub, pair, tmp_path):
+    from surgery.diagnostics.drift import drift, format_drift
+
+    result = surgery("drift", "-q", "acme/base", "acme/trained", env=hub_env(hub, tmp_path / "hf"))
+    assert result.returncode == 0, result.stderr
+    local = drift(open_checkpoint(pair["base"]), open_checkpoint(pair["trained"]))
+    assert result.stdout == format_drift(local) + "\n"
+    # Headers and every (float) tensor of both, each byte once.
+    for repo, folder in (("acme/base", pair["base"]), ("acme/trained", pair["trained"])):
+        assert served_shard_bytes(hub, repo) == shard_bytes(folder)
+
+
+def test_a_repository_that_changes_mid_run_is_an_error(hub, pair, tmp_path):
+    env = hub_env(hub, tmp_path / "hf")
+    shard = shard_files(pair["trained"])[1]
+    changed = bytearray((pair["trained"] / shard).read_bytes())
+    changed[-1000:] = bytes(1000)  # same size, other content: only the ETag tells
+    (tmp_path / "changed.safetensors").write_bytes(changed)
+    hub.change_file("acme/trained", shard, tmp_path / "changed.safetensors", after=1)
+    out = tmp_path / "work" / "out"
+    result = surgery("revert", "--layers", "0:6", "-q", "acme/base", "acme/trained", out, env=env)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: acme/trained@{SHA_TRAINED[:12]}/{shard} changed on the Hub")
+    assert not (tmp_path / "work").exists()  # nothing at OUT, no staging folder left
+
+
+def test_unknown_repository_or_revision(hub, tmp_path):
+    env = hub_env(hub, tmp_path / "hf")
+    missing = surgery("inspect", "acme/missing", env=env)
+    assert missing.returncode == 2
+    assert "is neither a local path nor a Hub repository you can read" in missing.stderr
+    revision = surgery("inspect", "acme/base@nope", env=env)
+    assert revision.returncode == 2
+    assert revision.stderr.strip() == "error: acme/base@nope has no revision 'nope' on the Hub"
+
+
+class MemorySource:
+    """Bytes in memory behind the `ByteSource` protocol (no mapping, like a Hub file)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.size, self.reads = data, len(data), []
+
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        return memoryview(self.data)[offset : offset + nbytes]
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        self.reads.append(len(buffer))
+        buffer[:] = self.data[offset : offset + len(buffer)]
+
+    def close(self) -> None:
+        pass
+
+
+def test_streamed_values_slice_like_the_tensor(monkeypatch):
+    from surgery.engine import values
+    from surgery.engine.reader import TensorInfo
+
+    monkeypatch.setattr(values, "BLOCK_BYTES", 4096)
+    tensor = torch.randn(10_000).to(torch.bfloat16)
+    prefix = b"\x00" * 24
+    source = MemorySource(prefix + tensor.view(torch.uint8).numpy().tobytes())
+    info = TensorInfo("w", "BF16", (10_000,), Path("x"), len(prefix), 20_000)
+    streamed = values.tensor_values(source, info)
+    assert isinstance(streamed, values.StreamedValues)
+    for start, stop in [(0, 100), (100, 3000), (3000, 10_000), (50, 60), (9_990, 20_000)]:
+        assert torch.equal(streamed[start:stop], tensor[start:stop])
+    assert max(source.reads) <= 7000 * 2  # bounded by the block or the slice asked for

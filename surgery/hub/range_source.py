@@ -44,6 +44,15 @@ class RemoteFile:
     commit: str
 
 
+class HeadBytes:
+    """The first `HEAD_PROBE` bytes of one file: fetched once, shared by every source opened on
+    that file (reading the headers, then each command's reads)."""
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+        self.lock = threading.Lock()
+
+
 def normalize_etag(etag: str | None) -> str | None:
     """`W/"abc"` or `"abc"` -> `abc` (as huggingface_hub compares ETags)."""
     return None if etag is None else etag.removeprefix("W/").strip('"')
@@ -55,7 +64,7 @@ class HubRangeFile:
     Thread-safe: writer threads share one per file; each read is its own request.
     """
 
-    def __init__(self, remote: RemoteFile) -> None:
+    def __init__(self, remote: RemoteFile, head: HeadBytes | None = None) -> None:
         from huggingface_hub import constants
         from huggingface_hub.utils import build_hf_headers, get_session
 
@@ -64,8 +73,7 @@ class HubRangeFile:
         self._session = get_session()
         self._headers = {**build_hf_headers(), "Accept-Encoding": "identity"}
         self._timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
-        self._head: bytes | None = None  # the first HEAD_PROBE bytes, once read
-        self._lock = threading.Lock()
+        self._head = head if head is not None else HeadBytes()
 
     def view(self, offset: int, nbytes: int) -> memoryview:
         """The bytes, copied into private memory (meant for small reads; tensors are sliced
@@ -85,22 +93,25 @@ class HubRangeFile:
         if offset < 0 or stop > self.size:
             raise CheckpointError(f"{self.remote.label}: unexpected end of file (truncated?)")
         if stop <= HEAD_PROBE:
-            head = self._read_head()
-            buffer[:] = head[offset:stop]
-        elif len(buffer):
-            self._fetch(offset, buffer)
+            buffer[:] = self._read_head()[offset:stop]
+            return
+        head = self._head.data  # bytes of the head already here are not fetched again
+        if head is not None and offset < len(head):
+            buffer[: len(head) - offset] = head[offset:]
+            buffer, offset = buffer[len(head) - offset :], len(head)
+        self._fetch(offset, buffer)
 
     def close(self) -> None:
-        """Forget the cached head; the shared HTTP session stays open for other files."""
-        self._head = None
+        """Nothing to release: each read is its own request on huggingface_hub's shared
+        session, which stays open for other files."""
 
     def _read_head(self) -> bytes:
-        with self._lock:
-            if self._head is None:
+        with self._head.lock:
+            if self._head.data is None:
                 head = bytearray(min(HEAD_PROBE, self.size))
                 self._fetch(0, memoryview(head))
-                self._head = bytes(head)
-            return self._head
+                self._head.data = bytes(head)
+            return self._head.data
 
     def _fetch(self, offset: int, buffer: memoryview) -> None:
         """One range request for the whole buffer; after a drop, a new one for what is left."""

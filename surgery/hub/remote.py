@@ -18,7 +18,7 @@ from pathlib import Path
 from surgery.core.errors import CheckpointError
 from surgery.engine.reader import INDEX_NAME, Checkpoint, HubRef, open_checkpoint
 from surgery.hub.errors import hub_errors
-from surgery.hub.range_source import HubRangeFile, RemoteFile
+from surgery.hub.range_source import HeadBytes, HubRangeFile, RemoteFile
 
 # HEAD requests sent at once when a checkpoint is opened (one per shard not in the cache).
 _PARALLEL_HEADS = 8
@@ -31,6 +31,7 @@ class RemoteShard:
     def __init__(self, spec: str, repo_id: str, filename: str, commit: str) -> None:
         self.spec, self.repo_id, self.filename, self.commit = spec, repo_id, filename, commit
         self._remote: RemoteFile | None = None
+        self._head = HeadBytes()
         self._lock = threading.Lock()
 
     def remote(self) -> RemoteFile:
@@ -52,7 +53,7 @@ class RemoteShard:
             return self._remote
 
     def __call__(self) -> HubRangeFile:
-        return HubRangeFile(self.remote())
+        return HubRangeFile(self.remote(), self._head)
 
 
 def _small_file(name: str, companions: Sequence[str]) -> bool:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 import socket
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -282,12 +283,21 @@ def _handler(state: HubState):
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that exits with its keep-alive connections open is no server error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeHub:
     """A running fake Hub: `endpoint` to put in HF_ENDPOINT, `state` to inspect afterwards."""
 
     def __init__(self) -> None:
         self.state = HubState()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self.state))
+        self.server = _Server(("127.0.0.1", 0), _handler(self.state))
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
