@@ -1,8 +1,9 @@
 """The Python API of the surgery commands: checkpoint arguments in, a written checkpoint out.
 
-Arguments may be local paths or Hub ids (resolved here, at the edge, before the engine sees
-them); every output gets a model card. The engine below (`surgery.engine`) only ever sees opened
-local checkpoints and plans.
+Arguments may be local paths or Hub ids (opened here, at the edge, before the engine sees them:
+by HTTP range reads, or with `download=True` as a whole snapshot); every output gets a model
+card. The engine below (`surgery.engine`) only ever sees opened checkpoints, whose shards not on
+disk come with openers of byte sources, and plans.
 
     from surgery.api import revert
     revert("google/gemma-3-4b-pt", "ckpt/sk-dense", "out", "9:28")
@@ -49,7 +50,7 @@ def _open_inputs(
 ) -> list[Checkpoint]:
     """Open the inputs; Hub ids by ranges unless `download`. Only the input the output copies
     config and tokenizer files from (`files_from`) fetches them."""
-    index = files_from % len(specs)
+    index = files_from % max(1, len(specs))
     return [
         open_input(spec, ranges=not download, companions=i == index) for i, spec in enumerate(specs)
     ]

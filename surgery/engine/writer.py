@@ -2,8 +2,9 @@
 
 Headers are computed from the plan before any data is written, so each shard is written front to
 back exactly once. Copies go through `copy_file_range` (in the kernel: no decode, no user-space
-buffer); blends read each source chunk into one reused buffer, accumulate in float32 (float64 for
-32-bit inputs) and round once to the output dtype. Memory therefore stays at a few chunk-sized
+buffer; a Hub file read by ranges is read into one buffer and written with `pwrite`); blends
+read each source chunk into one reused buffer, accumulate in float32 (float64 for 32-bit inputs)
+and round once to the output dtype. Memory therefore stays at a few chunk-sized
 buffers whatever the model or tensor size.
 """
 
@@ -156,6 +157,7 @@ class _TensorWriter:
         self.pool = pool
         self.progress = progress
         self.chunk_buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+        self.copy_buffer: bytearray | None = None  # for copies from sources without a file
 
     def write(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         """Write `tensor` at byte `offset` of the open shard `fd`."""
@@ -186,8 +188,8 @@ class _TensorWriter:
             self.progress.update(count)
 
     def _copy_by_reads(self, handle: ByteSource, fd: int, source: TensorInfo, offset: int) -> None:
-        if not hasattr(self, "copy_buffer"):
-            self.copy_buffer = bytearray(BLOCK_BYTES)  # one per worker, reused
+        if self.copy_buffer is None:
+            self.copy_buffer = bytearray(BLOCK_BYTES)
         buffer = self.copy_buffer
         done = 0
         while done < source.nbytes:
