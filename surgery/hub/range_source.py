@@ -151,8 +151,13 @@ class HubRangeFile:
             self._changed(f"HTTP {status} for bytes {start}-{end}")
         if status >= 400:
             raise CheckpointError(f"{self.remote.label}: the Hub answered HTTP {status}")
-        # The Hub's own answer (before any redirect to a CDN) names the file's ETag and commit.
-        hub = response.history[0].headers if response.history else response.headers
+        # The Hub's own answer (the last one naming a commit, before any redirect to a CDN)
+        # carries the file's ETag and commit.
+        answers = [*response.history, response]
+        hub = next(
+            (r.headers for r in reversed(answers) if "X-Repo-Commit" in r.headers),
+            response.headers,
+        )
         etag = normalize_etag(hub.get("X-Linked-Etag") or hub.get("ETag"))
         if self.remote.etag and etag and etag != self.remote.etag:
             self._changed(f"ETag {self.remote.etag} became {etag}")
