@@ -245,7 +245,6 @@ def test_blends_by_ranges_match_downloads(hub, pair, tmp_path):
     assert hub.state.drops == {}
 
 
-@pytest.mark.slow
 def test_soup_by_ranges_matches_download(hub, tmp_path):
     ranged_and_downloaded(hub, tmp_path, ["soup", "--weights", "2,1", "acme/trained", "acme/base"])
 
