@@ -178,6 +178,12 @@ push_option = click.option(
     callback=_repo_id,
     help="Then push OUT to this Hub repository.",
 )
+download_option = click.option(
+    "--download",
+    is_flag=True,
+    help="Download Hub ids' whole snapshots through the cache instead of reading only the "
+    "bytes needed by HTTP range requests.",
+)
 
 
 def options(*decorators):
@@ -245,8 +251,11 @@ base_trained_out = options(
 )
 @stack_option
 @write_options
+@download_option
 @base_trained_out
-def revert(layers, stack, dtype, max_shard_size, force, push_to, quiet, base, trained, out):
+def revert(
+    layers, stack, dtype, max_shard_size, force, push_to, quiet, download, base, trained, out
+):
     """Take LAYERS from BASE and everything else from TRAINED (byte copies).
 
     \b
@@ -258,6 +267,7 @@ def revert(layers, stack, dtype, max_shard_size, force, push_to, quiet, base, tr
     from surgery.api import revert as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
+    kwargs["download"] = download
     _done(run(base, trained, out, layers, stack=stack, **kwargs), quiet, push_to)
 
 
@@ -266,9 +276,10 @@ def revert(layers, stack, dtype, max_shard_size, force, push_to, quiet, base, tr
     "--weights", default=None, help="Comma-separated weights, normalized (default: uniform)."
 )
 @write_options
+@download_option
 @click.argument("experts", nargs=-1, required=True, type=click.Path())
 @click.argument("out", type=click.Path())
-def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
+def soup(weights, dtype, max_shard_size, force, push_to, quiet, download, experts, out):
     """Average EXPERTS (two or more) into OUT: sum(w_i * expert_i) / sum(w_i).
 
     Float tensors accumulate in float32 (float64 for 32-bit inputs) and are rounded once;
@@ -283,6 +294,7 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
     from surgery.engine.ops.soup import parse_weights
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
+    kwargs["download"] = download
     _done(run(list(experts), out, parse_weights(weights, len(experts)), **kwargs), quiet, push_to)
 
 
@@ -296,6 +308,7 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, experts, out):
 @stack_option
 @extrapolate_option
 @write_options
+@download_option
 @base_trained_out
 def interpolate(
     alpha,
@@ -307,6 +320,7 @@ def interpolate(
     force,
     push_to,
     quiet,
+    download,
     base,
     trained,
     out,
@@ -326,6 +340,7 @@ def interpolate(
     from surgery.api import interpolate as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
+    kwargs["download"] = download
     out = run(
         base, trained, out, alpha, layers=layers, stack=stack, extrapolate=extrapolate, **kwargs
     )
@@ -361,8 +376,9 @@ def merge(seed, max_shard_size, force, push_to, quiet, config, out):
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@download_option
 @click.argument("checkpoint", type=click.Path())
-def inspect(as_json, checkpoint):
+def inspect(as_json, download, checkpoint):
     """Summarize CHECKPOINT from its headers: stacks, layers, dtypes, parameters, shards, recipe.
 
     \b
@@ -373,7 +389,7 @@ def inspect(as_json, checkpoint):
     from surgery.checks.inspection import describe, format_description
     from surgery.hub.resolve import open_input
 
-    info = describe(open_input(checkpoint))
+    info = describe(open_input(checkpoint, ranges=not download, companions=False))
     click.echo(json.dumps(info, indent=2) if as_json else format_description(info))
 
 
@@ -513,9 +529,10 @@ def sweep(
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Per-tensor rows as CSV.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="PNG bar chart of drift over layers.")
 @quiet_option
+@download_option
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
-def drift(stack, csv_path, plot, quiet, base, trained):
+def drift(stack, csv_path, plot, quiet, download, base, trained):
     """How far TRAINED moved from BASE: relative L2 and cosine per layer and module kind.
 
     Streamed: the models are never loaded whole.
@@ -530,7 +547,9 @@ def drift(stack, csv_path, plot, quiet, base, trained):
     from surgery.diagnostics.drift import format_drift, plot_drift, write_drift_csv
     from surgery.hub.resolve import open_input
 
-    base_ckpt, trained_ckpt = open_input(base), open_input(trained)
+    base_ckpt, trained_ckpt = (
+        open_input(spec, ranges=not download, companions=False) for spec in (base, trained)
+    )
     warn_if_swapped(base_ckpt, trained_ckpt)
     report = run(base_ckpt, trained_ckpt, stack=stack, quiet=quiet)
     click.echo(format_drift(report))

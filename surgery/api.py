@@ -1,8 +1,9 @@
 """The Python API of the surgery commands: checkpoint arguments in, a written checkpoint out.
 
-Arguments may be local paths or Hub ids (resolved here, at the edge, before the engine sees
-them); every output gets a model card. The engine below (`surgery.engine`) only ever sees opened
-local checkpoints and plans.
+Arguments may be local paths or Hub ids (opened here, at the edge, before the engine sees them:
+by HTTP range reads, or with `download=True` as a whole snapshot); every output gets a model
+card. The engine below (`surgery.engine`) only ever sees opened checkpoints, whose shards not on
+disk come with openers of byte sources, and plans.
 
     from surgery.api import revert
     revert("google/gemma-3-4b-pt", "ckpt/sk-dense", "out", "9:28")
@@ -53,6 +54,17 @@ def write_plan(
         extra_files=card_file(plan, out),
         replace=force,
     )
+
+
+def _open_inputs(
+    specs: Sequence[str | Path], download: bool, files_from: int = -1
+) -> list[Checkpoint]:
+    """Open the inputs; Hub ids by ranges unless `download`. Only the input the output copies
+    config and tokenizer files from (`files_from`) fetches them."""
+    index = files_from % max(1, len(specs))
+    return [
+        open_input(spec, ranges=not download, companions=i == index) for i, spec in enumerate(specs)
+    ]
 
 
 def card_file(plan: Plan, out: Path) -> dict[str, str]:
@@ -119,10 +131,14 @@ def revert(
     *,
     stack: str | None = None,
     dtype: str | None = None,
+    download: bool = False,
     **write_options: object,
 ) -> Path:
-    """Write TRAINED with `layers` taken from BASE to `out`. See `plan_revert` and `write_plan`."""
-    base_ckpt, trained_ckpt = open_input(base), open_input(trained)
+    """Write TRAINED with `layers` taken from BASE to `out`. See `plan_revert` and `write_plan`.
+
+    Hub ids are read by ranges (only the tensors the plan needs) unless `download`.
+    """
+    base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
     warn_if_swapped(base_ckpt, trained_ckpt)
     plan = plan_revert(base_ckpt, trained_ckpt, layers, stack=stack, dtype=dtype)
     return write_plan(plan, out, **write_options)
@@ -134,10 +150,11 @@ def soup(
     weights: Sequence[float] | None = None,
     *,
     dtype: str | None = None,
+    download: bool = False,
     **write_options: object,
 ) -> Path:
     """Write the (weighted) average of `experts` to `out`. See `plan_soup` and `write_plan`."""
-    plan = plan_soup([open_input(p) for p in experts], weights, dtype=dtype)
+    plan = plan_soup(_open_inputs(list(experts), download, files_from=0), weights, dtype=dtype)
     return write_plan(plan, out, **write_options)
 
 
@@ -151,10 +168,11 @@ def interpolate(
     stack: str | None = None,
     dtype: str | None = None,
     extrapolate: bool = False,
+    download: bool = False,
     **write_options: object,
 ) -> Path:
     """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`."""
-    base_ckpt, trained_ckpt = open_input(base), open_input(trained)
+    base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
     warn_if_swapped(base_ckpt, trained_ckpt)
     plan = plan_interpolate(
         base_ckpt,

@@ -14,14 +14,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-from surgery.core.dtypes import torch_dtype
 from surgery.core.layers import Stack, select_stack, stack_layer
 from surgery.engine.plan import check_compatible
 from surgery.engine.progress import byte_progress
-from surgery.engine.reader import Checkpoint, TensorInfo
+from surgery.engine.reader import Checkpoint, TensorInfo, openers
 from surgery.engine.source import SourcePool
+from surgery.engine.values import tensor_values
 
 _CHUNK = 2**20  # elements per chunk
 
@@ -91,13 +89,8 @@ class DriftReport:
 def tensor_sums(base: TensorInfo, trained: TensorInfo, pool: SourcePool) -> Sums:
     """Stream one pair of tensors and return their sums."""
     sums = Sums(numel=base.numel)
-    b_all = torch.frombuffer(
-        pool.get(base.file).view(base.start, base.nbytes), dtype=torch_dtype(base.dtype)
-    )
-    t_all = torch.frombuffer(
-        pool.get(trained.file).view(trained.start, trained.nbytes),
-        dtype=torch_dtype(trained.dtype),
-    )
+    b_all = tensor_values(pool.get(base.file), base)
+    t_all = tensor_values(pool.get(trained.file), trained)
     for start in range(0, base.numel, _CHUNK):
         b = b_all[start : start + _CHUNK].double()
         t = t_all[start : start + _CHUNK].double()
@@ -121,7 +114,7 @@ def drift(
     report = DriftReport(stack=chosen)
     pairs = [(base.tensors[n], t) for n, t in trained.tensors.items() if t.is_float and t.numel]
     bar = byte_progress(sum(t.nbytes for _, t in pairs), "drift", quiet)
-    with SourcePool() as pool, bar:
+    with SourcePool(openers([base, trained])) as pool, bar:
         for b, t in pairs:
             sums = tensor_sums(b, t, pool)
             kind = module_kind(t.name)

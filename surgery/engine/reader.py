@@ -13,7 +13,7 @@ import math
 import os
 import stat
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +22,7 @@ from surgery.core.dtypes import bits, is_float, is_known, nbytes
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import Stack, find_stacks
 from surgery.engine.header_json import USIZE_LIMIT, HeaderError, parse_header
+from surgery.engine.source import ByteSource, LocalFile, Opener
 
 INDEX_NAME = "model.safetensors.index.json"
 RECIPE_NAME = "surgery_recipe.json"
@@ -98,23 +99,33 @@ def open_regular(path: Path) -> int:
     return fd
 
 
-def _read_header_json(path: Path) -> tuple[dict, int, int]:
-    """Return (header dict, data start offset, file size)."""
+def _read_header_json(path: Path, source: ByteSource | None = None) -> tuple[dict, int, int]:
+    """Return (header dict, data start offset, file size), reading through `source` (default:
+    the local file at `path`, checked to be a regular file before it is opened for reading)."""
+    if source is None:
+        os.close(open_regular(path))  # never block on a FIFO: refuse it first
     try:
-        with open(open_regular(path), "rb") as handle:
-            size = handle.seek(0, 2)
-            handle.seek(0)
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                raise _fail(path, f"only {size} bytes: too short to be a safetensors file")
-            (length,) = struct.unpack("<Q", prefix)
-            if length > MAX_HEADER_BYTES or 8 + length > size:
-                raise _fail(path, f"header length {length} does not fit in a {size}-byte file")
-            raw = handle.read(length)
+        handle = source if source is not None else LocalFile(path)
     except OSError as error:
         raise _fail(path, f"cannot read: {error.strerror}") from None
     try:
-        metadata, entries = parse_header(raw)
+        size = handle.size
+        if size < 8:
+            raise _fail(path, f"only {size} bytes: too short to be a safetensors file")
+        prefix = bytearray(8)
+        handle.read_into(0, memoryview(prefix))
+        (length,) = struct.unpack("<Q", prefix)
+        if length > MAX_HEADER_BYTES or 8 + length > size:
+            raise _fail(path, f"header length {length} does not fit in a {size}-byte file")
+        raw = bytearray(length)
+        handle.read_into(8, memoryview(raw))
+    except OSError as error:
+        raise _fail(path, f"cannot read: {error.strerror}") from None
+    finally:
+        if source is None:
+            handle.close()
+    try:
+        metadata, entries = parse_header(bytes(raw))
     except HeaderError as error:
         raise _fail(path, f"corrupt header ({error})") from None
     return {"__metadata__": metadata, **entries}, 8 + length, size
@@ -150,11 +161,13 @@ def _tensor_entry(path: Path, name: str, entry: dict, data_start: int) -> Tensor
     return TensorInfo(name, dtype, tuple(shape), path, data_start + offsets[0], size)
 
 
-def read_shard(path: Path) -> Shard:
+def read_shard(path: Path, source: ByteSource | None = None) -> Shard:
     """Parse and validate one safetensors file's header.
 
     Args:
         path: a .safetensors file.
+        source: where its bytes come from, when not from the local file `path` (a Hub file
+            read by ranges); only the header's bytes are read.
 
     Returns:
         The shard, tensors sorted by position in the data buffer.
@@ -164,7 +177,7 @@ def read_shard(path: Path) -> Shard:
             does not match the shape, or offsets that overlap, leave gaps, or pass the file's end.
     """
     path = Path(path)
-    header, data_start, size = _read_header_json(path)
+    header, data_start, size = _read_header_json(path, source)
     metadata = header.pop("__metadata__")
     tensors = sorted(
         (_tensor_entry(path, name, entry, data_start) for name, entry in header.items()),
@@ -196,6 +209,8 @@ class Checkpoint:
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
     spec: str = ""  # what the user gave: a path or a Hub id
     hub: HubRef | None = None  # the repository and commit, when `spec` was a Hub id
+    # Shard files that are not on disk (Hub files read by ranges) and how to open them.
+    openers: dict[Path, Opener] = field(default_factory=dict)
 
     @property
     def folder(self) -> Path | None:
@@ -307,10 +322,17 @@ def member(folder: Path, name: str, root: Path) -> Path:
     return path
 
 
+def openers(checkpoints: Iterable[Checkpoint]) -> dict[Path, Opener]:
+    """How to open the files of `checkpoints` that are not on disk (for a `SourcePool`)."""
+    return {path: opener for ckpt in checkpoints for path, opener in ckpt.openers.items()}
+
+
 def _shard_files(
-    folder: Path, root: Path | None = None
+    folder: Path, remote: Mapping[Path, Opener], root: Path | None = None
 ) -> tuple[list[Path], dict[str, str] | None]:
-    """The shard files of a folder and its weight map (None when the folder has no index)."""
+    """The shard files of a folder and its weight map (None when the folder has no index);
+    files in `remote` count as present. Index paths must stay inside `root` (default: the
+    folder), checked before anything is opened."""
     index_path = folder / INDEX_NAME
     if not index_path.is_file():
         others = sorted(folder.glob("*.safetensors.index.json"))
@@ -321,11 +343,13 @@ def _shard_files(
             raise _fail(index_path, "the index's weight_map is empty (it maps no tensor)")
         files = sorted(set(weight_map.values()))
         paths = [member(folder, f, root or folder) for f in files]
-        missing = [f for f, p in zip(files, paths, strict=True) if not p.exists()]
+        missing = [
+            f for f, p in zip(files, paths, strict=True) if not p.exists() and p not in remote
+        ]
         if missing:
             raise _fail(folder, f"index names shard(s) that are missing: {', '.join(missing)}")
         return paths, weight_map
-    files = sorted(folder.glob("*.safetensors"))
+    files = sorted({*folder.glob("*.safetensors"), *(p for p in remote if p.parent == folder)})
     if len(files) == 1:
         return files, None
     if not files:
@@ -333,7 +357,13 @@ def _shard_files(
     raise _fail(folder, f"{len(files)} .safetensors files but no {INDEX_NAME}")
 
 
-def open_checkpoint(path: str | Path, *, spec: str = "", hub: HubRef | None = None) -> Checkpoint:
+def open_checkpoint(
+    path: str | Path,
+    *,
+    spec: str = "",
+    hub: HubRef | None = None,
+    remote: Mapping[Path, Opener] | None = None,
+) -> Checkpoint:
     """Read a local checkpoint's headers: a folder (indexed shards or one file) or a .safetensors
     file. Hub ids are resolved above the engine (`surgery.hub.resolve.open_input`).
 
@@ -341,28 +371,42 @@ def open_checkpoint(path: str | Path, *, spec: str = "", hub: HubRef | None = No
         path: the local folder or file.
         spec: what the user gave (a path or Hub id), for recipes; default: `path`.
         hub: the repository and commit `path` was resolved from, if any.
+        remote: shard files that are not on disk and how to open them (a Hub checkpoint read by
+            ranges: `path` is its snapshot folder, which holds the small files).
 
     Raises:
         CheckpointError: missing path, no weights, an inconsistent index, or a corrupt shard.
     """
     path = Path(path)
     spec = spec or str(path)
-    if not path.exists():
+    remote = dict(remote or {})
+    if not path.exists() and path not in remote:
         raise CheckpointError(f"{path}: no such file or folder")
     if path.is_dir():
-        files, weight_map = _shard_files(path, checkpoint_root(path, hub))
+        files, weight_map = _shard_files(path, remote, checkpoint_root(path, hub))
     else:
         files, weight_map = [path], None
-    shards = [read_shard(f) for f in files]
+    shards = [_read_shard_from(f, remote.get(f)) for f in files]
     if weight_map is not None:
         problems = index_problems(weight_map, shards)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise _fail(path, f"{problems[0]}{more}")
     checkpoint = Checkpoint(path=path, shards=shards, spec=spec, hub=hub)
+    checkpoint.openers = {f: remote[f] for f in files if f in remote}
     for shard in shards:
         for tensor in shard.tensors:
             if tensor.name in checkpoint.tensors:
                 raise _fail(path, f"{tensor.name!r} appears in more than one shard")
             checkpoint.tensors[tensor.name] = tensor
     return checkpoint
+
+
+def _read_shard_from(path: Path, opener: Opener | None) -> Shard:
+    if opener is None:
+        return read_shard(path)
+    source = opener()
+    try:
+        return read_shard(path, source)
+    finally:
+        source.close()

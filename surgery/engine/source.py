@@ -1,9 +1,11 @@
 """Where tensor bytes come from: a small interface, so the engine never cares how bytes arrive.
 
-Today a local file, memory-mapped: tensor bytes are read straight from the page cache, so they
-cost no private memory and no copy. The engine asks a source only for `view(offset, nbytes)`,
-`read_into(offset, buffer)` and, for kernel copies, a file descriptor: a source of HTTP range
-reads of Hub shards would implement the first two.
+A local file is memory-mapped: tensor bytes are read straight from the page cache, so they cost
+no private memory and no copy. The engine asks a source only for its `size`, `view(offset,
+nbytes)` and `read_into(offset, buffer)`, and, for kernel copies, a local file's descriptor.
+Other sources (HTTP range reads of Hub files, `surgery.hub.range_source`) implement the
+`ByteSource` protocol and reach the engine as openers handed to `SourcePool`; the engine never
+imports the code behind them.
 """
 
 from __future__ import annotations
@@ -12,9 +14,30 @@ import contextlib
 import mmap
 import os
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from surgery.core.errors import CheckpointError
+
+
+class ByteSource(Protocol):
+    """Random access to the bytes of one file. Errors are `CheckpointError`s."""
+
+    size: int
+
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        """`nbytes` bytes from `offset` (zero-copy where the source allows)."""
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        """Fill `buffer` with the bytes from `offset`."""
+
+    def close(self) -> None:
+        """Release what the source holds."""
+
+
+# How to open a file that is not on disk: called once per SourcePool that needs it.
+Opener = Callable[[], ByteSource]
 
 
 class LocalFile:
@@ -55,17 +78,24 @@ class LocalFile:
 
 
 class SourcePool:
-    """Opens each input file once and closes them all at the end (a context manager)."""
+    """Opens each input file once and closes them all at the end (a context manager).
 
-    def __init__(self) -> None:
-        self._open: dict[Path, LocalFile] = {}
+    Args:
+        openers: for files that are not on disk (Hub files read by ranges), how to open them;
+            every other path is opened as a `LocalFile`.
+    """
+
+    def __init__(self, openers: Mapping[Path, Opener] | None = None) -> None:
+        self._openers = dict(openers or {})
+        self._open: dict[Path, ByteSource] = {}
         self._lock = threading.Lock()  # writer threads share the pool
 
-    def get(self, path: Path) -> LocalFile:
+    def get(self, path: Path) -> ByteSource:
         """The open source for `path`, opening it on first use."""
         with self._lock:
             if path not in self._open:
-                self._open[path] = LocalFile(path)
+                opener = self._openers.get(path)
+                self._open[path] = opener() if opener is not None else LocalFile(path)
             return self._open[path]
 
     def __enter__(self) -> SourcePool:

@@ -2,8 +2,9 @@
 
 Headers are computed from the plan before any data is written, so each shard is written front to
 back exactly once. Copies go through `copy_file_range` (in the kernel: no decode, no user-space
-buffer); blends read each source chunk into one reused buffer, accumulate in float32 (float64 for
-32-bit inputs) and round once to the output dtype. Memory therefore stays at a few chunk-sized
+buffer; a Hub file read by ranges is read into one buffer and written with `pwrite`); blends
+read each source chunk into one reused buffer, accumulate in float32 (float64 for 32-bit inputs)
+and round once to the output dtype. Memory therefore stays at a few chunk-sized
 buffers whatever the model or tensor size.
 """
 
@@ -39,9 +40,11 @@ from surgery.engine.reader import (
     SHA256_KEY,
     TensorInfo,
     checkpoint_root,
+    openers,
 )
 from surgery.engine.shard_hash import OrderedHash
-from surgery.engine.source import SourcePool
+from surgery.engine.source import ByteSource, LocalFile, SourcePool
+from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_values
 
 if TYPE_CHECKING:
     import torch
@@ -160,6 +163,7 @@ class _TensorWriter:
         self.pool = pool
         self.progress = progress
         self.chunk_buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+        self.copy_buffer: bytearray | None = None  # for copies from sources without a file
 
     def write(self, fd: int, tensor: OutputTensor, offset: int, hasher: OrderedHash) -> None:
         """Write `tensor` at byte `offset` of the open shard `fd`, feeding its bytes to `hasher`."""
@@ -176,6 +180,9 @@ class _TensorWriter:
     def _copy(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         source = tensor.sources[0].tensor
         handle = self.pool.get(source.file)
+        if not isinstance(handle, LocalFile):  # a Hub file read by ranges: read, then pwrite
+            self._copy_by_reads(handle, fd, source, offset)
+            return
         done = 0
         while done < source.nbytes:
             count = min(COPY_CHUNK, source.nbytes - done)
@@ -192,6 +199,19 @@ class _TensorWriter:
             self.hasher.add(offset + done, handle.view(source.start + done, count), stable=True)
             done += count
             self.progress.update(count)
+
+    def _copy_by_reads(self, handle: ByteSource, fd: int, source: TensorInfo, offset: int) -> None:
+        if self.copy_buffer is None:
+            self.copy_buffer = bytearray(BLOCK_BYTES)
+        buffer = self.copy_buffer
+        done = 0
+        while done < source.nbytes:
+            piece = memoryview(buffer)[: min(len(buffer), source.nbytes - done)]
+            handle.read_into(source.start + done, piece)
+            _pwrite_all(fd, piece, offset + done)
+            self.hasher.add(offset + done, piece)  # the buffer is reused: copied if early
+            done += len(piece)
+            self.progress.update(len(piece))
 
     def _blend(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         acc_dtype = accumulator_dtype(tensor.dtype, (s.tensor.dtype for s in tensor.sources))
@@ -239,11 +259,8 @@ class _TensorWriter:
             self.hasher.add(offset + start * out.element_size(), data)
             self.progress.update(len(data))
 
-    def _source_values(self, info: TensorInfo) -> torch.Tensor:
-        view = self.pool.get(info.file).view(info.start, info.nbytes)
-        import torch
-
-        return torch.frombuffer(view, dtype=torch_dtype(info.dtype), count=info.numel)
+    def _source_values(self, info: TensorInfo) -> torch.Tensor | StreamedValues:
+        return tensor_values(self.pool.get(info.file), info)
 
     def _buffer(self, role: str, dtype: torch.dtype) -> torch.Tensor:
         if (role, dtype) not in self.chunk_buffers:
@@ -479,7 +496,11 @@ def execute(
             )
             bar = byte_progress(plan.total_bytes, plan.operation, quiet)
             hashes = {}
-            with SourcePool() as pool, bar, _single_threaded_torch(plan) as workers:
+            with (
+                SourcePool(openers(plan.inputs)) as pool,
+                bar,
+                _single_threaded_torch(plan) as workers,
+            ):
                 writer = _ShardWriter(pool, bar, workers)
                 try:
                     for name, (header, ordered) in zip(names, headers, strict=True):

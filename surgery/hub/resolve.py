@@ -1,8 +1,13 @@
 """Hugging Face Hub ids as checkpoint arguments: `org/name` or `org/name@revision`.
 
-An existing local path always wins over a Hub id of the same spelling. A Hub id resolves through
-huggingface_hub's snapshot download of only what surgery needs (safetensors shards, index, config
-and tokenizer files), which honours HF_HOME, HF_HUB_CACHE, HF_TOKEN and HF_HUB_OFFLINE.
+An existing local path always wins over a Hub id of the same spelling. A Hub id is opened in one
+of two ways, both through huggingface_hub (HF_ENDPOINT, HF_HOME, HF_HUB_CACHE, HF_TOKEN and
+HF_HUB_OFFLINE apply):
+- by ranges (`open_input(..., ranges=True)`, what inspect, drift, revert, interpolate and soup do
+  unless given `--download`): small files through the cache, safetensors shards read in place on
+  the Hub by HTTP range requests (`surgery.hub.remote`);
+- by download (the default here, and whenever offline): a snapshot of only what surgery needs
+  (safetensors shards, index, config and tokenizer files) through the cache.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from pathlib import Path
 
 from surgery.core.errors import CheckpointError
 from surgery.engine.reader import Checkpoint, HubRef, open_checkpoint
+from surgery.hub.errors import hub_errors
 
 # Shards, index, configs, tokenizer files; never pickled weights or other formats.
 ALLOW_PATTERNS = [
@@ -54,37 +60,35 @@ def resolve(spec: str | Path) -> tuple[Path, HubRef | None]:
 
 def _download(spec: str, repo_id: str, revision: str | None) -> Path:
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
 
-    try:
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=ALLOW_PATTERNS))
-    except GatedRepoError:
-        message = "is gated: accept its terms on the Hub and set HF_TOKEN"
-    except RepositoryNotFoundError:
-        message = "is neither a local path nor a Hub repository you can read (private? HF_TOKEN)"
-    except RevisionNotFoundError:
-        message = f"has no revision {revision!r} on the Hub"
-    except LocalEntryNotFoundError:
-        message = (
-            "is not a local path and not in the Hub cache, and the Hub cannot be reached "
-            "(HF_HUB_OFFLINE set, or no network)"
-        )
-    except (HfHubHTTPError, OSError) as error:
-        message = f"could not be fetched from the Hub ({type(error).__name__}: {error})"
-    raise CheckpointError(f"{spec} {message}".splitlines()[0])
+    with hub_errors(spec, revision):
+        folder = snapshot_download(repo_id, revision=revision, allow_patterns=ALLOW_PATTERNS)
+    return Path(folder)
 
 
-def open_input(spec: str | Path) -> Checkpoint:
-    """Open a checkpoint argument: a local folder or file, or a Hub id resolved to its snapshot.
+def open_input(spec: str | Path, *, ranges: bool = False, companions: bool = True) -> Checkpoint:
+    """Open a checkpoint argument: a local folder or file, or a Hub id.
+
+    Args:
+        spec: a local path, or `org/name[@revision]`.
+        ranges: read a Hub id's shards by HTTP range requests instead of downloading them
+            (offline, or when the Hub cannot be reached, the cache is used as by a download).
+        companions: with `ranges`, also fetch config, generation config and tokenizer files
+            (for the checkpoint an output copies them from); otherwise only config.json and
+            the index.
 
     Raises:
-        CheckpointError: see `resolve` and `open_checkpoint`.
+        CheckpointError: see `resolve` and `open_checkpoint`; with `ranges`, also a shard that
+            cannot be read from the Hub.
     """
+    parsed = parse_hub_id(str(spec))
+    if ranges and parsed is not None and not Path(spec).exists():
+        from surgery.hub.remote import open_remote
+
+        repo_id, revision = parsed
+        patterns = ALLOW_PATTERNS if companions else []
+        checkpoint = open_remote(str(spec), repo_id, revision, companions=patterns)
+        if checkpoint is not None:
+            return checkpoint
     path, hub = resolve(spec)
     return open_checkpoint(path, spec=str(spec), hub=hub)

@@ -1,24 +1,50 @@
-"""A tiny stand-in for the few Hugging Face Hub API calls `surgery push` makes, on loopback.
+"""A tiny stand-in for the few Hugging Face Hub API calls surgery makes, on loopback.
 
-It answers create-repo, create-branch, validate-yaml (model card front matter), preupload (every
-file "regular", so contents travel inline in the commit) and commit, and records every request so
-tests can check what reached the "Hub".
+For `surgery push` it answers create-repo, create-branch, validate-yaml (model card front matter),
+preupload (every file "regular", so contents travel inline in the commit) and commit. For reading
+model repositories (`FakeHub.add_model`) it answers repo info (commit sha and file list), the tree
+listing snapshot_download asks for, and `resolve` URLs with HEAD and byte `Range` requests, served
+from files on disk. It records every request and every byte range it sends, can drop a connection
+part way through a body, and can change a file's content after a given number of requests, so
+tests can check what reached the "Hub" and what the client fetched.
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
 import re
+import socket
+import sys
 import threading
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import yaml
 
 
+@dataclass
+class ModelRepo:
+    """A model repository served for reading: one commit, files on disk by name."""
+
+    sha: str
+    files: dict[str, Path]
+    # Content changes scheduled by `FakeHub.change_file`: name -> (GETs left before, new path).
+    changes: dict[str, tuple[int, Path]] = field(default_factory=dict)
+
+    def etag(self, name: str) -> str:
+        """An opaque ETag that changes whenever the content does (a new file on disk)."""
+        path = self.files[name]
+        stat = path.stat()
+        return hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
+
+
 class HubState:
-    """What the fake Hub received."""
+    """What the fake Hub received and sent."""
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str]] = []
@@ -26,10 +52,43 @@ class HubState:
         self.commits: list[dict] = []  # {"repo", "revision", "summary", "files": {path: bytes}}
         self.read_only: set[str] = set()
         self.validated: list[str] = []  # README contents sent to /api/validate-yaml
+        self.models: dict[str, ModelRepo] = {}  # repositories served for reading
+        self.served: list[tuple[str, str, int, int]] = []  # (repo, file, start, stop) sent
+        self.drops: dict[tuple[str, str], int] = {}  # (repo, file) -> bytes before a drop
+        self.lock = threading.Lock()
+
+    def bytes_served(self, repo: str, file: str | None = None) -> int:
+        """Body bytes sent from `repo` (one `file` of it, or all), resolve URLs only."""
+        return sum(
+            stop - start
+            for r, f, start, stop in self.served
+            if r == repo and (file is None or f == file)
+        )
+
+    def ranges(self, repo: str, file: str) -> list[tuple[int, int]]:
+        """The byte ranges sent from one file, merged where they touch or overlap."""
+        merged: list[list[int]] = []
+        for start, stop in sorted((s, e) for r, f, s, e in self.served if (r, f) == (repo, file)):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], stop)
+            else:
+                merged.append([start, stop])
+        return [(a, b) for a, b in merged]
+
+
+_RESOLVE = re.compile(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)")
+_API_MODEL = re.compile(r"/api/models/([^/]+/[^/]+)(?:/(revision|tree)/([^/]+))?")
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+_BLOCK = 2**20  # bytes per write when sending a file
 
 
 def _handler(state: HubState):
     class Handler(BaseHTTPRequestHandler):
+        # Keep-alive, as the Hub: a client reuses its connection across range requests. Without
+        # TCP_NODELAY, headers and body sent apart would wait on delayed ACKs (~40 ms a request).
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
         def log_message(self, *args):  # keep test output quiet
             pass
 
@@ -49,11 +108,128 @@ def _handler(state: HubState):
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        def _not_found(self, code: str, message: str) -> None:
+            data = json.dumps({"error": message}).encode()
+            self.send_response(404)
+            self.send_header("X-Error-Code", code)
+            self.send_header("X-Error-Message", message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        def _model(self, repo_id: str, revision: str) -> ModelRepo | None:
+            repo = state.models.get(repo_id)
+            if repo is None:
+                self._not_found("RepoNotFound", "Repository not found")
+                return None
+            if revision not in ("main", repo.sha):
+                self._not_found("RevisionNotFound", f"Invalid rev id: {revision}")
+                return None
+            return repo
+
+        def _api(self, repo_id: str, kind: str | None, revision: str | None) -> None:
+            repo = self._model(repo_id, unquote(revision or "main"))
+            if repo is None:
+                return
+            if kind != "tree":
+                siblings = [{"rfilename": name} for name in sorted(repo.files)]
+                return self._reply(200, {"id": repo_id, "sha": repo.sha, "siblings": siblings})
+            entries = [
+                {"type": "file", "path": name, "size": path.stat().st_size, "oid": repo.etag(name)}
+                for name, path in sorted(repo.files.items())
+            ]
+            data = json.dumps(entries).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self):
-            state.requests.append(("GET", self.path))
+        def _resolve(self, repo_id: str, revision: str, name: str) -> None:
+            repo = self._model(repo_id, unquote(revision))
+            if repo is None:
+                return
+            name = unquote(name)
+            if name not in repo.files:
+                return self._not_found("EntryNotFound", f"{name} does not exist")
+            if self.command == "GET":
+                with state.lock:  # a scheduled change happens between two requests
+                    if name in repo.changes:
+                        left, new_path = repo.changes[name]
+                        if left == 0:
+                            repo.files[name] = new_path
+                            del repo.changes[name]
+                        else:
+                            repo.changes[name] = (left - 1, new_path)
+            path = repo.files[name]
+            size = path.stat().st_size
+            start, stop, status = 0, size, 200
+            match = _RANGE.fullmatch(self.headers.get("Range", ""))
+            if match is not None:
+                start = int(match[1])
+                stop = min(size, int(match[2]) + 1) if match[2] else size
+                if start >= size or start >= stop:
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{size}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                status = 206
+            self.send_response(status)
+            self.send_header("Content-Length", str(stop - start))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("ETag", f'"{repo.etag(name)}"')
+            self.send_header("X-Repo-Commit", repo.sha)
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+            self.end_headers()
+            if self.command == "GET":
+                self._send_file(repo_id, name, path, start, stop)
+
+        def _send_file(self, repo_id: str, name: str, path: Path, start: int, stop: int) -> None:
+            with state.lock:
+                drop_after = state.drops.get((repo_id, name))
+                if drop_after is not None and stop - start > drop_after:
+                    del state.drops[repo_id, name]
+                else:
+                    drop_after = None  # a shorter body: the drop waits for a longer one
+            end = stop if drop_after is None else start + drop_after
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                position = start
+                while position < end:
+                    data = handle.read(min(_BLOCK, end - position))
+                    self.wfile.write(data)
+                    with state.lock:
+                        state.served.append((repo_id, name, position, position + len(data)))
+                    position += len(data)
+            if drop_after is not None and end < stop:
+                # A dropped connection: part of the promised body, then nothing.
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+
+        def _route_read(self) -> None:
+            path = urlsplit(self.path).path
+            state.requests.append((self.command, self.path))
+            api = _API_MODEL.fullmatch(path)
+            if api is not None and self.command == "GET":
+                return self._api(*api.groups())
+            resolve = _RESOLVE.fullmatch(path)
+            if resolve is not None:
+                return self._resolve(*resolve.groups())
             self._reply(404, {"error": "not found"})
+
+        def do_GET(self):
+            self._route_read()
+
+        def do_HEAD(self):
+            self._route_read()
 
         def do_POST(self):
             state.requests.append(("POST", self.path))
@@ -109,18 +285,41 @@ def _handler(state: HubState):
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that exits with its keep-alive connections open is no server error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeHub:
     """A running fake Hub: `endpoint` to put in HF_ENDPOINT, `state` to inspect afterwards."""
 
     def __init__(self) -> None:
         self.state = HubState()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self.state))
+        self.server = _Server(("127.0.0.1", 0), _handler(self.state))
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> FakeHub:
         self.thread.start()
         return self
+
+    def add_model(self, repo_id: str, folder: Path, sha: str) -> None:
+        """Serve every file of `folder` as model repository `repo_id` at commit `sha`."""
+        files = {p.name: p for p in sorted(Path(folder).iterdir()) if p.is_file()}
+        self.state.models[repo_id] = ModelRepo(sha=sha, files=files)
+
+    def drop_next(self, repo_id: str, name: str, after: int) -> None:
+        """Close the connection of the next GET of `name` with a body longer than `after` bytes
+        once `after` bytes of it are sent."""
+        self.state.drops[repo_id, name] = after
+
+    def change_file(self, repo_id: str, name: str, new_path: Path, after: int = 0) -> None:
+        """Serve `new_path` as `name` from the GET after the next `after` GETs of it."""
+        self.state.models[repo_id].changes[name] = (after, Path(new_path))
 
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()

@@ -23,7 +23,7 @@ from surgery.engine.plan import (
     copy_of,
     require_equal_non_float,
 )
-from surgery.engine.reader import Checkpoint, TensorInfo
+from surgery.engine.reader import Checkpoint, TensorInfo, openers
 from surgery.engine.recipe import make_recipe
 from surgery.engine.source import SourcePool
 
@@ -109,7 +109,7 @@ def plan_interpolate(
     )
     values, chosen = resolve_alphas(trained, alpha, layers, stack, extrapolate=extrapolate)
     tensors = []
-    with SourcePool() as pool:
+    with SourcePool(openers([base, trained])) as pool:
         for name, tensor in trained.tensors.items():
             if not tensor.is_float:
                 require_equal_non_float([tensor, base.tensors[name]], ["trained", "base"], pool)

@@ -15,7 +15,7 @@ from surgery.engine.plan import (
     copy_of,
     require_equal_non_float,
 )
-from surgery.engine.reader import Checkpoint
+from surgery.engine.reader import Checkpoint, openers
 from surgery.engine.recipe import make_recipe
 from surgery.engine.source import SourcePool
 
@@ -71,7 +71,7 @@ def plan_soup(
     check_compatible(experts, labels, float_dtypes_may_differ=dtype is not None)
     total = sum(weights)
     tensors = []
-    with SourcePool() as pool:
+    with SourcePool(openers(experts)) as pool:
         for name, first in experts[0].tensors.items():
             column = [e.tensors[name] for e in experts]
             if not first.is_float:

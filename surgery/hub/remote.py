@@ -1,0 +1,124 @@
+"""Open a Hub checkpoint without downloading its shards: small files through the cache, shard
+headers and tensors by HTTP range requests (`surgery.hub.range_source`).
+
+The revision is resolved once to a commit sha and every later request is pinned to it, so a
+branch that moves mid-run changes nothing; the recipe records that sha. A shard already complete
+in the local Hub cache is read from disk. Nothing here writes to the cache except
+huggingface_hub's own download of the small files.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from surgery.core.errors import CheckpointError
+from surgery.engine.reader import INDEX_NAME, Checkpoint, HubRef, open_checkpoint
+from surgery.hub.errors import hub_errors
+from surgery.hub.range_source import HeadBytes, HubRangeFile, RemoteFile
+
+# HEAD requests sent at once when a checkpoint is opened (one per shard not in the cache).
+_PARALLEL_HEADS = 8
+
+
+class RemoteShard:
+    """Opens one Hub shard by ranges; its HEAD request is sent once, on first use, and every
+    source opened afterwards checks its responses against that one answer."""
+
+    def __init__(self, spec: str, repo_id: str, filename: str, commit: str) -> None:
+        self.spec, self.repo_id, self.filename, self.commit = spec, repo_id, filename, commit
+        self._remote: RemoteFile | None = None
+        self._head = HeadBytes()
+        self._lock = threading.Lock()
+
+    def remote(self) -> RemoteFile:
+        """The file as its HEAD request describes it (size, ETag, commit)."""
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+        with self._lock:
+            if self._remote is None:
+                url = hf_hub_url(self.repo_id, self.filename, revision=self.commit)
+                with hub_errors(self.spec, self.commit):
+                    meta = get_hf_file_metadata(url, retry_on_errors=True)
+                label = f"{self.repo_id}@{self.commit[:12]}/{self.filename}"
+                if meta.size is None or (meta.commit_hash and meta.commit_hash != self.commit):
+                    raise CheckpointError(
+                        f"{label}: the Hub's answer names commit {meta.commit_hash} and size "
+                        f"{meta.size}; it cannot be read by ranges, pass --download"
+                    )
+                self._remote = RemoteFile(label, url, meta.size, meta.etag, self.commit)
+            return self._remote
+
+    def __call__(self) -> HubRangeFile:
+        return HubRangeFile(self.remote(), self._head)
+
+
+def _small_file(name: str, companions: Sequence[str]) -> bool:
+    """Whether to fetch `name` whole: the index and config always, others that match
+    `companions`."""
+    if name.endswith(".safetensors"):
+        return False
+    if name == "config.json" or name == INDEX_NAME or name.endswith(".safetensors.index.json"):
+        return True
+    return any(fnmatch.fnmatch(name, pattern) for pattern in companions)
+
+
+def open_remote(
+    spec: str, repo_id: str, revision: str | None, *, companions: Sequence[str] = ()
+) -> Checkpoint | None:
+    """Open Hub repository `repo_id` at `revision` with its shards read by ranges.
+
+    Args:
+        spec: what the user gave (`org/name[@revision]`), for messages and the recipe.
+        repo_id: the repository.
+        revision: a branch, tag or commit; None for the default branch.
+        companions: patterns of small files to fetch besides config.json and the index
+            (generation config, tokenizer: what an output copies).
+
+    Returns:
+        The checkpoint, or None in offline mode or when the Hub cannot be reached (the caller
+        then falls back to the cache, as a download would).
+
+    Raises:
+        CheckpointError: the repository or revision does not exist or cannot be read, or a shard
+            header is corrupt.
+    """
+    from huggingface_hub import HfApi, constants, hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.file_download import repo_folder_name
+    from huggingface_hub.utils import httpx
+
+    if constants.is_offline_mode():
+        return None
+    with hub_errors(spec, revision):
+        try:
+            info = HfApi().model_info(repo_id, revision=revision)
+        except httpx.TransportError:
+            return None  # no network: the cache, as a download would use it
+        commit = info.sha
+        names = sorted(s.rfilename for s in info.siblings or [] if "/" not in s.rfilename)
+        for name in names:
+            if _small_file(name, companions):
+                hf_hub_download(repo_id, name, revision=commit)
+    repo_folder = repo_folder_name(repo_id=repo_id, repo_type="model")
+    snapshot = Path(constants.HF_HUB_CACHE) / repo_folder / "snapshots" / commit
+    shards = {
+        snapshot / name: RemoteShard(spec, repo_id, name, commit)
+        for name in names
+        # A shard complete in the cache (a download finished it) is read from disk.
+        if name.endswith(".safetensors")
+        and not isinstance(try_to_load_from_cache(repo_id, name, revision=commit), str)
+    }
+    _head_all(shards.values())
+    path = snapshot if snapshot.is_dir() or len(shards) != 1 else next(iter(shards))
+    return open_checkpoint(path, spec=spec, hub=HubRef(repo_id, commit), remote=shards)
+
+
+def _head_all(shards: Iterable[RemoteShard]) -> None:
+    """Send the shards' HEAD requests at once rather than one after another."""
+    shards = list(shards)
+    if len(shards) > 1:
+        with ThreadPoolExecutor(min(_PARALLEL_HEADS, len(shards))) as pool:
+            list(pool.map(RemoteShard.remote, shards))
