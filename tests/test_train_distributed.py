@@ -179,3 +179,44 @@ def test_fsdp_two_ranks_with_l2sp_ema_freeze_equal_one_process(families, tmp_pat
     assert frozen and all(torch_equal(before[n], sharded[n]) for n in frozen)
     moved = _distance(one, before)
     assert moved > 0 and _distance(sharded, one) <= 0.05 * moved
+
+
+def test_fsdp_two_ranks_lora_with_freeze_equal_one_process(families, tmp_path):
+    """LoRA under FSDP2: adapters trained on shards, merged from the gathered weights."""
+    base = families("llama")["base"]
+    corpus = str(write_corpus(tmp_path / "sk.jsonl", docs=80))
+    common = [
+        "--max-steps",
+        "3",
+        "--block-size",
+        "16",
+        "--lr",
+        "1e-2",
+        "--lr-scheduler",
+        "constant",
+        "--freeze",
+        "1:2",
+        "--lora",
+        "r=4,alpha=8",
+        "-q",
+    ]
+    out = tmp_path / "fsdp"
+    options = [*common, "--batch-size", "1", "--fsdp", "full_shard auto_wrap"]
+    result = _torchrun(base, out, corpus, options, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    single_out = train(
+        tiny_config(
+            base,
+            tmp_path / "one",
+            [corpus],
+            max_steps=3,
+            batch_size=2,
+            freeze="1:2",
+            lora="r=4,alpha=8",
+        )
+    )
+    before, sharded, one = load_tensors(base), load_tensors(out), load_tensors(single_out)
+    assert headers(out) == headers(base)
+    assert all(torch_equal(before[n], sharded[n]) for n in before if in_layers(n, {1}))
+    moved = _distance(one, before)
+    assert moved > 0 and _distance(sharded, one) <= 0.01 * moved

@@ -229,6 +229,8 @@ def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
     block = plan.block_size
     args = training_arguments(plan)
     single_device_instead_of_data_parallel(args)
+    if cfg.fsdp and args.world_size == 1:
+        logger.warning("--fsdp with one process: nothing to shard; start it with torchrun")
     # The Trainer's own global batch: blocks per device x devices per process x accumulation x
     # processes. The schedule holds exactly this many blocks per step, so the data is never
     # started over and the token count is exact.

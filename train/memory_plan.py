@@ -5,6 +5,7 @@ be, and its parameters counted. Per GPU:
 
 - weights: every parameter in the training dtype (`--dtype`, float32 by default);
 - gradients: trained parameters, same dtype; optimizer: AdamW's two moments per trained one;
+  with several GPUs DDP adds its gradient buckets (another copy of the gradients);
 - L2-SP reference: trained parameters with lambda > 0; EMA anchor: every trained parameter;
   drift reference: trained parameters the L2-SP reference does not cover, in bfloat16 when BASE
   is bfloat16 (lossless), else in the training dtype;
@@ -292,6 +293,8 @@ def plan_memory(cfg: TrainConfig, gpus: int, gpu_memory: int) -> MemoryPlan:
         ("drift reference (--no-drift: 0)", drift * drift_element),
     ]
     rows = [(label, size, math.ceil(size / gpus)) for label, size in parts]
+    # DDP reduces gradients through flat buckets, a second copy of them (when there are ranks).
+    rows.append(("DDP gradient buckets", counts.trained * element if gpus > 1 else 0, 0))
     working = (counts.largest_unit + 2 * counts.largest_layer) * element
     working += counts.largest_unit * element if counts.trained else 0
     rows.append(("FSDP gathered units", 0, working if gpus > 1 else 0))
