@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import find_stacks, layer_of, parse_layer_spec, select_stack
 from surgery.core.sizes import format_size
-from train.config import TrainConfig, _block_size, _parse_l2sp, parse_lora
+from train.config import LoraSpec, TrainConfig, _block_size, _parse_l2sp, parse_lora
 from train.errors import TrainConfigError
 
 if TYPE_CHECKING:
@@ -192,19 +192,20 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
     for name, param in params.items():
         per_layer[layers[name]] = per_layer.get(layers[name], 0) + param.numel()
     largest_layer = max((v for k, v in per_layer.items() if k is not None), default=0)
+    largest_unit = max(per_layer.get(None, 0), largest_layer)
     if cfg.lora:
         trained = _lora_parameters(model, parse_lora(cfg.lora), set(frozen))
-        return Counts(total + trained, trained, 0, per_layer.get(None, 0), largest_layer)
+        return Counts(total + trained, trained, 0, largest_unit, largest_layer)
     trained = regularized = 0
     for name, param in params.items():
         if param.requires_grad:
             trained += param.numel()
             if l2sp is not None and l2sp.value_for(layers[name]):
                 regularized += param.numel()
-    return Counts(total, trained, regularized, max(per_layer.get(None, 0), largest_layer), largest_layer)
+    return Counts(total, trained, regularized, largest_unit, largest_layer)
 
 
-def _lora_parameters(model: nn.Module, spec, frozen: set[int]) -> int:  # noqa: ANN001
+def _lora_parameters(model: nn.Module, spec: LoraSpec, frozen: set[int]) -> int:
     """r x (in + out) per adapted linear layer of the stack (peft's A and B)."""
     from torch import nn
 
