@@ -203,7 +203,7 @@ write_options = options(dtype_option, shard_option, force_option, push_option, q
 
 def _write_kwargs(dtype: str | None, max_shard_size: str, force: bool, quiet: bool) -> dict:
     from surgery.core.dtypes import parse_dtype
-    from surgery.engine.writer import parse_size
+    from surgery.core.sizes import parse_size
 
     return {
         "dtype": parse_dtype(dtype) if dtype else None,
@@ -498,8 +498,8 @@ def sweep(
       surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ --eval copain --no-save
       surgery sweep --alpha 0,0.5,1 base trained sweep/ --eval ppl:madlad/ --eval belebele:b.jsonl
     """
+    from surgery.core.sizes import parse_size
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
-    from surgery.engine.writer import parse_size
 
     rows = run_sweep(
         base,

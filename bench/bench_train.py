@@ -1,6 +1,15 @@
-"""Time per training step: plain, with L2-SP, with EMA, on one small Llama; ratios to plain.
+"""Training cost on one small Llama: time per step, and peak memory per rank beside the plan.
 
-Usage: python bench/bench_train.py [--rounds 3] [--steps 20] [--hidden 256] [--layers 8]
+Usage:
+    python bench/bench_train.py [--rounds 3] [--steps 20] [--hidden 256] [--layers 8]
+    python bench/bench_train.py --memory [--hidden 512] [--layers 8] [--vocab 8192]
+
+Time: plain, with L2-SP, with EMA; ratios to plain (below). Memory (`--memory`): plain, L2-SP
+and EMA, each on one process, under DDP and under FSDP (`--fsdp "full_shard auto_wrap"`) with
+2 CPU ranks (torchrun, gloo). Each rank samples its own RssAnon every millisecond in a thread;
+the figure is its peak minus its RssAnon just before `train()` (Python, torch, transformers and
+the tokenizer already loaded), printed beside `surgery train --dry-run`'s total for the same run
+(the plan's DDP column for one process and DDP, its FSDP column for FSDP).
 
 The model is built from a config (no download), saved as a bf16 checkpoint, and trained with the
 wrapper's Python API. Per-step wall time is measured by a callback between optimizer steps,
@@ -17,6 +26,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -145,5 +155,190 @@ def main() -> None:
     )
 
 
+# ---- memory per rank -------------------------------------------------------------------
+
+MEMORY_VARIANTS = {
+    "plain": {},
+    "l2sp": {"l2sp": "*=0.01"},
+    "ema": {"ema": 0.92},
+}
+MODES = ("single", "ddp", "fsdp")
+
+
+def memory_config(
+    args: argparse.Namespace, base: Path, data: Path, out: Path, variant: str, mode: str
+):
+    """The TrainConfig of one memory run (the plan is computed from the same one)."""
+    return TrainConfig(
+        base=str(base),
+        output=out,
+        data=[str(data)],
+        max_steps=args.steps,
+        block_size=args.block,
+        batch_size=args.batch,
+        learning_rate=1e-4,
+        logging_steps=10**6,
+        progress=False,
+        drift=False,
+        fsdp="full_shard auto_wrap" if mode == "fsdp" else None,
+        **MEMORY_VARIANTS[variant],
+    )
+
+
+def _sample_peak(stop: threading.Event, peak: list[int]) -> None:
+    from bench.measure import _anon_bytes
+
+    pid = os.getpid()
+    while not stop.is_set():
+        peak[0] = max(peak[0], _anon_bytes(pid))
+        time.sleep(0.001)
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One rank of a memory run: peak RssAnon over `train()`, minus the RssAnon before it."""
+    import importlib
+
+    # Imported before the baseline, so they are not part of the figure.
+    for module in ("accelerate", "transformers.trainer", "train.checkpoint_io", "train.trainer"):
+        importlib.import_module(module)
+    from bench.measure import _anon_bytes
+
+    config = memory_config(
+        args, Path(args.base), Path(args.data), Path(args.out), args.variant, args.mode
+    )
+    rank = int(os.environ.get("RANK", "0"))
+    baseline = _anon_bytes(os.getpid())
+    peak, stop = [baseline], threading.Event()
+    thread = threading.Thread(target=_sample_peak, args=(stop, peak), daemon=True)
+    thread.start()
+    train(config)
+    stop.set()
+    thread.join()
+    result = {"rank": rank, "baseline": baseline, "peak": peak[0], "delta": peak[0] - baseline}
+    (Path(args.results) / f"{args.variant}-{args.mode}-rank{rank}.json").write_text(
+        json.dumps(result)
+    )
+
+
+def build_memory_base(folder: Path, hidden: int, layers: int, vocab: int) -> Path:
+    """A random bf16 Llama with `vocab` embedding rows (the tiny tokenizer uses the first few)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=max(vocab, tiny_models.vocab_size()),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    return tiny_models.save(LlamaForCausalLM(config).to(torch.bfloat16), folder, "50MB")
+
+
+def memory_main(args: argparse.Namespace) -> None:
+    """Run every variant in every mode; print measured peaks per rank beside the plan."""
+    import subprocess
+
+    from train.memory_plan import plan_memory
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        base = build_memory_base(root / "base", args.hidden, args.layers, args.vocab)
+        data = write_data(root / "data.txt")
+        results = root / "results"
+        results.mkdir()
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
+        for variant in args.variants.split(","):
+            for mode in args.modes.split(","):
+                launcher = [sys.executable]
+                if mode != "single":
+                    launcher += [
+                        "-m",
+                        "torch.distributed.run",
+                        "--standalone",
+                        "--nproc-per-node",
+                        "2",
+                    ]
+                command = [
+                    *launcher,
+                    str(Path(__file__).resolve()),
+                    "--worker",
+                    "--variant",
+                    variant,
+                    "--mode",
+                    mode,
+                    "--base",
+                    str(base),
+                    "--data",
+                    str(data),
+                    "--out",
+                    str(root / f"{variant}-{mode}"),
+                    "--results",
+                    str(results),
+                    *(f"--{k}={getattr(args, k)}" for k in ("steps", "block", "batch")),
+                ]
+                subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+                config = memory_config(args, base, data, root / "unused", variant, mode)
+                ranks = 1 if mode == "single" else 2
+                plan = plan_memory(config, gpus=ranks, gpu_memory=10**12)
+                ddp, fsdp = plan.totals(checkpointed=False)
+                predicted = fsdp if mode == "fsdp" else ddp
+                for rank in range(ranks):
+                    measured = json.loads(
+                        (results / f"{variant}-{mode}-rank{rank}.json").read_text()
+                    )
+                    rows.append((variant, mode, rank, measured["delta"], predicted))
+        params = plan.counts.total
+    print(
+        f"Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}: "
+        f"{params / 1e6:.1f} M parameters; "
+        f"micro-batch {args.batch} x {args.block}, {args.steps} steps, float32"
+    )
+    print(
+        f"{'variant':8} {'mode':7} {'rank':>4} {'measured MB':>12} {'plan MB':>9} "
+        f"{'plan/measured':>14}"
+    )
+    for variant, mode, rank, measured, predicted in rows:
+        print(
+            f"{variant:8} {mode:7} {rank:4d} {measured / 1e6:12.1f} {predicted / 1e6:9.1f} "
+            f"{predicted / measured:14.2f}"
+        )
+    print(json.dumps({"rows": rows}))
+
+
+def cli() -> None:
+    """Dispatch: the timing benchmark, the memory benchmark, or one memory worker."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--variant")
+    parser.add_argument("--mode")
+    parser.add_argument("--base")
+    parser.add_argument("--data")
+    parser.add_argument("--out")
+    parser.add_argument("--results")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--block", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--variants", default=",".join(MEMORY_VARIANTS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    args, _ = parser.parse_known_args()
+    if args.worker:
+        worker(args)
+    elif args.memory:
+        memory_main(args)
+    else:
+        main()
+
+
 if __name__ == "__main__":
-    main()
+    cli()

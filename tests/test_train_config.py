@@ -200,3 +200,59 @@ def test_cli_reports_errors_in_one_line(llama, tmp_path):
         cli, ["train", str(llama), str(tmp_path / "taken"), "--data", str(data), "--max-steps", "2"]
     )
     assert result.exit_code == 2 and "already exists" in result.output
+
+
+def test_cli_options_are_generated_from_the_config_fields(monkeypatch, tmp_path):
+    """Every TrainConfig field has its option; values arrive typed in the config."""
+    import dataclasses
+
+    import train.api
+    from train.config import TrainConfig
+
+    captured = {}
+
+    def fake_train(config):
+        captured["config"] = config
+        return config.output
+
+    monkeypatch.setattr(train.api, "train", fake_train)
+    runner = CliRunner()
+    help_text = runner.invoke(cli, ["train", "--help"]).output
+    for field in dataclasses.fields(TrainConfig):
+        spec = field.metadata["cli"]
+        if not spec["argument"] and not spec["hidden"]:
+            flag = spec["flag"] or "--" + field.name.replace("_", "-")
+            assert flag.split("/")[-1] in help_text, field.name
+    args = [
+        "train",
+        "b",
+        str(tmp_path / "o"),
+        "--data",
+        "x.txt",
+        "--data",
+        "y.txt:2",
+        "--lr",
+        "0.5",
+        "--max-steps",
+        "3",
+        "--ema",
+        "0.9",
+        "--no-drift",
+        "-q",
+        "--fsdp",
+        "full_shard auto_wrap",
+        "--mixed-precision",
+        "bf16",
+        "--shuffle-buffer",
+        "0",
+    ]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    config = captured["config"]
+    assert config.data == ("x.txt", "y.txt:2") and config.learning_rate == 0.5
+    assert config.max_steps == 3 and config.max_tokens is None and config.ema == 0.9
+    assert config.drift is False and config.progress is False and config.shuffle_buffer == 0
+    assert config.fsdp == "full_shard auto_wrap" and config.mixed_precision == "bf16"
+    assert config.batch_size == 8 and config.save_total_limit == 2  # the fields' defaults
+    bad = runner.invoke(cli, ["train", "b", "o", "--data", "x", "--mixed-precision", "fp8"])
+    assert bad.exit_code == 2

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support import tiny_models
 from tests.support.train_helpers import write_corpus
-from train.data import MixtureSchedule, PackedMixture, iter_blocks, iter_documents
+from train.data import MixtureSchedule, PackedMixture, iter_blocks, iter_documents, shuffled
 from train.sources import DataSource, apply_mix_until, normalize_shares
 
 
@@ -93,3 +93,33 @@ def test_target_stream_is_never_replayed_by_the_switch(tmp_path, until):
     items = list(PackedMixture(sources, tokenizer, 16, schedule))
     assert items[0]["input_ids"].tolist() == tagged[0][1]
     assert items[0]["labels"].tolist() == tagged[0][1]
+
+
+def test_shuffled_is_a_seeded_permutation_within_the_buffer():
+    import random
+
+    docs = [f"doc {i}" for i in range(50)]
+    whole = list(shuffled(iter(docs), 100, random.Random("0/s/0")))
+    assert sorted(whole) == sorted(docs) and whole != docs
+    assert whole == list(shuffled(iter(docs), 100, random.Random("0/s/0")))
+    assert whole != list(shuffled(iter(docs), 100, random.Random("1/s/0")))
+    assert list(shuffled(iter(docs), 0, random.Random(0))) == docs
+    # A small buffer still yields every document once, and never one from far ahead.
+    small = list(shuffled(iter(docs), 4, random.Random(3)))
+    assert sorted(small) == sorted(docs)
+    assert all(docs.index(d) <= position + 4 for position, d in enumerate(small))
+
+
+def test_seed_orders_documents_within_a_source_and_each_pass(tmp_path):
+    tokenizer = tiny_models.make_tokenizer()
+    corpus = write_corpus(tmp_path / "sk.txt", docs=30)
+    source = DataSource("sk", str(corpus))
+
+    def blocks(seed, count=40):
+        stream = iter_blocks(source, tokenizer, 16, seed, 1000)
+        return [next(stream) for _ in range(count)]
+
+    in_order = iter_blocks(source, tokenizer, 16)
+    assert blocks(0) == blocks(0)
+    assert blocks(0) != blocks(1)
+    assert blocks(0) != [next(in_order) for _ in range(40)]

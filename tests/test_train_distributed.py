@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -81,3 +82,141 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return a.dtype == b.dtype and torch.equal(a, b)
+
+
+def _torchrun(base, out, corpus, options, tmp_path):
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(ROOT / "cli.py"),
+        "train",
+        str(base),
+        str(out),
+        "--data",
+        corpus,
+        *options,
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def _logged(folder) -> list[dict]:
+    """The training log lines of a run (loss, L2-SP penalty, drift per group)."""
+    history = json.loads((folder / "surgery_train.json").read_text())["log_history"]
+    return [
+        {k: v for k, v in line.items() if k == "loss" or "/" in k or "l2sp" in k}
+        for line in history
+        if "loss" in line
+    ]
+
+
+def test_fsdp_two_ranks_with_l2sp_ema_freeze_equal_one_process(families, tmp_path):
+    """FSDP2 on 2 gloo ranks: the L2-SP reference and the EMA anchor are shards of each rank's
+    parameter shards, and the run matches one process with the same global batch."""
+    base = families("llama")["base"]
+    corpus = str(write_corpus(tmp_path / "sk.jsonl", docs=80))
+    strategies = dict(l2sp="1:3=0.05,*=0.001", ema=0.92, freeze="1:2")
+    common = [
+        "--max-steps",
+        "4",
+        "--block-size",
+        "16",
+        "--lr",
+        "1e-2",
+        "--lr-scheduler",
+        "constant",
+        "--logging-steps",
+        "1",
+        "-q",
+    ]
+    flags = [f"--{k}={v}" for k, v in strategies.items()]
+    out = tmp_path / "fsdp"
+    result = _torchrun(
+        base,
+        out,
+        corpus,
+        [*common, *flags, "--batch-size", "1", "--fsdp", "full_shard auto_wrap"],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((out / "surgery_train.json").read_text())
+    assert record["sharded"] and record["world_size"] == 2 and record["global_batch_blocks"] == 2
+
+    single_out = train(
+        tiny_config(
+            base,
+            tmp_path / "one",
+            [corpus],
+            max_steps=4,
+            batch_size=2,
+            logging_steps=1,
+            **strategies,
+        )
+    )
+    single = json.loads((single_out / "surgery_train.json").read_text())
+    # Each rank holds half of the L2-SP reference and of the EMA anchor (plus FSDP's padding).
+    for kind in ("l2sp_reference", "ema_anchor"):
+        held, whole = record["held_bytes_rank0"][kind], single["held_bytes_rank0"][kind]
+        assert 0.45 * whole < held < 0.6 * whole, (kind, held, whole)
+
+    # The same losses, penalties and drifts at every step (float32 sums in another order).
+    sharded_logs, single_logs = _logged(out), _logged(single_out)
+    assert len(sharded_logs) == len(single_logs) == 4
+    for a, b in zip(sharded_logs, single_logs, strict=True):
+        assert a.keys() == b.keys() and "l2sp_penalty" in a and "drift/layers_1" in a
+        for key in a:
+            assert abs(float(a[key]) - float(b[key])) <= 1e-4 * max(abs(float(b[key])), 1e-3), key
+
+    before, sharded, one = load_tensors(base), load_tensors(out), load_tensors(single_out)
+    assert headers(out) == headers(base)
+    frozen = [n for n in before if in_layers(n, {1})]
+    assert frozen and all(torch_equal(before[n], sharded[n]) for n in frozen)
+    moved = _distance(one, before)
+    assert moved > 0 and _distance(sharded, one) <= 0.05 * moved
+
+
+def test_fsdp_two_ranks_lora_with_freeze_equal_one_process(families, tmp_path):
+    """LoRA under FSDP2: adapters trained on shards, merged from the gathered weights."""
+    base = families("llama")["base"]
+    corpus = str(write_corpus(tmp_path / "sk.jsonl", docs=80))
+    common = [
+        "--max-steps",
+        "3",
+        "--block-size",
+        "16",
+        "--lr",
+        "1e-2",
+        "--lr-scheduler",
+        "constant",
+        "--freeze",
+        "1:2",
+        "--lora",
+        "r=4,alpha=8",
+        "-q",
+    ]
+    out = tmp_path / "fsdp"
+    options = [*common, "--batch-size", "1", "--fsdp", "full_shard auto_wrap"]
+    result = _torchrun(base, out, corpus, options, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    single_out = train(
+        tiny_config(
+            base,
+            tmp_path / "one",
+            [corpus],
+            max_steps=3,
+            batch_size=2,
+            freeze="1:2",
+            lora="r=4,alpha=8",
+        )
+    )
+    before, sharded, one = load_tensors(base), load_tensors(out), load_tensors(single_out)
+    assert headers(out) == headers(base)
+    assert all(torch_equal(before[n], sharded[n]) for n in before if in_layers(n, {1}))
+    moved = _distance(one, before)
+    assert moved > 0 and _distance(sharded, one) <= 0.01 * moved

@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,8 +18,10 @@ from train.config import TrainConfig, TrainPlan
 from train.errors import TrainConfigError
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel, TrainerCallback, TrainingArguments
 
+    from train.ema import EMACallback
     from train.trainer import SurgeryTrainer
 
 logger = logging.getLogger(__name__)
@@ -75,38 +77,123 @@ def training_arguments(plan: TrainPlan) -> TrainingArguments:
         disable_tqdm=not cfg.progress,
         use_cpu=not has_accelerator,
         dataloader_num_workers=0,
+        **_fsdp_arguments(cfg),
         **cfg.extra_args,
     )
 
 
+def _fsdp_arguments(cfg: TrainConfig) -> dict:
+    """transformers' `fsdp` and `fsdp_config` keywords for `--fsdp` (FSDP2 unless the config
+    file says otherwise)."""
+    import json
+
+    if not cfg.fsdp:
+        return {}
+    settings: dict = {"version": 2}
+    if cfg.fsdp_config:
+        try:
+            settings.update(json.loads(Path(cfg.fsdp_config).read_text()))
+        except (OSError, ValueError) as error:
+            raise TrainConfigError(f"--fsdp-config {cfg.fsdp_config}: {error}") from None
+    return {"fsdp": cfg.fsdp, "fsdp_config": settings}
+
+
+def single_device_instead_of_data_parallel(args: TrainingArguments) -> bool:
+    """Run on one device where the Trainer would fall back to DataParallel (several GPUs, one
+    process, no torchrun).
+
+    DataParallel splits each batch over the GPUs of one process: a different global batch
+    than the one the run was planned for, and the torchrun path is the one that scales. So the
+    run uses one device and says how to use them all.
+
+    Returns:
+        True when the device count was lowered to one (a warning was logged).
+    """
+    from transformers.training_args import ParallelMode
+
+    if args.n_gpu <= 1 or args.parallel_mode != ParallelMode.NOT_DISTRIBUTED:
+        return False
+    logger.warning(
+        "%d GPUs but one process: training on one GPU; for all of them run "
+        "`torchrun --nproc-per-node %d --no-python surgery train ...`",
+        args.n_gpu,
+        args.n_gpu,
+    )
+    args._n_gpu = 1  # the Trainer reads n_gpu to decide on DataParallel and the batch size
+    return True
+
+
 def _check_distributed(plan: TrainPlan, trainer: SurgeryTrainer) -> None:
-    sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
-    if sharded and (plan.l2sp is not None or plan.config.ema is not None or plan.lora):
+    """Refuse the combinations whose strategies cannot see their parameters' shards."""
+    strategies = plan.l2sp is not None or plan.config.ema is not None or plan.lora is not None
+    if not strategies:
+        return
+    if trainer.is_deepspeed_enabled:
         raise TrainConfigError(
-            "--l2sp, --ema and --lora need whole parameters on every rank: run them with DDP "
-            "(plain torchrun / accelerate launch), not FSDP or DeepSpeed"
+            "--l2sp, --ema and --lora run under DDP or FSDP2 (--fsdp), not DeepSpeed"
+        )
+    plugin = trainer.accelerator.state.fsdp_plugin if trainer.is_fsdp_enabled else None
+    if plugin is not None and getattr(plugin, "fsdp_version", 1) != 2:
+        raise TrainConfigError(
+            "--l2sp, --ema and --lora under FSDP need FSDP2 (per-parameter shards): drop "
+            "'version: 1' from the FSDP config"
         )
 
 
-def _attach_strategies(plan: TrainPlan, trainer: SurgeryTrainer, layers: dict) -> list:
-    """Create L2-SP, drift and EMA on the model as it sits on its device; EMA is a callback."""
-    from train.drift import DriftMonitor
-    from train.ema import ANCHOR_FILE, EMA, EMACallback
-    from train.regularizers import L2SP
+def _strategies(plan: TrainPlan, trainer: SurgeryTrainer, layers: dict) -> list:
+    """Prepare L2-SP, drift and EMA; they attach when `trainer.bind_strategies` runs.
 
-    model = trainer.model
+    Returns:
+        The wrapper's callbacks (EMA's, whose average is set at binding).
+    """
+    from train.ema import EMACallback
+
+    callback = EMACallback() if plan.config.ema is not None else None
+
+    def bind(model: PreTrainedModel) -> None:
+        _attach_strategies(plan, trainer, model, layers, callback)
+
+    trainer.bind = bind
+    return [callback] if callback is not None else []
+
+
+def _attach_strategies(
+    plan: TrainPlan,
+    trainer: SurgeryTrainer,
+    model: PreTrainedModel,
+    layers: dict,
+    ema_callback: EMACallback | None,
+) -> None:
+    """Create L2-SP, drift and EMA on the model's parameters as they sit on their devices
+    (this rank's shards under FSDP)."""
+    from train.drift import DriftMonitor
+    from train.ema import EMA
+    from train.regularizers import L2SP
+    from train.sharding import any_sharded
+
     if plan.l2sp is not None:
         trainer.l2sp = L2SP.from_model(model, plan.l2sp, layers)
-        logger.info("L2-SP: %d regularized tensors", len(trainer.l2sp))
-    sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
-    if plan.config.drift and not plan.lora and not sharded and trainer.is_world_process_zero():
-        trainer.drift = DriftMonitor(model, plan.drift_groups, layers)
-    if plan.config.ema is None:
-        return []
+        held = _nbytes(t.reference for t in trainer.l2sp.terms)
+        trainer.held_bytes["l2sp_reference"] = held
+        logger.info("L2-SP: %d regularized tensors, reference %d bytes", len(trainer.l2sp), held)
+    sharded = any_sharded(model)
+    # Drift is a collective under FSDP (every rank measures its shards); else rank 0 alone.
+    if plan.config.drift and not plan.lora and (sharded or trainer.is_world_process_zero()):
+        shared = {t.name: t.reference for t in trainer.l2sp.terms} if trainer.l2sp else {}
+        trainer.drift = DriftMonitor(model, plan.drift_groups, layers, shared)
+        own = [r for name, (_, _, r) in trainer.drift.params.items() if name not in shared]
+        trainer.held_bytes["drift_reference"] = _nbytes(own)
+    if ema_callback is None:
+        return
     ema = EMA(model, plan.config.ema, plan.config.ema_every)
-    if plan.resume_from is not None and (plan.resume_from / ANCHOR_FILE).is_file():
-        ema.load(plan.resume_from / ANCHOR_FILE)
-    return [EMACallback(ema)]
+    if plan.resume_from is not None and (plan.resume_from / ema.file_name).is_file():
+        ema.load(plan.resume_from / ema.file_name)
+    ema_callback.ema = ema
+    trainer.held_bytes["ema_anchor"] = _nbytes(ema.anchor.values())
+
+
+def _nbytes(tensors: Iterable[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _prepare_model(plan: TrainPlan) -> tuple[PreTrainedModel, dict[str, int | None]]:
@@ -140,14 +227,19 @@ def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
     tokenizer.model_max_length = int(1e30)  # packing splits long documents; no length warning
     block = plan.block_size
     args = training_arguments(plan)
-    # The world size is known only now; a step takes one block per device per micro-batch.
-    per_step = cfg.batch_size * cfg.grad_accum * args.world_size
+    single_device_instead_of_data_parallel(args)
+    if cfg.fsdp and args.world_size == 1:
+        logger.warning("--fsdp with one process: nothing to shard; start it with torchrun")
+    # The Trainer's own global batch: blocks per device x devices per process x accumulation x
+    # processes. The schedule holds exactly this many blocks per step, so the data is never
+    # started over and the token count is exact.
+    per_step = args.train_batch_size * cfg.grad_accum * args.world_size
     steps = cfg.max_steps or math.ceil(cfg.max_tokens / (per_step * block))
     args.max_steps = steps
     schedule = MixtureSchedule(
         [s.share for s in plan.sources], [s.until for s in plan.sources], steps, per_step, cfg.seed
     )
-    dataset = PackedMixture(plan.sources, tokenizer, block, schedule)
+    dataset = PackedMixture(plan.sources, tokenizer, block, schedule, cfg.shuffle_buffer)
     trainer = SurgeryTrainer(
         model=model,
         args=args,
@@ -157,7 +249,10 @@ def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
     )
     _check_distributed(plan, trainer)
     trainer.tokens_per_step = per_step * block
-    own = _attach_strategies(plan, trainer, layers)
+    trainer.global_batch_blocks = per_step
+    own = _strategies(plan, trainer, layers)
+    if not trainer.is_fsdp_enabled:
+        trainer.bind_strategies()  # else after sharding, in create_scheduler
     if not cfg.keep_checkpoints:
         own.append(SkipFinalCheckpoint())
     for callback in [*own, *callbacks]:
@@ -199,15 +294,22 @@ def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:
     resumable checkpoints, unless kept) in one rename.
     """
     from train.checkpoint_io import to_base_layout, write_checkpoint
-    from train.lora import merge_lora
+    from train.lora import merge_lora, merge_lora_state_dict
+    from train.sharding import full_state_dict
 
-    if plan.lora is not None:
-        model = merge_lora(trainer.accelerator.unwrap_model(trainer.model))
+    main = trainer.is_world_process_zero()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if trainer.is_fsdp_enabled:
+        # A collective: every rank gathers tensor by tensor, only the main process keeps them.
+        state_dict = full_state_dict(model, keep=main)
+        if plan.lora is not None:
+            state_dict = merge_lora_state_dict(state_dict, plan.lora) if main else {}
+            model = model.get_base_model()
+    elif plan.lora is not None:
+        model = merge_lora(model)
         state_dict = model.state_dict()
     else:
-        # A collective under FSDP (every rank must call it); a plain state dict otherwise.
-        state_dict = trainer.accelerator.get_state_dict(trainer.model_wrapped)
-        model = trainer.accelerator.unwrap_model(trainer.model)
+        state_dict = model.state_dict()
     if trainer.is_world_process_zero():
         tensors = to_base_layout(model, state_dict, plan.layout)
         record = {
@@ -215,6 +317,10 @@ def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:
             "steps": trainer.state.global_step,
             "tokens": tokens,
             "world_size": trainer.args.world_size,
+            "global_batch_blocks": trainer.global_batch_blocks,
+            "sharded": trainer.is_fsdp_enabled,
+            # What the strategies hold on the main process (one shard of each under FSDP).
+            "held_bytes_rank0": trainer.held_bytes,
             "log_history": trainer.state.log_history,
         }
         write_checkpoint(

@@ -66,6 +66,42 @@ def parse_lora(spec: str) -> LoraSpec:
     return LoraSpec(r=r, alpha=alpha, dropout=dropout, targets=targets)
 
 
+def cli(
+    help: str = "",
+    *,
+    flag: str | None = None,
+    metavar: str | None = None,
+    multiple: bool = False,
+    choices: Sequence[str] | None = None,
+    argument: bool = False,
+    hidden: bool = False,
+) -> dict:
+    """A field's command-line declaration, kept in the dataclass field's metadata.
+
+    Args:
+        help: the option's help text.
+        flag: the option's name(s) when not `--field-name`, e.g. "--lr" or "-q/--quiet". For a
+            bool field whose default is True, the flag turns it off (`--no-drift`).
+        metavar, multiple, choices: as in click.
+        argument: a positional argument (BASE, OUT), declared by the command itself.
+        hidden: not on the command line (Python API only).
+
+    Returns:
+        The metadata mapping.
+    """
+    return {
+        "cli": {
+            "help": help,
+            "flag": flag,
+            "metavar": metavar,
+            "multiple": multiple,
+            "choices": tuple(choices) if choices else None,
+            "argument": argument,
+            "hidden": hidden,
+        }
+    }
+
+
 @dataclass(frozen=True)
 class TrainPlan:
     """A validated configuration, resolved against the base checkpoint (no weights loaded)."""
@@ -110,44 +146,137 @@ class TrainConfig:
         dtype: weights dtype while training; the checkpoint keeps BASE's dtypes.
         mixed_precision: "no", "bf16" or "fp16" autocast.
         drift, drift_groups: log per-group drift from BASE; groups as a layer spec list.
+        fsdp, fsdp_config: transformers' `fsdp` option and a JSON file of its `fsdp_config`.
+        seed, shuffle_buffer: document shuffling per source, mixture order, dropout.
         progress: show the progress bar (else plain log lines).
-        extra_args: more `transformers.TrainingArguments` keywords (e.g. fsdp settings).
+        extra_args: more `transformers.TrainingArguments` keywords.
+
+    Each field's `metadata` (see `cli`) declares its command-line option; `surgery train`'s
+    options are generated from them (train/options.py).
     """
 
-    base: str
-    output: str | Path
-    data: Sequence[str | DataSource]
-    max_steps: int | None = None
-    max_tokens: int | None = None
-    mix_until: Sequence[str] = ()
-    block_size: int | None = None
-    batch_size: int = 8
-    grad_accum: int = 1
-    learning_rate: float = 2e-5
-    lr_scheduler: str = "cosine"
-    warmup: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    freeze: str | None = None
-    freeze_embeddings: bool = False
-    l2sp: str | None = None
-    ema: float | None = None
-    ema_every: int = 1
-    lora: str | None = None
-    dtype: str = "float32"
-    mixed_precision: str = "no"
-    gradient_checkpointing: bool = False
-    seed: int = 0
-    logging_steps: int = 10
-    save_steps: int = 500
-    save_total_limit: int | None = 2
-    resume: bool = False
-    keep_checkpoints: bool = False
-    report_to: str = "none"
-    drift: bool = True
-    drift_groups: str | None = None
-    progress: bool = True
-    extra_args: dict = field(default_factory=dict)
+    base: str = field(metadata=cli(argument=True))
+    output: str | Path = field(metadata=cli(argument=True))
+    data: Sequence[str | DataSource] = field(
+        metadata=cli(
+            "Training text: .txt, .jsonl, .jsonl.gz (a 'text' field), a folder of them, "
+            "or hub:ID[#CONFIG][@SPLIT]. Repeat with shares to mix sources.",
+            metavar="[NAME=]PATH[:SHARE]",
+            multiple=True,
+        )
+    )
+    max_steps: int | None = field(
+        default=None, metadata=cli("Optimizer steps (or give --max-tokens).")
+    )
+    max_tokens: int | None = field(
+        default=None, metadata=cli("Token budget, rounded up to whole steps.")
+    )
+    mix_until: Sequence[str] = field(
+        default=(),
+        metadata=cli(
+            "Keep a source only for this first fraction of steps (bare: the last "
+            "--data source); its share goes to the others afterwards.",
+            metavar="[NAME=]FRACTION",
+            multiple=True,
+        ),
+    )
+    block_size: int | None = field(
+        default=None, metadata=cli("Tokens per packed block [min(1024, context)].")
+    )
+    batch_size: int = field(default=8, metadata=cli("Blocks per device per micro-batch."))
+    grad_accum: int = field(default=1, metadata=cli("Micro-batches per optimizer step."))
+    learning_rate: float = field(default=2e-5, metadata=cli("Peak learning rate.", flag="--lr"))
+    lr_scheduler: str = field(default="cosine", metadata=cli("transformers scheduler name."))
+    warmup: float = field(
+        default=0.0, metadata=cli("Warmup steps (>= 1) or fraction of steps (< 1).")
+    )
+    weight_decay: float = field(default=0.0, metadata=cli("AdamW weight decay (toward zero)."))
+    max_grad_norm: float = field(default=1.0, metadata=cli("Gradient clipping (0: off)."))
+    freeze: str | None = field(
+        default=None, metadata=cli("Layers that get no gradient, e.g. 9:28.", metavar="LAYERS")
+    )
+    freeze_embeddings: bool = field(default=False, metadata=cli("Also freeze embeddings and head."))
+    l2sp: str | None = field(
+        default=None,
+        metadata=cli(
+            "L2-SP strength lambda toward BASE per layer, e.g. '9:28=0.05,*=0.001' "
+            "(penalty lambda/2 * ||w - w0||^2).",
+            metavar="SPEC",
+        ),
+    )
+    ema: float | None = field(
+        default=None,
+        metadata=cli(
+            "Average weights: theta = ALPHA * theta_prev + (1 - ALPHA) * theta'.",
+            metavar="ALPHA",
+        ),
+    )
+    ema_every: int = field(default=1, metadata=cli("Steps between EMA averages.", metavar="ETA"))
+    lora: str | None = field(
+        default=None,
+        metadata=cli(
+            "LoRA baseline (merged when saved), e.g. "
+            "r=16,alpha=32[,dropout=0.05][,targets=q_proj+v_proj].",
+            metavar="r=R,alpha=A",
+        ),
+    )
+    dtype: str = field(
+        default="float32",
+        metadata=cli("Weights dtype while training; the checkpoint is saved in BASE's dtype."),
+    )
+    mixed_precision: str = field(
+        default="no", metadata=cli("Autocast compute dtype.", choices=MIXED_PRECISION)
+    )
+    gradient_checkpointing: bool = field(default=False, metadata=cli("Trade compute for memory."))
+    fsdp: str | None = field(
+        default=None,
+        metadata=cli(
+            "Shard weights, gradients, optimizer state, the L2-SP reference and the EMA "
+            "anchor over the ranks (FSDP2), e.g. 'full_shard auto_wrap'; run under torchrun.",
+            metavar="OPTIONS",
+        ),
+    )
+    fsdp_config: str | None = field(
+        default=None,
+        metadata=cli("JSON file of transformers' fsdp_config settings.", metavar="PATH"),
+    )
+    seed: int = field(
+        default=0,
+        metadata=cli(
+            "Shuffles the documents of each source (see --shuffle-buffer), orders the "
+            "mixture's slots, seeds dropout and LoRA's initialization."
+        ),
+    )
+    shuffle_buffer: int = field(
+        default=10_000,
+        metadata=cli(
+            "Documents per source held for shuffling by --seed (a whole source when it "
+            "has fewer; 0: file order).",
+            metavar="DOCS",
+        ),
+    )
+    logging_steps: int = field(default=10, metadata=cli("Steps between log lines."))
+    save_steps: int = field(default=500, metadata=cli("Steps between resumable checkpoints."))
+    save_total_limit: int | None = field(default=2, metadata=cli("Resumable checkpoints kept."))
+    resume: bool = field(default=False, metadata=cli("Continue an interrupted run in OUT."))
+    keep_checkpoints: bool = field(
+        default=False, metadata=cli("Keep OUT/checkpoints after success.")
+    )
+    report_to: str = field(
+        default="none", metadata=cli("Trainer integrations: wandb, tensorboard...")
+    )
+    drift: bool = field(
+        default=True, metadata=cli("Do not log drift from BASE.", flag="--no-drift")
+    )
+    drift_groups: str | None = field(
+        default=None,
+        metadata=cli(
+            "Layer groups for drift logs, e.g. 0:9,9:28,28:34 [from --freeze/--l2sp, else thirds].",
+            metavar="LAYERS",
+        ),
+    )
+    progress: bool = field(default=True, metadata=cli("No progress bar.", flag="-q/--quiet"))
+    extra_args: dict = field(default_factory=dict, metadata=cli(hidden=True))
 
     def validate(self) -> TrainPlan:
         """Check the request and resolve it against the base checkpoint's layout.
@@ -203,6 +332,8 @@ class TrainConfig:
             "--logging-steps": self.logging_steps,
             "--save-steps": self.save_steps,
         }
+        if self.shuffle_buffer < 0:
+            raise TrainConfigError(f"--shuffle-buffer must be >= 0, got {self.shuffle_buffer}")
         for option, value in positive.items():
             if value is not None and value <= 0:
                 raise TrainConfigError(f"{option} must be positive, got {value}")

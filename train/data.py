@@ -1,7 +1,9 @@
 """Training data: documents from files or the Hub, packed into fixed blocks, mixed by share.
 
-Each source is read in order as one stream of packed blocks (documents tokenized with the
-tokenizer's special tokens, an EOS appended, concatenated, cut every `block_size` tokens). A
+Each source is read as one stream of packed blocks (documents tokenized with the tokenizer's
+special tokens, an EOS appended, concatenated, cut every `block_size` tokens). `--seed` shuffles
+the documents of each source through a buffer of `--shuffle-buffer` documents (a uniform
+permutation of a source that fits in it; a new order on each pass), the same on every rank. A
 `MixtureSchedule` decides, per optimizer step, how many blocks of the global batch come from each
 source: exact shares up to rounding, with the rounding error carried to the next step so the
 cumulative count never drifts by more than one block. A source with `until` is dropped after that
@@ -160,10 +162,43 @@ def check_source(source: DataSource) -> None:
         raise TrainConfigError(f"data {source.name!r}: {source.location} has no text")
 
 
+def shuffled(documents: Iterator[str], buffer: int, rng: random.Random) -> Iterator[str]:
+    """The documents in a seeded order, holding at most `buffer` of them.
+
+    Each document enters a buffer; once it is full, a random one leaves for each that enters.
+    What remains at the end is shuffled whole, so a source with at most `buffer` documents
+    comes out as a uniform random permutation. `buffer` 0 keeps the order.
+    """
+    if buffer <= 0:
+        yield from documents
+        return
+    held: list[str] = []
+    for document in documents:
+        if len(held) < buffer:
+            held.append(document)
+            continue
+        index = rng.randrange(buffer)
+        yield held[index]
+        held[index] = document
+    rng.shuffle(held)
+    yield from held
+
+
 def iter_blocks(
-    source: DataSource, tokenizer: PreTrainedTokenizerBase, block_size: int
+    source: DataSource,
+    tokenizer: PreTrainedTokenizerBase,
+    block_size: int,
+    seed: int | None = None,
+    shuffle_buffer: int = 0,
 ) -> Iterator[list[int]]:
     """Endless packed blocks of a source; the source is re-read (logged) when it runs out.
+
+    Args:
+        source: the corpus.
+        tokenizer: the base's tokenizer.
+        block_size: tokens per block.
+        seed: shuffles the documents (with `shuffle_buffer`); None keeps file order.
+        shuffle_buffer: documents held for shuffling (see `shuffled`).
 
     Raises:
         TrainConfigError: when a whole pass over the source yields no token.
@@ -173,6 +208,10 @@ def iter_blocks(
     for epoch in range(1_000_000_000):
         tokens = 0
         documents = iter_documents(source)
+        if seed is not None:
+            # A string seed is hashed stably: the same order in every process and run.
+            rng = random.Random(f"{seed}/{source.name}/{epoch}")
+            documents = shuffled(documents, shuffle_buffer, rng)
         while texts := list(islice(documents, _TOKENIZE_BATCH)):
             for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]:
                 buffer.extend(ids)
@@ -246,7 +285,8 @@ class MixtureSchedule:
 class PackedMixture(IterableDataset):
     """A torch IterableDataset of exactly `total_steps * per_step` packed blocks.
 
-    Items are dicts with `input_ids` and `labels` (the same block; the model shifts).
+    Items are dicts with `input_ids` and `labels` (the same block; the model shifts). Documents
+    are shuffled with the schedule's seed through `shuffle_buffer` documents per source.
     """
 
     def __init__(
@@ -255,12 +295,14 @@ class PackedMixture(IterableDataset):
         tokenizer: PreTrainedTokenizerBase,
         block_size: int,
         schedule: MixtureSchedule,
+        shuffle_buffer: int = 0,
     ) -> None:
         super().__init__()
         self.sources = list(sources)
         self.tokenizer = tokenizer
         self.block_size = block_size
         self.schedule = schedule
+        self.shuffle_buffer = shuffle_buffer
 
     def iter_tagged(self) -> Iterator[tuple[int, list[int]]]:
         """(source index, block) pairs in training order; streams open on first use."""
@@ -269,7 +311,11 @@ class PackedMixture(IterableDataset):
             for index in slots:
                 if index not in streams:
                     streams[index] = iter_blocks(
-                        self.sources[index], self.tokenizer, self.block_size
+                        self.sources[index],
+                        self.tokenizer,
+                        self.block_size,
+                        self.schedule.seed,
+                        self.shuffle_buffer,
                     )
                 yield index, next(streams[index])
 

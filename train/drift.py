@@ -1,10 +1,16 @@
-"""Per-layer-group drift from the base: ||w - w0|| / ||w0|| over each group's tensors."""
+"""Per-layer-group drift from the base: ||w - w0|| / ||w0|| over each group's tensors.
+
+Computed where the weights are: the reference stays on the training device and each log line
+moves one number per group to the host (summed over the ranks under FSDP2), never the weights.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
+
+from train.sharding import all_reduce_sum, any_sharded, local
 
 if TYPE_CHECKING:
     import torch
@@ -14,10 +20,11 @@ OUTSIDE = "outside"
 
 
 def _compact(tensor: torch.Tensor) -> torch.Tensor:
-    """A CPU copy, in bfloat16 when that loses nothing (weights loaded from a bf16 base)."""
+    """A copy on the same device, in bfloat16 when that loses nothing (a bf16 base loaded in
+    float32 costs 2 bytes per parameter, not 4)."""
     import torch
 
-    copy = tensor.detach().to("cpu", copy=True)
+    copy = tensor.detach().clone()
     if copy.dtype == torch.float32:
         half = copy.to(torch.bfloat16)
         if torch.equal(half.float(), copy):
@@ -28,13 +35,15 @@ def _compact(tensor: torch.Tensor) -> torch.Tensor:
 class DriftMonitor:
     """Relative L2 distance of each layer group from the base weights.
 
-    Keeps a CPU copy of the trainable parameters only (frozen ones cannot drift); the norms of
-    the base are computed once.
+    Keeps a copy of the trainable parameters only (frozen ones cannot drift), on their device
+    and in their shard under FSDP2, or reuses the L2-SP reference where there is one; the norms
+    of the base are computed once.
 
     Args:
         model: the model holding the base weights, frozen parameters already marked.
         groups: (label, layer indices) of the text stack; tensors outside it form "outside".
         layers: each parameter name's layer (see `freezing.layer_map`).
+        shared: references already held (the L2-SP w0, by parameter name), reused as they are.
     """
 
     def __init__(
@@ -42,31 +51,45 @@ class DriftMonitor:
         model: nn.Module,
         groups: Sequence[tuple[str, Sequence[int]]],
         layers: Mapping[str, int | None],
+        shared: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
+        import torch
+
+        shared = shared or {}
         group_of_layer = {i: label for label, members in groups for i in members}
-        self.params: dict[str, tuple[str, nn.Parameter, torch.Tensor]] = {}
-        self.base_norm2: dict[str, float] = {}
+        self.sharded = any_sharded(model)
+        self.labels: list[str] = []
+        self.params: dict[str, tuple[int, nn.Parameter, torch.Tensor]] = {}
+        norms: dict[str, torch.Tensor] = {}
         for name, param in model.named_parameters():
             layer = layers[name]
             label = OUTSIDE if layer is None else group_of_layer.get(layer)
             if label is None:
                 continue
-            self.base_norm2[label] = self.base_norm2.get(label, 0.0) + float(
-                param.detach().float().square().sum()
-            )
+            if label not in norms:
+                self.labels.append(label)
+                norms[label] = torch.zeros((), dtype=torch.float64, device=local(param).device)
+            weights = local(param.detach())
+            norms[label] += weights.float().square().sum(dtype=torch.float64).to(norms[label])
             if param.requires_grad:
-                self.params[name] = (label, param, _compact(param))
+                reference = shared.get(name)
+                reference = reference if reference is not None else _compact(weights)
+                self.params[name] = (self.labels.index(label), param, reference)
+        partial = [float(norms[label]) for label in self.labels]
+        self.base_norm2 = all_reduce_sum(partial, self.sharded)
 
     def measure(self) -> dict[str, float]:
-        """`{"drift/<group>": relative L2 drift}` for every group."""
+        """`{"drift/<group>": relative L2 drift}` for every group (a collective under FSDP2)."""
         import torch
 
-        diff2 = dict.fromkeys(self.base_norm2, 0.0)
+        device = next((r.device for _, _, r in self.params.values()), torch.device("cpu"))
+        diff2 = torch.zeros(len(self.labels), dtype=torch.float64, device=device)
         with torch.no_grad():
-            for label, param, reference in self.params.values():
-                delta = param.detach().float().cpu() - reference.float()
-                diff2[label] += float(delta.square().sum())
+            for index, param, reference in self.params.values():
+                delta = local(param.detach()).float() - reference.float()
+                diff2[index] += delta.square().sum(dtype=torch.float64)
+        totals = all_reduce_sum(diff2.tolist(), self.sharded)
         return {
-            f"drift/{label}": math.sqrt(diff2[label]) / max(math.sqrt(norm2), 1e-12)
-            for label, norm2 in self.base_norm2.items()
+            f"drift/{label}": math.sqrt(totals[i]) / max(math.sqrt(self.base_norm2[i]), 1e-12)
+            for i, label in enumerate(self.labels)
         }

@@ -4,7 +4,11 @@
 weights the optimizer reached since; training continues from the average, so the optimizer's
 moments carry on while the weights are pulled back. Only trainable parameters are averaged
 (frozen ones never move). When the run does not end on a multiple of eta, one last average is
-taken at the end, so the saved checkpoint is always an average.
+taken at the end, so the saved checkpoint is always an average (README, "EMA").
+
+Under FSDP2 the anchor is a shard: each rank averages its own parameter shards against its own
+anchor shards (4 bytes per trained parameter / ranks), element for element what one process
+computes, with no gather. Anchors are saved per rank with resumable checkpoints.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ from typing import TYPE_CHECKING
 
 from transformers import TrainerCallback
 
+from train.sharding import any_sharded, local, shard_file
+
 if TYPE_CHECKING:
     from torch import nn
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
 ANCHOR_FILE = "ema_anchor.safetensors"
+ANCHOR_STEM = "ema_anchor"
 
 
 class EMA:
@@ -34,8 +41,15 @@ class EMA:
         self.alpha = alpha
         self.every = every
         self.params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        self.anchor = {n: p.detach().clone() for n, p in self.params.items()}
+        # This rank's shard of each parameter under FSDP2, the whole tensor otherwise.
+        self.anchor = {n: local(p.detach()).clone() for n, p in self.params.items()}
+        self.sharded = any_sharded(model)
         self.updates = 0
+
+    @property
+    def file_name(self) -> str:
+        """The anchor's file in a resumable checkpoint (one per rank when sharded)."""
+        return shard_file(ANCHOR_STEM) if self.sharded else ANCHOR_FILE
 
     def update(self) -> None:
         """theta = alpha * anchor + (1 - alpha) * theta'; the model and the anchor take theta."""
@@ -43,9 +57,9 @@ class EMA:
 
         with torch.no_grad():
             for name, param in self.params.items():
-                anchor = self.anchor[name]
-                anchor.mul_(self.alpha).add_(param.detach().to(anchor.dtype), alpha=1 - self.alpha)
-                param.copy_(anchor)
+                anchor, weights = self.anchor[name], local(param.detach())
+                anchor.mul_(self.alpha).add_(weights.to(anchor.dtype), alpha=1 - self.alpha)
+                weights.copy_(anchor)
         self.updates += 1
 
     def save(self, path: Path) -> None:
@@ -55,18 +69,32 @@ class EMA:
         save_file({n: t.detach().cpu().contiguous() for n, t in self.anchor.items()}, path)
 
     def load(self, path: Path) -> None:
-        """Read an anchor written by `save`, onto the parameters' devices."""
+        """Read an anchor written by `save`, onto the parameters' devices.
+
+        Raises:
+            TrainConfigError: the anchor's shards do not match this run's (other rank count).
+        """
         from safetensors.torch import load_file
+
+        from train.errors import TrainConfigError
 
         loaded = load_file(path)
         for name, anchor in self.anchor.items():
+            if name not in loaded or loaded[name].shape != anchor.shape:
+                raise TrainConfigError(
+                    f"{path} does not match this run's EMA anchor ({name}); resume with the same "
+                    "number of processes and the same --fsdp setting"
+                )
             anchor.copy_(loaded[name].to(anchor.device))
 
 
 class EMACallback(TrainerCallback):
-    """Applies `EMA.update` after every eta-th optimizer step and saves it with checkpoints."""
+    """Applies `EMA.update` after every eta-th optimizer step and saves it with checkpoints.
 
-    def __init__(self, ema: EMA) -> None:
+    `ema` is set once the model's parameters are final (after FSDP has sharded them).
+    """
+
+    def __init__(self, ema: EMA | None = None) -> None:
         self.ema = ema
 
     def on_step_end(
@@ -86,8 +114,9 @@ class EMACallback(TrainerCallback):
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
     ) -> None:
-        """Store the anchor next to the Trainer's checkpoint, on the main process."""
-        if state.is_world_process_zero:
+        """Store the anchor next to the Trainer's checkpoint: on the main process, or every
+        rank its own shards under FSDP."""
+        if state.is_world_process_zero or self.ema.sharded:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if folder.is_dir():
-                self.ema.save(folder / ANCHOR_FILE)
+                self.ema.save(folder / self.ema.file_name)

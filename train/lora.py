@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from surgery.core.layers import layer_of
 from train.config import LoraSpec
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel
+
+_PEFT_PREFIX = "base_model.model."
+_ADAPTER = "default"
 
 
 def apply_lora(
@@ -64,3 +68,36 @@ def merge_lora(model: PreTrainedModel) -> PreTrainedModel:
         The underlying transformers model with merged weights.
     """
     return model.merge_and_unload()
+
+
+def merge_lora_state_dict(
+    state_dict: Mapping[str, torch.Tensor], spec: LoraSpec
+) -> dict[str, torch.Tensor]:
+    """Fold adapters into a gathered peft state dict: W + (alpha / r) * B @ A, peft's names off.
+
+    The same merge as `merge_lora`, done on full tensors gathered from FSDP shards (peft's
+    own merge needs the unsharded modules).
+
+    Args:
+        state_dict: the peft model's full state dict (`base_model.model.` names).
+        spec: the run's LoRA settings (for the scaling alpha / r).
+
+    Returns:
+        The transformers model's state dict, with merged weights.
+    """
+    scaling = spec.alpha / spec.r
+    merged: dict[str, torch.Tensor] = {}
+    for name, tensor in state_dict.items():
+        plain = name.removeprefix(_PEFT_PREFIX)
+        if ".lora_A." in plain or ".lora_B." in plain or ".lora_dropout." in plain:
+            continue
+        if ".base_layer." in plain:
+            module = name.rsplit(".base_layer.", 1)[0]
+            a = state_dict.get(f"{module}.lora_A.{_ADAPTER}.weight")
+            b = state_dict.get(f"{module}.lora_B.{_ADAPTER}.weight")
+            plain = plain.replace(".base_layer.", ".")
+            if a is not None and b is not None and plain.endswith(".weight"):
+                delta = (b.float() @ a.float()) * scaling
+                tensor = (tensor.float() + delta).to(tensor.dtype)
+        merged[plain] = tensor
+    return merged

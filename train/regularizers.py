@@ -8,6 +8,11 @@ pass: by then data parallelism has averaged the data gradients across ranks and 
 accumulation has summed the micro-batches, so the penalty is counted exactly once (not once per
 rank or per micro-batch) and is the same as adding the penalty to the loss of the full batch. It
 is added before gradient clipping, as a loss term would be.
+
+Under FSDP2 the reference is a shard: each rank keeps `local(w0)` of its own parameter shard
+(4 bytes per parameter / ranks in float32) and adds `lambda * (w - w0)` to its own gradient
+shard; the penalty for the log is a per-rank sum reduced with one all-reduce. Nothing is
+gathered, and the result equals the unsharded computation element for element.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from surgery.core.layers import LayerValues
+from train.sharding import all_reduce_sum, is_sharded, local
 
 if TYPE_CHECKING:
     import torch
@@ -34,11 +40,13 @@ class _Term:
 class L2SP:
     """The L2-SP penalty of a model's trainable parameters toward their current values.
 
-    Only parameters with a positive lambda keep a reference copy (in their own dtype and device).
+    Only parameters with a positive lambda keep a reference copy (in their own dtype and device;
+    this rank's shard only under FSDP2).
     """
 
     def __init__(self, terms: list[_Term]) -> None:
         self.terms = terms
+        self.sharded = any(is_sharded(t.param) for t in terms)
 
     @classmethod
     def from_model(
@@ -58,23 +66,30 @@ class L2SP:
         for name, param in model.named_parameters():
             strength = values.value_for(layers[name])
             if param.requires_grad and strength:
-                terms.append(_Term(name, param, param.detach().clone(), float(strength)))
+                reference = local(param.detach()).clone()
+                terms.append(_Term(name, param, reference, float(strength)))
         return cls(terms)
 
     def __len__(self) -> int:
         return len(self.terms)
 
     def penalty(self) -> float:
-        """sum over parameters of lambda / 2 * ||w - w0||^2 (for logging)."""
+        """sum over parameters of lambda / 2 * ||w - w0||^2 (for logging; a collective when
+        sharded: every rank must call it)."""
         import torch
 
         with torch.no_grad():
-            return float(
-                sum(
-                    0.5 * t.strength * (t.param.float() - t.reference.float()).square().sum().item()
-                    for t in self.terms
-                )
-            )
+            total = torch.zeros((), dtype=torch.float64, device=self._device())
+            for t in self.terms:
+                delta = local(t.param.detach()).float() - t.reference.float()
+                total += 0.5 * t.strength * delta.square().sum(dtype=torch.float64)
+            # One number crosses to the host (and over the ranks), not the weights.
+            return all_reduce_sum([float(total)], self.sharded)[0]
+
+    def _device(self) -> torch.device:
+        import torch
+
+        return self.terms[0].reference.device if self.terms else torch.device("cpu")
 
     def add_gradient(self, scale: float = 1.0) -> None:
         """Add `scale * lambda * (w - w0)` to each regularized parameter's gradient.
@@ -86,8 +101,22 @@ class L2SP:
 
         with torch.no_grad():
             for term in self.terms:
-                delta = (term.param - term.reference).mul_(term.strength * scale)
+                weights = local(term.param.detach())
+                delta = (weights - term.reference).mul_(term.strength * scale)
                 if term.param.grad is None:
-                    term.param.grad = delta.to(term.param.dtype)
+                    # No data gradient reached it (an unused parameter): the penalty's alone.
+                    term.param.grad = _like(term.param, delta.to(weights.dtype))
                 else:
-                    term.param.grad.add_(delta.to(term.param.grad.dtype))
+                    grad = local(term.param.grad)
+                    grad.add_(delta.to(grad.dtype))
+
+
+def _like(param: torch.Tensor, shard: torch.Tensor) -> torch.Tensor:
+    """A gradient for `param` from this rank's shard (a DTensor with its layout when sharded)."""
+    if not is_sharded(param):
+        return shard
+    from torch.distributed.tensor import DTensor
+
+    return DTensor.from_local(
+        shard, param.device_mesh, param.placements, shape=param.shape, stride=param.stride()
+    )

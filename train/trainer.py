@@ -3,28 +3,56 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from train.drift import DriftMonitor
 from train.regularizers import L2SP
+from train.sharding import enable_fsdp_on_cpu
 
 
 class SurgeryTrainer(Trainer):
     """`Trainer` plus L2-SP and logs of tokens per second, penalty and drift.
 
-    Set the attributes after construction, once the Trainer has moved the model to its device:
-    `l2sp` (an `L2SP` or None), `drift` (a `DriftMonitor` or None), `tokens_per_step`.
+    The strategies are attached by `bind(model)` once the model's parameters are final: right
+    after construction (one process, DDP: the Trainer has moved the model to its device), or,
+    under FSDP, after accelerate has sharded the model and before a resumed run loads its
+    checkpoint, in `create_scheduler` (so the L2-SP reference is BASE, not the resumed
+    weights). `bind` sets `l2sp` (an `L2SP` or None) and `drift` (a `DriftMonitor` or None).
     """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.l2sp: L2SP | None = None
         self.drift: DriftMonitor | None = None
+        self.bind: Callable[[torch.nn.Module], None] | None = None
         self.tokens_per_step = 0
+        self.global_batch_blocks = 0
+        self.held_bytes: dict[str, int] = {}
         # (time, step) of the last log; set at the first step so startup does not count.
         self._last_log: tuple[float, int] | None = None
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """accelerate's setup, then FSDP on CPU when `--fsdp` asked for it (see sharding)."""
+        super().create_accelerator_and_postprocess()
+        enable_fsdp_on_cpu(self)
+
+    def bind_strategies(self, model: torch.nn.Module | None = None) -> None:
+        """Attach the strategies to the model as it is now (see the class docstring)."""
+        if self.bind is not None:
+            bind, self.bind = self.bind, None
+            bind(model if model is not None else self.model)
+
+    def create_scheduler(
+        self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None
+    ) -> torch.optim.lr_scheduler.LRScheduler:
+        """Under FSDP the Trainer creates the scheduler right after accelerate has sharded the
+        model (and before a resumed run loads its checkpoint): bind there."""
+        if self.is_fsdp_enabled:
+            self.bind_strategies()
+        return super().create_scheduler(num_training_steps, optimizer)
 
     def training_step(
         self,

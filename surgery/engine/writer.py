@@ -74,34 +74,6 @@ _SKIP_NAMES = {INDEX_NAME, RECIPE_NAME, CARD_NAME, RESULTS_NAME, ".gitattributes
 _SKIP_NAMES.add("mergekit_config.yml")  # an input's merge config describes the input
 
 
-def parse_size(text: str | int) -> int:
-    """Parse a shard size such as `5GB`, `500MB`, `2GiB` or a byte count."""
-    if isinstance(text, int):
-        return text
-    units = {
-        "": 1,
-        "B": 1,
-        "KB": 10**3,
-        "MB": 10**6,
-        "GB": 10**9,
-        "TB": 10**12,
-        "KIB": 2**10,
-        "MIB": 2**20,
-        "GIB": 2**30,
-        "TIB": 2**40,
-    }
-    cleaned = text.strip().upper().replace(" ", "")
-    number = cleaned.rstrip("KMGTIB")
-    unit = cleaned[len(number) :]
-    try:
-        value = float(number)
-    except ValueError:
-        value = -1.0
-    if unit not in units or value <= 0:
-        raise OutputError(f"cannot parse size {text!r}; write e.g. 5GB, 500MB or 2GiB")
-    return int(value * units[unit])
-
-
 def layout_shards(tensors: Sequence[OutputTensor], max_shard_size: int) -> list[list[OutputTensor]]:
     """Split tensors, in order, into shards of at most `max_shard_size` bytes (a larger tensor
     gets a shard of its own), as transformers does."""

@@ -1,0 +1,94 @@
+"""`surgery train`'s options, generated from `TrainConfig`'s field metadata.
+
+One declaration per setting: the dataclass field holds its type, default and help (see
+`train.config.cli`), and this module turns each field into a click option, so the command and
+the Python API cannot drift apart (as mergekit builds its options from its pydantic model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from train.config import TrainConfig
+
+# Python types of TrainConfig fields -> click parameter types.
+_CLICK_TYPES = {int: click.INT, float: click.FLOAT, str: click.STRING}
+
+
+def _base_type(hint: Any) -> Any:
+    """`int | None` -> int; `Sequence[str | DataSource]` -> str; `bool` -> bool."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _base_type(args[0])
+    if typing.get_origin(hint) in (Sequence, list, tuple, typing.get_origin(Sequence[str])):
+        return _base_type(typing.get_args(hint)[0])
+    return hint
+
+
+def _option(field: dataclasses.Field, hint: Any) -> Callable:
+    spec = field.metadata["cli"]
+    flag = spec["flag"] or "--" + field.name.replace("_", "-")
+    names = [*flag.split("/"), field.name]
+    kind = _base_type(hint)
+    has_default = field.default is not dataclasses.MISSING
+    default = field.default if has_default else None
+    kwargs: dict[str, Any] = {"help": spec["help"]}
+    if kind is bool:
+        # A flag sets the field to the opposite of its default (--no-drift: drift=False).
+        kwargs.update(is_flag=True, flag_value=not default, default=default, show_default=False)
+        return click.option(*names, **kwargs)
+    if spec["choices"]:
+        kwargs["type"] = click.Choice(spec["choices"])
+    else:
+        kwargs["type"] = _CLICK_TYPES.get(kind, click.STRING)
+    if spec["metavar"]:
+        kwargs["metavar"] = spec["metavar"]
+    if spec["multiple"]:
+        kwargs["multiple"] = True
+    elif default is not None:
+        kwargs["default"] = default
+    else:
+        kwargs["show_default"] = False
+    return click.option(*names, **kwargs)
+
+
+def config_options(command: Callable) -> Callable:
+    """Add one click option per command-line field of `TrainConfig`, in field order.
+
+    The command receives them as keyword arguments named like the fields.
+    """
+    hints = typing.get_type_hints(TrainConfig)
+    fields = [
+        f
+        for f in dataclasses.fields(TrainConfig)
+        if not f.metadata["cli"]["argument"] and not f.metadata["cli"]["hidden"]
+    ]
+    for field in reversed(fields):  # click applies decorators bottom-up
+        command = _option(field, hints[field.name])(command)
+    return command
+
+
+class SizeType(click.ParamType):
+    """A click parameter for byte sizes (`80GB`, `500MB`, `2GiB`): the value is an int."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """Parse with `surgery.core.sizes.parse_size`; a bad size is a usage error."""
+        from surgery.core.sizes import SizeError, parse_size
+
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(value)
+        except SizeError as error:
+            self.fail(str(error), param, ctx)
+
+
+SIZE = SizeType()
