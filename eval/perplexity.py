@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from eval.batching import right_pad
-from eval.data import JSONL_SUFFIXES, TEXT_SUFFIXES, has_suffix, read_jsonl, read_paragraphs
+from eval.data import JSONL_SUFFIXES, TEXT_SUFFIXES, has_suffix
+from eval.data import read_documents as read_file_documents
 from eval.errors import TaskSpecError, data_error
 from eval.model_loading import encode, model_device, prefix_ids
 from eval.tasks import Settings, TaskSpec
@@ -74,18 +75,13 @@ def _data_files(folder: Path) -> list[Path]:
 def read_documents(files: list[Path]) -> list[str]:
     """Documents of a language: each JSON line's `text`, or each blank-line-separated paragraph.
 
-    Rows whose text is empty are skipped (nothing to score), as the training data reader does.
+    Rows whose text is empty are skipped (nothing to score), as the training data reader does
+    (both read through `surgery.core.textfiles`).
 
     Raises:
         EvalDataError: a malformed file, a row without a string `text`, or no text at all.
     """
-    documents: list[str] = []
-    for path in files:
-        if has_suffix(path, JSONL_SUFFIXES):
-            texts = [row.string("text") for row in read_jsonl(path)]
-            documents += [text for text in texts if text.strip()]
-        else:
-            documents += [text for _, text in read_paragraphs(path)]
+    documents = [doc for path in files for doc in read_file_documents(path)]
     if not documents:
         raise data_error(files[0].parent, None, "no text to score")
     return documents

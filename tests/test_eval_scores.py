@@ -16,9 +16,10 @@ from cli import cli
 from eval import copain
 from eval.api import evaluate, load_model
 from eval.errors import ModelError
+from eval.loading import load_task
 from eval.multiple_choice import build_contexts, score_items
 from eval.scoring import ChoiceRequest, choice_loglikelihoods
-from eval.tasks import Settings, load_task, parse_task
+from eval.tasks import Settings, parse_task
 from eval.translation import chrf
 from surgery.core.errors import CheckpointError
 from tests.support import eval_reference as ref

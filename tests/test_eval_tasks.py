@@ -15,9 +15,10 @@ from eval.api import load_tasks
 from eval.command import format_table
 from eval.copain import TASKS, CopainTask, build_prompts, make_items
 from eval.errors import EvalDataError, TaskSpecError
+from eval.loading import load_task
 from eval.multiple_choice import build_contexts, read_belebele, read_piqa
 from eval.perplexity import language_files, read_documents, windows
-from eval.tasks import Settings, check_unique_names, load_task, parse_task
+from eval.tasks import Settings, check_unique_names, parse_task
 from eval.translation import align, find_language_file
 
 DATA = Path(__file__).parent / "data" / "eval"
@@ -103,7 +104,7 @@ def test_two_tasks_with_one_name_are_refused():
         ("belebele", "belebele_answer_out_of_range.jsonl", 3, "correct_answer_num 5 out of range"),
         ("piqa", "piqa_label_out_of_range.jsonl", 2, "label 2 out of range 0..1"),
         ("piqa", "piqa_not_an_object.jsonl", 2, "expected a JSON object"),
-        ("ppl", "madlad_no_text.jsonl", 2, "missing field 'text'"),
+        ("ppl", "madlad_no_text.jsonl", 2, "no string 'text' field"),
         ("piqa", "empty.jsonl", None, "empty: no rows"),
         ("belebele", "no_such_file.jsonl", None, "no such file"),
     ],
@@ -162,7 +163,7 @@ def test_empty_texts_are_skipped_but_not_all_of_them(tmp_path):
     with pytest.raises(EvalDataError, match="no text to score"):
         read_documents([path])
     path.write_text('{"text": 3}\n')
-    with pytest.raises(EvalDataError, match=r"eng\.jsonl:1: field 'text' must be a string"):
+    with pytest.raises(EvalDataError, match=r"eng\.jsonl:1: no string 'text' field"):
         read_documents([path])
 
 
