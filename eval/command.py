@@ -44,6 +44,11 @@ Examples:
 @eval_options
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="JSON file.")
 @click.option("--tokenizer", help="Tokenizer folder, if not in CHECKPOINT.")
+@click.option(
+    "--log-samples",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSONL file: one line per scored item (context, choices, log-likelihoods, prediction).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def eval_command(
     checkpoint: str,
@@ -51,6 +56,7 @@ def eval_command(
     eval_options: dict[str, Any],
     out: Path | None,
     tokenizer: str | None,
+    log_samples: Path | None,
     quiet: bool,
 ) -> None:
     """Run the tasks (see HELP)."""
@@ -63,7 +69,7 @@ def eval_command(
     device, dtype = options.pop("device"), options.pop("dtype")
     loaded = load_tasks(list(tasks))
     model, tok = load_model(checkpoint, device, dtype, tokenizer=tokenizer, progress=not quiet)
-    result = evaluate(model, tok, loaded, progress=not quiet, **options)
+    result = evaluate(model, tok, loaded, progress=not quiet, log_samples=log_samples, **options)
     result["config"]["model"] = checkpoint
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -99,26 +99,54 @@ def _shots(default: int) -> Option:
     return Option(_count(0), default, "demonstrations before each item")
 
 
+def _flag(text: str) -> str:
+    return _choice("auto", "true", "false")(text.lower())
+
+
+# BOS as lm-evaluation-harness decides it (the tokenizer's own special tokens), or forced.
+ADD_BOS = Option(
+    _flag, "auto", "BOS first: auto (as the tokenizer adds it, lm-eval's rule), true, false"
+)
+MC_OPTIONS = {
+    "shots": _shots(2),
+    "sampler": Option(
+        _choice("first_n", "default", "random"),
+        None,
+        "demonstrations: first_n (the first rows), default (lm-eval's seeded draw) or random "
+        "(a draw per item from --seed); none: as lm-eval's task config",
+    ),
+    "fewshot_seed": Option(int, 1234, "seed of sampler=default (lm-eval's fewshot seed)"),
+    "add_bos": ADD_BOS,
+}
+
+
 _DECLARED = [
     Kind(
         "ppl",
         "PATH",
-        "perplexity and bits per byte of held-out text; PATH is a .txt (documents separated by "
-        'blank lines), .jsonl or .jsonl.gz file ("text" field), a folder of them, or a '
-        "MADLAD-400 root (data/<lang>/...): one row per language",
-        {"lang": Option(_name, None, "language name of a single file or folder")},
+        "rolling perplexity as lm-eval computes it: ppl (per token), word_perplexity, "
+        "byte_perplexity, bits_per_byte; PATH is a .txt (documents separated by blank lines), "
+        '.jsonl or .jsonl.gz file ("text" field), a folder of them, or a MADLAD-400 root '
+        "(data/<lang>/...): one row per language",
+        {
+            "lang": Option(_name, None, "language name of a single file or folder"),
+            "add_bos": ADD_BOS,
+        },
     ),
     Kind(
         "belebele",
         "FILE",
-        "Belebele reading comprehension rows (.jsonl[.gz]), acc and acc_norm",
-        {"shots": _shots(2)},
+        "Belebele reading comprehension rows (.jsonl[.gz]) in lm-eval's prompt; acc, acc_norm "
+        "and their stderr; demonstrations first_n",
+        MC_OPTIONS,
     ),
     Kind(
         "piqa",
         "FILE",
-        "Global-PIQA rows (.jsonl[.gz]), cloze, acc and acc_norm",
-        {"shots": _shots(2)},
+        "PIQA rows (.jsonl[.gz]), cloze, in lm-eval's prompts: Global-PIQA (prompt, "
+        "solution0.., label; acc, acc_norm, acc_bytes) or classic PIQA (goal, sol1, sol2, label; "
+        "acc, acc_norm); demonstrations default",
+        MC_OPTIONS,
     ),
     Kind(
         "flores",
@@ -133,6 +161,7 @@ _DECLARED = [
             "max_new_tokens": Option(_count(1), 256, "longest translation generated"),
             "src_name": Option(str, None, "source language name in the prompt"),
             "tgt_name": Option(str, None, "target language name in the prompt"),
+            "add_bos": ADD_BOS,
         },
     ),
     Kind(
@@ -143,6 +172,7 @@ _DECLARED = [
             "shots": _shots(5),
             "n": Option(_count(1), 150, "items per task"),
             "max_new_tokens": Option(_count(1), 16, "longest answer generated"),
+            "add_bos": ADD_BOS,
         },
     ),
 ]
@@ -203,6 +233,8 @@ class Settings:
     seed: int = 0
     max_length: int = 2048  # longest sequence fed to the model, prompt plus answer
     progress: bool = True
+    # Called with one JSON-able dict per scored item (--log-samples), or None.
+    log: Callable[[dict[str, Any]], None] | None = None
 
 
 class Task(Protocol):
