@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from eval.copain import CopainTask
+from eval.harness import HarnessTask
 from eval.multiple_choice import MultipleChoiceTask
 from eval.perplexity import PerplexityTask
 from eval.tasks import KINDS, Task, TaskSpec
@@ -21,6 +22,7 @@ LOADERS: dict[str, Callable[[TaskSpec], Task]] = {
     "piqa": MultipleChoiceTask.from_spec,
     "flores": TranslationTask.from_spec,
     "copain": CopainTask.from_spec,
+    "lm-eval": HarnessTask.from_spec,
 }
 
 

@@ -165,6 +165,21 @@ _DECLARED = [
         },
     ),
     Kind(
+        "lm-eval",
+        "TASKS",
+        "lm-evaluation-harness tasks (comma-separated names, as lm-eval's --tasks) run on the "
+        "model in memory; needs the lm-eval extra",
+        {
+            "shots": Option(_count(0), None, "num_fewshot; none: each task's own default"),
+            "include": Option(str, None, "folder of extra task YAMLs (local data)"),
+            "builtin": Option(
+                lambda text: _flag(text) != "false", True, "also lm-eval's own tasks: true/false"
+            ),
+            "fewshot_seed": Option(int, 1234, "lm-eval's fewshot_random_seed"),
+            "add_bos": ADD_BOS,
+        },
+    ),
+    Kind(
         "copain",
         None,
         "generated in-context-learning probe (7 tasks, no files), exact match",
