@@ -125,3 +125,63 @@ def test_rolling_perplexity_matches_lm_eval(model, tmp_path, adds_bos):
     for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
         assert metrics[f"ppl/x/{metric}"] == pytest.approx(results[f"{metric},none"], rel=1e-6)
     assert not math.isnan(metrics["ppl/x/ppl"])
+
+
+@pytest.mark.slow
+def test_real_model_matches_lm_eval(tmp_path):
+    """SmolLM2-135M-Instruct (bench/fetch_smollm2.py: GGUF Q4_1 -> float32 safetensors), the same
+    comparison on the same local rows; prints the agreement table with each tool's wall time."""
+    import time
+
+    from bench.fetch_smollm2 import smollm2
+    from eval.api import load_model
+
+    model, tok = load_model(smollm2(), progress=False)
+    names = write_task_yamls(tmp_path / "tasks", FILES)
+    docs = [
+        row["text"] for row in _jsonl(DATA / "madlad" / "data" / "eng" / "eng_clean_0000.jsonl")
+    ]
+    data = write_jsonl(tmp_path / "held.jsonl", [{"text": d} for d in docs])
+    names["ppl"] = write_task_yamls(tmp_path / "tasks", {"ppl": data})["ppl"]
+    rows = [("metric", "lm-eval", "ours", "lm-eval s", "ours s")]
+    for shots in (0, 2):
+        start = time.perf_counter()
+        mc = [names[k] for k in FILES]
+        theirs = run_lm_eval(model, tok, tmp_path / "tasks", mc, shots, 2048)
+        their_s = time.perf_counter() - start
+        start = time.perf_counter()
+        tasks = [f"{KIND[k]}:{path}:shots={shots},name={k}" for k, path in FILES.items()]
+        metrics, _ = _ours(model, tok, tasks, tmp_path, max_length=2048)
+        our_s = time.perf_counter() - start
+        for kind, name in names.items():
+            if kind == "ppl":
+                continue
+            for key, value in theirs["results"][name].items():
+                metric = key.split(",")[0]
+                if key.endswith(",none") and "stderr" not in metric:
+                    rows.append(
+                        (
+                            f"{kind} {shots}-shot {metric}",
+                            value,
+                            metrics[f"{kind}/{metric}"],
+                            their_s,
+                            our_s,
+                        )
+                    )
+                    assert metrics[f"{kind}/{metric}"] == value
+    start = time.perf_counter()
+    theirs = run_lm_eval(model, tok, tmp_path / "tasks", [names["ppl"]], 0, 64)
+    their_s = time.perf_counter() - start
+    start = time.perf_counter()
+    metrics, _ = _ours(model, tok, [f"ppl:{data}:lang=eng"], tmp_path, max_length=64)
+    our_s = time.perf_counter() - start
+    bpb = theirs["results"][names["ppl"]]["bits_per_byte,none"]
+    rows.append(("bits_per_byte, window 64", bpb, metrics["ppl/eng/bits_per_byte"], their_s, our_s))
+    print("\n" + _table(rows))
+    assert metrics["ppl/eng/bits_per_byte"] == pytest.approx(bpb, rel=1e-5)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
