@@ -50,6 +50,7 @@ from pathlib import Path  # noqa: E402
 
 import click  # noqa: E402
 
+from eval.options import eval_options  # noqa: E402
 from surgery import __version__  # noqa: E402
 from surgery.core.errors import SurgeryError  # noqa: E402
 
@@ -420,35 +421,6 @@ def verify(values, quiet, checkpoint):
     sys.exit(0 if report.ok else 1)
 
 
-# Every command that scores models with the eval wrapper (task grammar: surgery eval --help).
-eval_options = options(
-    click.option(
-        "--eval",
-        "tasks",
-        multiple=True,
-        metavar="TASK",
-        help="Eval task string (repeatable): copain, ppl:data/ind, belebele:b.jsonl, ...",
-    ),
-    click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ..."),
-    click.option(
-        "--eval-dtype", default=None, help="Model dtype for scoring [fp32 on cpu, bf16 else]."
-    ),
-    click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1)),
-    click.option(
-        "--limit", type=click.IntRange(min=1), help="Score only the first N items per task."
-    ),
-    click.option("--seed", default=0, show_default=True, type=int),
-    click.option("--max-length", type=click.IntRange(min=2), help="Longest sequence scored."),
-)
-
-
-def _eval_kwargs(scoring: dict) -> dict:
-    """`eval_options` values as the `eval_options` of run_sweep / run_localize."""
-    options = dict(scoring)
-    options["dtype"] = options.pop("eval_dtype")
-    return options
-
-
 @cli.command()
 @click.option(
     "--alpha",
@@ -460,7 +432,7 @@ def _eval_kwargs(scoring: dict) -> dict:
 @click.option("--layers", default=None, help="Blend only these layers; others from TRAINED.")
 @stack_option
 @extrapolate_option
-@click.option("--no-save", is_flag=True, help="Do not keep a checkpoint per alpha (needs --eval).")
+@click.option("--no-save", is_flag=True, help="Do not keep a checkpoint per alpha (needs -t).")
 @click.option(
     "--in-memory/--write-and-reload",
     default=None,
@@ -485,18 +457,18 @@ def sweep(
     base,
     trained,
     out_dir,
-    **scoring,
+    eval_options,
 ):
     """Interpolate BASE -> TRAINED at every alpha; save alpha-X.XX checkpoints and/or score them.
 
-    With --eval, writes sweep.csv, sweep.json and sweep.png (each metric against alpha) in
+    With -t/--task, writes sweep.csv, sweep.json and sweep.png (each metric against alpha) in
     OUT_DIR; alpha 0 is BASE and alpha 1 is TRAINED, bit for bit.
 
     \b
     Examples:
       surgery sweep --alpha 0:1:0.25 base trained sweep/
-      surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ --eval copain --no-save
-      surgery sweep --alpha 0,0.5,1 base trained sweep/ --eval ppl:madlad/ --eval belebele:b.jsonl
+      surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ -t copain --no-save
+      surgery sweep --alpha 0,0.5,1 base trained sweep/ -t ppl:madlad/ -t belebele:b.jsonl
     """
     from surgery.core.sizes import parse_size
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
@@ -512,7 +484,7 @@ def sweep(
         save=not no_save,
         in_memory=in_memory,
         extrapolate=extrapolate,
-        eval_options=_eval_kwargs(scoring),
+        eval_options=eval_options,
         max_shard_size=parse_size(max_shard_size),
         force=force,
         quiet=quiet,
@@ -584,7 +556,7 @@ def drift(stack, csv_path, plot, quiet, download, base, trained):
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
 def localize(
-    blocks, block_size, alphas, stack, out_dir, force, tasks, quiet, base, trained, **scoring
+    blocks, block_size, alphas, stack, out_dir, force, tasks, eval_options, quiet, base, trained
 ):
     """Revert one block of layers at a time to BASE and score: which block carries each metric?
 
@@ -593,14 +565,14 @@ def localize(
 
     \b
     Examples:
-      surgery localize base trained --blocks 0:9,9:28,28:34 --eval belebele:b.jsonl --eval copain
-      surgery localize base trained --block-size 4 --alphas 0,0.5 --eval ppl:madlad/
+      surgery localize base trained --blocks 0:9,9:28,28:34 -t belebele:b.jsonl -t copain
+      surgery localize base trained --block-size 4 --alphas 0,0.5 -t ppl:madlad/
     """
     from surgery.diagnostics.localize import format_localization, run_localize
     from surgery.diagnostics.sweep import parse_alpha_grid
 
     if not tasks:
-        raise click.UsageError("localize needs at least one --eval task")
+        raise click.UsageError("localize needs at least one -t/--task")
     result = run_localize(
         base,
         trained,
@@ -610,7 +582,7 @@ def localize(
         alphas=parse_alpha_grid(alphas),
         stack=stack,
         quiet=quiet,
-        eval_options=_eval_kwargs(scoring),
+        eval_options=eval_options,
         out_dir=out_dir,
         force=force,
     )

@@ -13,16 +13,20 @@ hold, so no checkpoint has to be written between two scores.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from eval.errors import TaskSpecError
-from eval.model_loading import describe_prefix, load_model, model_context, model_device
-from eval.tasks import Settings, Task, TaskSpec, check_unique_names, load_task, parse_task
+from eval.loading import load_task
+from eval.model_loading import load_model, model_context, model_device
+from eval.tasks import Settings, Task, TaskSpec, check_unique_names, parse_task
 
-__all__ = ["evaluate", "load_model", "load_tasks"]
+__all__ = ["evaluate", "load_model", "load_task", "load_tasks"]
 
 # Used when neither --max-length nor the model's config says how long a sequence may be.
 FALLBACK_MAX_LENGTH = 2048
@@ -58,6 +62,7 @@ def evaluate(
     seed: int = 0,
     max_length: int | None = None,
     progress: bool = True,
+    log_samples: str | Path | None = None,
 ) -> dict[str, Any]:
     """Score a model on tasks.
 
@@ -73,6 +78,9 @@ def evaluate(
         max_length: longest sequence fed to the model: perplexity window, and the limit prompts
             are cut to (from the left). Default: the model's context length.
         progress: show progress bars.
+        log_samples: write one JSON line per scored item (or document) to this file: its
+            context, choices with their log-likelihoods and lengths, prediction and gold (or a
+            document's log-likelihood, tokens, words and bytes; or a prompt and its generation).
 
     Returns:
         ``{"metrics": {"<task>/<metric>": value, "<task>/n": count, ...},
@@ -87,13 +95,30 @@ def evaluate(
         if value is not None and value < 1:
             raise ValueError(f"{label} must be at least 1, got {value}")
     loaded = load_tasks(tasks)
-    settings = Settings(
-        batch_size=batch_size,
-        limit=limit,
-        seed=seed,
-        max_length=max_length or model_context(model) or FALLBACK_MAX_LENGTH,
-        progress=progress,
-    )
+    with ExitStack() as stack:
+        log = None
+        if log_samples is not None:
+            Path(log_samples).parent.mkdir(parents=True, exist_ok=True)
+            handle = stack.enter_context(open(log_samples, "w", encoding="utf-8"))
+
+            def log(record: dict[str, Any]) -> None:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+        settings = Settings(
+            batch_size=batch_size,
+            limit=limit,
+            seed=seed,
+            max_length=max_length or model_context(model) or FALLBACK_MAX_LENGTH,
+            progress=progress,
+            log=log,
+        )
+        metrics, task_configs = _run_tasks(model, tokenizer, loaded, settings)
+    return {"metrics": metrics, "config": _run_config(model, tokenizer, settings, task_configs)}
+
+
+def _run_tasks(
+    model: Any, tokenizer: Any, loaded: list[Task], settings: Settings
+) -> tuple[dict[str, float | int], dict[str, dict[str, Any]]]:
     metrics: dict[str, float | int] = {}
     task_configs: dict[str, dict[str, Any]] = {}
     was_training = model.training
@@ -106,7 +131,7 @@ def evaluate(
             task_configs[name] = {"task": task.spec.text, **task.config(), **info}
     finally:
         model.train(was_training)
-    return {"metrics": metrics, "config": _run_config(model, tokenizer, settings, task_configs)}
+    return metrics, task_configs
 
 
 def _run_config(
@@ -122,7 +147,6 @@ def _run_config(
         "batch_size": settings.batch_size,
         "limit": settings.limit,
         "max_length": settings.max_length,
-        "bos": describe_prefix(tokenizer),
         "versions": {
             "torch": torch.__version__,
             "transformers": importlib.metadata.version("transformers"),

@@ -32,6 +32,7 @@ from eval.errors import TaskSpecError
 from eval.generation import generate_lines
 from eval.shots import draw_shots
 from eval.tasks import Settings, TaskSpec
+from eval.tokens import parse_add_bos
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ class CopainTask:
             "items_per_task": options["n"],
             "shots": options["shots"],
             "max_new_tokens": options["max_new_tokens"],
+            "add_bos": options["add_bos"],
         }
 
     def prompts(self, settings: Settings) -> dict[str, tuple[list[str], list[str]]]:
@@ -195,12 +197,19 @@ class CopainTask:
             max_length=settings.max_length,
             batch_size=settings.batch_size,
             progress=settings.progress,
+            add_bos=parse_add_bos(self.spec.options["add_bos"]),
             desc="copain",
         )
         metrics: dict[str, float | int] = {}
         hits_total, at = 0, 0
-        for task, (_, answers) in per_task.items():
+        for task, (task_prompts, answers) in per_task.items():
             task_lines, at = lines[at : at + len(answers)], at + len(answers)
+            if settings.log is not None:
+                for index, (prompt, line, answer) in enumerate(
+                    zip(task_prompts, task_lines, answers, strict=True)
+                ):
+                    record = {"task": self.spec.name, "subtask": task, "index": index}
+                    settings.log({**record, "prompt": prompt, "generation": line, "gold": answer})
             hits = sum(line == answer for line, answer in zip(task_lines, answers, strict=True))
             hits_total += hits
             metrics[f"{task}/acc"] = hits / len(answers)

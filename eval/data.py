@@ -1,23 +1,40 @@
 """Readers for eval data files: JSON lines (optionally gzipped) and plain text.
 
+The files are read by `surgery.core.textfiles` (shared with training); this module adds rows
+with typed field access for the task readers.
+
 Every problem is an `EvalDataError` that names the file and, where it applies, the line, so a bad
 row in a 900-row Belebele file can be found and fixed without a debugger.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.errors import data_error
+from eval.errors import EvalDataError, data_error
+from surgery.core.textfiles import (
+    JSONL_SUFFIXES,
+    SUFFIXES,
+    TEXT_SUFFIXES,
+    has_suffix,
+    iter_documents,
+    iter_jsonl,
+    iter_lines,
+)
 
-# Suffixes the readers understand, longest first so `.jsonl.gz` wins over `.gz`.
-JSONL_SUFFIXES = (".jsonl.gz", ".jsonl")
-TEXT_SUFFIXES = (".txt",)
+__all__ = [
+    "JSONL_SUFFIXES",
+    "SUFFIXES",
+    "TEXT_SUFFIXES",
+    "Row",
+    "has_suffix",
+    "read_documents",
+    "read_jsonl",
+    "read_lines",
+]
 
 
 @dataclass(frozen=True)
@@ -83,34 +100,6 @@ class Row:
         return value
 
 
-def has_suffix(path: Path, suffixes: tuple[str, ...]) -> bool:
-    """True when the file name ends with one of `suffixes`."""
-    return path.name.endswith(suffixes)
-
-
-def read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield `(line number, line without its newline)` of a UTF-8 text file, gunzipping `.gz`.
-
-    Raises:
-        EvalDataError: the file is missing, not UTF-8, or not valid gzip.
-    """
-    if not path.is_file():
-        raise data_error(path, None, "no such file")
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        # Bytes in, decoded line by line, so a decoding error names the exact line.
-        with opener(path, "rb") as handle:
-            for line_no, raw in enumerate(handle, start=1):
-                try:
-                    # utf-8-sig on line 1 drops a byte-order mark that would break json.loads.
-                    line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-                except UnicodeDecodeError as error:
-                    raise data_error(path, line_no, f"not UTF-8 text ({error.reason})") from None
-                yield line_no, line.rstrip("\n").rstrip("\r")
-    except (gzip.BadGzipFile, EOFError, OSError) as error:
-        raise data_error(path, None, f"cannot read: {error}") from None
-
-
 def read_jsonl(path: Path) -> list[Row]:
     """Read a JSON-lines file (`.jsonl` or `.jsonl.gz`): one object per non-blank line.
 
@@ -123,44 +112,25 @@ def read_jsonl(path: Path) -> list[Row]:
     Raises:
         EvalDataError: missing file, bad JSON, a line that is not an object, or no rows at all.
     """
-    rows = []
-    for line_no, line in read_lines(path):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise data_error(path, line_no, f"bad JSON: {error.msg}") from None
-        if not isinstance(data, dict):
-            raise data_error(path, line_no, "expected a JSON object")
-        rows.append(Row(path, line_no, data))
+    rows = [Row(path, line_no, data) for line_no, data in iter_jsonl(path, EvalDataError)]
     if not rows:
         raise data_error(path, None, "empty: no rows")
     return rows
 
 
-def read_paragraphs(path: Path) -> list[tuple[int, str]]:
-    """Read a plain-text file as documents separated by blank lines.
-
-    A file without blank lines is one document; lines inside a document keep their newlines.
-
-    Returns:
-        `(first line number, document text)` pairs.
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield `(line number, line without its line ending)` of a UTF-8 file, gunzipping `.gz`.
 
     Raises:
-        EvalDataError: missing, unreadable, or no text at all.
+        EvalDataError: the file is missing, not UTF-8, or not valid gzip.
     """
-    documents: list[tuple[int, str]] = []
-    start, lines = 0, []
-    for line_no, line in read_lines(path):
-        if line.strip():
-            start = start or line_no
-            lines.append(line)
-        elif lines:
-            documents.append((start, "\n".join(lines)))
-            start, lines = 0, []
-    if lines:
-        documents.append((start, "\n".join(lines)))
-    if not documents:
-        raise data_error(path, None, "empty: no text")
-    return documents
+    return iter_lines(path, EvalDataError)
+
+
+def read_documents(path: Path) -> list[str]:
+    """Non-empty documents of a .txt (blank-line-separated) or .jsonl[.gz] (`text`) file.
+
+    Raises:
+        EvalDataError: missing, unreadable, or a row without a string `text`.
+    """
+    return list(iter_documents(path, EvalDataError))

@@ -10,7 +10,8 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from eval.batching import left_pad
-from eval.model_loading import encode, model_device, pad_id, prefix_ids
+from eval.model_loading import model_device, pad_id
+from eval.tokens import TextEncoder
 
 
 class StopAtNewline(StoppingCriteria):
@@ -50,25 +51,27 @@ def generate_lines(
     batch_size: int = 8,
     progress: bool = False,
     desc: str = "generating",
+    add_bos: bool | None = None,
 ) -> list[str]:
     """Greedy continuation of each prompt up to its first newline (or EOS, or the token limit).
 
     Args:
         model: a causal LM in eval mode.
         tokenizer: its tokenizer.
-        prompts: the prompts; the BOS prefix is added here.
+        prompts: the prompts; BOS is added here as `add_bos` says (`eval.tokens`).
         max_new_tokens: most tokens generated per prompt.
         max_length: most tokens of prompt plus generation; prompts are cut from the left.
         batch_size: prompts per `generate` call.
         progress: show a progress bar.
         desc: its label.
+        add_bos: None (as the tokenizer encodes, lm-eval's rule), True or False.
 
     Returns:
         One stripped line per prompt, in order.
     """
-    prefix = prefix_ids(tokenizer)
+    encoder = TextEncoder(tokenizer, add_bos)
     room = max(1, max_length - max_new_tokens)
-    encoded = [(prefix + encode(tokenizer, p))[-room:] for p in prompts]
+    encoded = [encoder(p)[-room:] for p in prompts]
     config = _greedy_config(model, tokenizer, max_new_tokens)
     stop = StoppingCriteriaList([StopAtNewline(newline_token_ids(tokenizer))])
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))

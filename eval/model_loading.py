@@ -147,32 +147,6 @@ def model_context(model: Any) -> int | None:
     return None
 
 
-def prefix_ids(tokenizer: Any) -> list[int]:
-    """Token(s) put before every text: BOS, else EOS (GPT-2's document separator), else none.
-
-    Text is always encoded without special tokens and this prefix is added by hand, so every
-    task treats BOS the same way whatever the tokenizer's own post-processor does.
-    """
-    for token_id in (tokenizer.bos_token_id, tokenizer.eos_token_id):
-        if token_id is not None:
-            return [int(token_id)]
-    return []
-
-
-def describe_prefix(tokenizer: Any) -> str:
-    """How texts start, in words, for the output's config."""
-    ids = prefix_ids(tokenizer)
-    if not ids:
-        return "none (the tokenizer has neither BOS nor EOS; the first token is not scored)"
-    token = tokenizer.convert_ids_to_tokens(ids[0])
-    return f"{token} (id {ids[0]}) prepended to every text, never scored"
-
-
-def encode(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of `text` without special tokens."""
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
 def pad_id(tokenizer: Any) -> int:
     """An id to fill padding with (masked out, so any valid id works)."""
     for token_id in (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id):

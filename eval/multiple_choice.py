@@ -1,113 +1,181 @@
-"""Multiple choice by summed log-likelihood: Belebele (reading) and Global-PIQA (reasoning).
+"""Multiple choice by summed log-likelihood: Belebele (reading) and PIQA (reasoning).
 
-Prompts (k demonstrations, each the same block followed by its correct answer, then the item;
-blocks separated by a blank line):
+Prompts follow lm-evaluation-harness's task configs exactly (the item's text, then for each
+choice ``target_delimiter + choice`` scored after it; k demonstrations first, each
+``text + " " + correct choice + "\\n\\n"``):
 
-- Belebele: ``P: <passage>\\nQ: <question>\\nA: <1>\\nB: <2>\\nC: <3>\\nD: <4>\\nAnswer:``,
-  choices `` A`` .. `` D``.
-- Global-PIQA (cloze): ``<prompt>``, choices `` <solution0>`` and `` <solution1>``.
+- Belebele: ``P: <passage>\\nQ: <question, stripped>\\nA: <1>\\n..D: <4>\\nAnswer:``,
+  choices ``A``..``D``; demonstrations ``first_n`` (the first rows, never the item).
+- Global-PIQA (``prompt``, ``solution0``.., ``label``): the prompt as is, choices the solutions;
+  demonstrations lm-eval's ``default`` sampler (seeded 1234, from the whole file).
+- Classic PIQA (``goal``, ``sol1``, ``sol2``, ``label``): ``Question: <goal>\\nAnswer:``.
 
 acc picks the choice with the highest summed log-probability; acc_norm divides it by the
-choice's length in characters first (lm-evaluation-harness's definitions).
+choice's length in characters, acc_bytes (Global-PIQA, as lm-eval reports it) by its length in
+UTF-8 bytes; the delimiter is not counted. Standard errors are lm-eval's (sample standard
+deviation / sqrt(n)).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.data import read_jsonl
+from eval.data import Row, read_jsonl
 from eval.errors import data_error
-from eval.model_loading import prefix_ids
 from eval.scoring import choice_loglikelihoods, make_request
-from eval.shots import draw_shots
+from eval.shots import choose_shots
 from eval.tasks import Settings, TaskSpec
+from eval.tokens import TextEncoder, parse_add_bos
 
 LETTERS = "ABCD"
+TARGET_DELIMITER = " "
+FEWSHOT_DELIMITER = "\n\n"
 
 
 @dataclass(frozen=True)
 class McItem:
-    """One question: its prompt block (without answer), answer strings, index of the right one."""
+    """One question: its text (without answer), the choices, the right one, and its row."""
 
     question: str
     choices: list[str]
     label: int
+    doc: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def demonstration(self) -> str:
-        """The block with its correct answer filled in, for k-shot prompts."""
-        return self.question + self.choices[self.label]
+        """The item with its correct answer, as one k-shot block (delimiter included)."""
+        return self.question + TARGET_DELIMITER + self.choices[self.label] + FEWSHOT_DELIMITER
+
+
+@dataclass(frozen=True)
+class Schema:
+    """How one file format becomes items, and what lm-eval reports and samples for it."""
+
+    name: str
+    read: Callable[[Row], McItem]
+    sampler: str
+    exclude_self: bool
+    metrics: tuple[str, ...]
+
+
+def _belebele(row: Row) -> McItem:
+    answers = [row.text(f"mc_answer{n}") for n in range(1, 5)]
+    options = "".join(f"{letter}: {a}\n" for letter, a in zip(LETTERS, answers, strict=True))
+    question = f"P: {row.text('flores_passage')}\nQ: {row.text('question').strip()}\n"
+    label = row.label("correct_answer_num", range(1, 5)) - 1
+    return McItem(question + options + "Answer:", list(LETTERS), label, row.data)
+
+
+def _global_piqa(row: Row) -> McItem:
+    count = 0
+    while f"solution{count}" in row.data:
+        count += 1
+    solutions = [row.text(f"solution{n}") for n in range(max(count, 2))]
+    return McItem(
+        row.text("prompt"), solutions, row.label("label", range(len(solutions))), row.data
+    )
+
+
+def _classic_piqa(row: Row) -> McItem:
+    solutions = [row.text("sol1"), row.text("sol2")]
+    question = f"Question: {row.text('goal')}\nAnswer:"
+    return McItem(question, solutions, row.label("label", range(2)), row.data)
+
+
+SCHEMAS = {
+    "belebele": Schema("belebele", _belebele, "first_n", True, ("acc", "acc_norm")),
+    "global_piqa": Schema(
+        "global_piqa", _global_piqa, "default", False, ("acc", "acc_norm", "acc_bytes")
+    ),
+    "piqa": Schema("piqa", _classic_piqa, "default", True, ("acc", "acc_norm")),
+}
+
+
+def schema_of(kind: str, rows: list[Row]) -> Schema:
+    """Belebele for belebele; for piqa, classic PIQA when the first row has ``goal``."""
+    if kind == "belebele":
+        return SCHEMAS["belebele"]
+    return SCHEMAS["piqa" if "goal" in rows[0].data else "global_piqa"]
+
+
+def read_items(kind: str, path: Path) -> tuple[Schema, list[McItem]]:
+    """Read a Belebele or PIQA file (either PIQA schema).
+
+    Raises:
+        EvalDataError: bad JSON, a missing or empty field, a label out of range.
+    """
+    rows = read_jsonl(path)
+    schema = schema_of(kind, rows)
+    return schema, [schema.read(row) for row in rows]
 
 
 def read_belebele(path: Path) -> list[McItem]:
-    """Read Belebele rows: flores_passage, question, mc_answer1..4, correct_answer_num (1..4).
-
-    Raises:
-        EvalDataError: bad JSON, a missing or empty field, an answer number outside 1..4.
-    """
-    items = []
-    for row in read_jsonl(path):
-        answers = [row.text(f"mc_answer{n}") for n in range(1, 5)]
-        options = "".join(f"{letter}: {a}\n" for letter, a in zip(LETTERS, answers, strict=True))
-        question = f"P: {row.text('flores_passage')}\nQ: {row.text('question')}\n{options}Answer:"
-        label = row.label("correct_answer_num", range(1, 5)) - 1
-        items.append(McItem(question, [f" {letter}" for letter in LETTERS], label))
-    return items
+    """Read Belebele rows: flores_passage, question, mc_answer1..4, correct_answer_num (1..4)."""
+    return read_items("belebele", path)[1]
 
 
 def read_piqa(path: Path) -> list[McItem]:
-    """Read Global-PIQA rows: prompt, solution0, solution1, label (0 or 1).
-
-    Raises:
-        EvalDataError: bad JSON, a missing or empty field, a label other than 0 or 1.
-    """
-    items = []
-    for row in read_jsonl(path):
-        solutions = [" " + row.text(f"solution{n}").strip() for n in range(2)]
-        items.append(McItem(row.text("prompt").rstrip(), solutions, row.label("label", range(2))))
-    return items
+    """Read PIQA rows: Global-PIQA's (prompt, solution0.., label) or classic (goal, sol1, sol2)."""
+    return read_items("piqa", path)[1]
 
 
-READERS = {"belebele": read_belebele, "piqa": read_piqa}
+def build_contexts(items: list[McItem], shots: list[list[int]], count: int) -> list[str]:
+    """Prompts of the first `count` items, each after its demonstrations (`shots[i]`)."""
+    return [
+        "".join(items[j].demonstration() for j in shots[i]) + items[i].question
+        for i in range(count)
+    ]
 
 
-def build_contexts(items: list[McItem], count: int, shots: int, key: str) -> list[str]:
-    """Prompts of the first `count` items, each with `shots` demonstrations from the others.
-
-    Args:
-        items: every item of the file (demonstrations may come from all of them).
-        count: how many items to evaluate (`--limit`).
-        shots: demonstrations per prompt.
-        key: task kind and seed, e.g. ``"belebele/0"``; the item index is appended.
-
-    Returns:
-        One prompt per evaluated item.
-    """
-    contexts = []
-    for index in range(count):
-        others = [j for j in range(len(items)) if j != index]
-        chosen = draw_shots(others, shots, f"{key}/{index}")
-        blocks = [items[j].demonstration() for j in chosen] + [items[index].question]
-        contexts.append("\n\n".join(blocks))
-    return contexts
+def stderr(values: list[float]) -> float:
+    """lm-eval's standard error of a mean: sample standard deviation / sqrt(n) (nan if n < 2)."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) / math.sqrt(n)
 
 
-def accuracy(scores: list[list[float]], items: list[McItem]) -> tuple[float, float]:
-    """acc and acc_norm of per-choice log-likelihoods (first choice wins ties, like argmax)."""
-    hits = hits_norm = 0
+def _argmax(values: list[float]) -> int:
+    return values.index(max(values))  # the first wins ties, as numpy's argmax
+
+
+def predictions(scores: list[float], choices: list[str]) -> dict[str, int]:
+    """The choice acc, acc_norm and acc_bytes pick from per-choice log-likelihoods."""
+    return {
+        "acc": _argmax(scores),
+        "acc_norm": _argmax([s / len(c) for s, c in zip(scores, choices, strict=True)]),
+        "acc_bytes": _argmax(
+            [s / len(c.encode("utf-8")) for s, c in zip(scores, choices, strict=True)]
+        ),
+    }
+
+
+def accuracy(
+    scores: list[list[float]], items: list[McItem], metrics: tuple[str, ...] = ("acc", "acc_norm")
+) -> dict[str, float]:
+    """Each metric and its standard error over the items."""
+    hits: dict[str, list[float]] = {m: [] for m in metrics}
     for item_scores, item in zip(scores, items, strict=True):
-        normed = [s / len(c) for s, c in zip(item_scores, item.choices, strict=True)]
-        hits += item_scores.index(max(item_scores)) == item.label
-        hits_norm += normed.index(max(normed)) == item.label
-    return hits / len(items), hits_norm / len(items)
+        picked = predictions(item_scores, item.choices)
+        for metric in metrics:
+            hits[metric].append(float(picked[metric] == item.label))
+    result: dict[str, float] = {}
+    for metric, values in hits.items():
+        result[metric] = sum(values) / len(values)
+        result[f"{metric}_stderr"] = stderr(values)
+    return result
 
 
 class MultipleChoiceTask:
-    """A Belebele or Global-PIQA file, read and checked."""
+    """A Belebele or PIQA file, read and checked."""
 
-    def __init__(self, spec: TaskSpec, items: list[McItem]) -> None:
+    def __init__(self, spec: TaskSpec, schema: Schema, items: list[McItem]) -> None:
         self.spec = spec
+        self.schema = schema
         self.items = items
 
     @classmethod
@@ -118,39 +186,89 @@ class MultipleChoiceTask:
             EvalDataError: the file is malformed or has too few rows for the shots asked.
         """
         assert spec.path is not None  # parse_task guarantees a path for these kinds
-        items = READERS[spec.kind](spec.path)
+        schema, items = read_items(spec.kind, spec.path)
         shots = spec.options["shots"]
         if len(items) <= shots:
             raise data_error(
                 spec.path, None, f"{len(items)} rows; {shots}-shot needs at least {shots + 1}"
             )
-        return cls(spec, items)
+        return cls(spec, schema, items)
+
+    @property
+    def sampler(self) -> str:
+        """The sampler in use: the option, or the one lm-eval's config for this schema uses."""
+        return self.spec.options["sampler"] or self.schema.sampler
 
     def config(self) -> dict[str, Any]:
-        """Kind, file, shots and row count."""
+        """Kind, schema, file, shots, sampler, BOS rule and row count."""
+        options = self.spec.options
         return {
             "kind": self.spec.kind,
+            "schema": self.schema.name,
             "path": str(self.spec.path),
-            "shots": self.spec.options["shots"],
+            "shots": options["shots"],
+            "sampler": self.sampler,
+            "fewshot_seed": options["fewshot_seed"] if self.sampler == "default" else None,
+            "add_bos": options["add_bos"],
             "rows": len(self.items),
         }
 
-    def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
-        """Score the first `limit` items. Returns `({acc, acc_norm, n}, {truncated})`."""
-        count = min(settings.limit or len(self.items), len(self.items))
-        key = f"{self.spec.kind}/{settings.seed}"
-        contexts = build_contexts(self.items, count, self.spec.options["shots"], key)
-        evaluated = self.items[:count]
-        scores, truncated = score_items(
-            model, tokenizer, contexts, evaluated, settings, desc=self.spec.name
+    def shots(self, count: int, seed: int) -> list[list[int]]:
+        """Demonstration indices of the first `count` items."""
+        return choose_shots(
+            [item.doc or item for item in self.items],
+            count,
+            self.spec.options["shots"],
+            self.sampler,
+            fewshot_seed=self.spec.options["fewshot_seed"],
+            exclude_self=self.schema.exclude_self,
+            key=f"{self.spec.kind}/{seed}",
         )
-        acc, acc_norm = accuracy(scores, evaluated)
-        return {"acc": acc, "acc_norm": acc_norm, "n": count}, {"truncated": truncated}
+
+    def contexts(self, count: int, seed: int) -> list[str]:
+        """The prompts of the first `count` items."""
+        return build_contexts(self.items, self.shots(count, seed), count)
+
+    def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
+        """Score the first `limit` items.
+
+        Returns:
+            `({acc, acc_norm[, acc_bytes], their _stderr, n}, {truncated})`.
+        """
+        count = min(settings.limit or len(self.items), len(self.items))
+        contexts = self.contexts(count, settings.seed)
+        evaluated = self.items[:count]
+        encoder = TextEncoder(tokenizer, parse_add_bos(self.spec.options["add_bos"]))
+        scores, truncated = score_items(
+            model, encoder, contexts, evaluated, settings, desc=self.spec.name
+        )
+        metrics: dict[str, float | int] = dict(accuracy(scores, evaluated, self.schema.metrics))
+        metrics["n"] = count
+        if settings.log is not None:
+            for index, (context, item, item_scores) in enumerate(
+                zip(contexts, evaluated, scores, strict=True)
+            ):
+                settings.log(self._sample(index, context, item, item_scores))
+        return metrics, {"truncated": truncated, "bos": encoder.describe()}
+
+    def _sample(self, index: int, context: str, item: McItem, scores: list[float]) -> dict:
+        picked = predictions(scores, item.choices)
+        return {
+            "task": self.spec.name,
+            "index": index,
+            "context": context,
+            "choices": [TARGET_DELIMITER + c for c in item.choices],
+            "loglikelihoods": scores,
+            "lengths": [len(c) for c in item.choices],
+            "byte_lengths": [len(c.encode("utf-8")) for c in item.choices],
+            "gold": item.label,
+            **{f"pred_{m}" if m != "acc" else "pred": picked[m] for m in self.schema.metrics},
+        }
 
 
 def score_items(
     model: Any,
-    tokenizer: Any,
+    encoder: TextEncoder,
     contexts: list[str],
     items: list[McItem],
     settings: Settings,
@@ -161,9 +279,10 @@ def score_items(
     Returns:
         `(scores per item per choice, number of contexts cut to fit settings.max_length)`.
     """
-    prefix = prefix_ids(tokenizer)
     made = [
-        make_request(tokenizer, prefix, context, item.choices, settings.max_length)
+        make_request(
+            encoder, context, [TARGET_DELIMITER + c for c in item.choices], settings.max_length
+        )
         for context, item in zip(contexts, items, strict=True)
     ]
     scores = choice_loglikelihoods(

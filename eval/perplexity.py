@@ -1,11 +1,18 @@
-"""Perplexity and bits per byte on held-out text, one row per language.
+"""Perplexity, bits per byte and lm-evaluation-harness's perplexities, one row per language.
 
-Each document is tokenized without special tokens, the prefix (BOS, see
-`model_loading.prefix_ids`) is put in front, and every document token is predicted exactly
-once: the sequence is cut into disjoint windows of at most `max_length` input tokens, each
-window predicting the token after each of its inputs (so only the first window sees BOS, as in
-lm-evaluation-harness's rolling log-likelihood). Token perplexity is exp(total NLL / tokens);
-bits per byte is total NLL / (ln 2 x UTF-8 bytes), which does not depend on the tokenizer.
+Each document is scored as lm-eval's ``loglikelihood_rolling`` scores it: tokenized with BOS as
+lm-eval decides it (`eval.tokens`), cut into windows by lm-eval's rule (the first window starts
+with the prefix token, BOS else EOS, and predicts the first ``max_length`` tokens; every later
+window predicts the next ``max_length`` tokens, or the rest, after as much preceding text as
+fits, so the last partial window sees a full window of context), every token predicted once.
+
+Metrics: ``ppl`` (exp of the NLL per scored token), ``word_perplexity`` (per whitespace-separated
+word, lm-eval's count), ``byte_perplexity`` (per UTF-8 byte), ``bits_per_byte`` (NLL / (ln 2 x
+bytes), comparable across tokenizers).
+
+The logits of a batch are never all held at once: windows are run in slices of positions
+(`LOGITS_BUDGET` bytes of float32 logits per slice), the later slices attending to the earlier
+ones through the KV cache.
 """
 
 from __future__ import annotations
@@ -16,15 +23,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from eval.batching import right_pad
-from eval.data import JSONL_SUFFIXES, TEXT_SUFFIXES, has_suffix, read_jsonl, read_paragraphs
+from eval.data import JSONL_SUFFIXES, TEXT_SUFFIXES, has_suffix
+from eval.data import read_documents as read_file_documents
 from eval.errors import TaskSpecError, data_error
-from eval.model_loading import encode, model_device, prefix_ids
+from eval.model_loading import model_device
+from eval.scoring import cache_argument
 from eval.tasks import Settings, TaskSpec
+from eval.tokens import TextEncoder, parse_add_bos
 
+# Most bytes of float32 logits one forward slice may hold (see the module docstring).
+LOGITS_BUDGET = 256 * 2**20
 # MADLAD-400 shard names: <lang>_clean_0000.jsonl.gz -> language <lang>.
 _SHARD_SUFFIX = re.compile(r"_clean_\d+$")
 
@@ -74,73 +85,173 @@ def _data_files(folder: Path) -> list[Path]:
 def read_documents(files: list[Path]) -> list[str]:
     """Documents of a language: each JSON line's `text`, or each blank-line-separated paragraph.
 
-    Rows whose text is empty are skipped (nothing to score), as the training data reader does.
+    Rows whose text is empty are skipped (nothing to score), as the training data reader does
+    (both read through `surgery.core.textfiles`).
 
     Raises:
         EvalDataError: a malformed file, a row without a string `text`, or no text at all.
     """
-    documents: list[str] = []
-    for path in files:
-        if has_suffix(path, JSONL_SUFFIXES):
-            texts = [row.string("text") for row in read_jsonl(path)]
-            documents += [text for text in texts if text.strip()]
-        else:
-            documents += [text for _, text in read_paragraphs(path)]
+    documents = [doc for path in files for doc in read_file_documents(path)]
     if not documents:
         raise data_error(files[0].parent, None, "no text to score")
     return documents
 
 
-def windows(ids: list[int], max_length: int) -> list[list[int]]:
-    """Cut `ids` into chunks of at most `max_length + 1` tokens overlapping by one token.
+def rolling_windows(
+    tokens: list[int], prefix: int | None, max_length: int
+) -> list[tuple[list[int], list[int]]]:
+    """lm-eval's ``get_rolling_token_windows(context_len=1)`` + ``make_disjoint_window``.
 
-    Chunk k holds inputs ``ids[k*L : k*L+L]`` and, shifted by one, their targets; together the
-    chunks predict every token of ``ids[1:]`` exactly once.
+    Args:
+        tokens: the document's token ids (every one is predicted).
+        prefix: the token the first window starts with (None: the first token is only context).
+        max_length: most input tokens per window.
+
+    Returns:
+        `(context, continuation)` pairs: the model reads ``(context + continuation)[:-1]`` and
+        scores every continuation token.
     """
-    step = max_length
-    return [ids[start : start + step + 1] for start in range(0, len(ids) - 1, step)]
+    if prefix is None:  # nothing to condition the first token on: it is context only
+        if len(tokens) < 2:
+            return []
+        head, tokens = [tokens[0]], tokens[1:]
+    else:
+        head = [prefix]
+    pairs = []
+    first = min(max_length, len(tokens))
+    pairs.append((head + tokens[: first - 1], tokens[:first]))
+    predicted = first
+    while predicted < len(tokens):
+        size = min(len(tokens) - predicted, max_length)
+        end = predicted + size
+        pairs.append((tokens[max(0, end - max_length - 1) : end - 1], tokens[end - size : end]))
+        predicted = end
+    # make_disjoint_window: the context stops where the continuation starts.
+    return [(context[: len(context) - (len(cont) - 1)], cont) for context, cont in pairs]
+
+
+def windows(ids: list[int], max_length: int) -> list[tuple[list[int], list[int]]]:
+    """Rolling windows of a sequence whose first id is the prefix (as `rolling_windows`)."""
+    return rolling_windows(ids[1:], ids[0], max_length)
+
+
+def count_words(text: str) -> int:
+    """Words as lm-eval counts them for word_perplexity: ``len(re.split(r"\\s+", text))``."""
+    return len(re.split(r"\s+", text))
 
 
 @torch.no_grad()
-def total_nll(
+def window_loglikelihoods(
     model: Any,
-    tokenizer: Any,
-    documents: list[str],
-    max_length: int,
+    pairs: list[tuple[list[int], list[int]]],
     *,
     batch_size: int = 8,
+    budget: int | None = None,
     progress: bool = False,
     desc: str = "perplexity",
-) -> tuple[float, int]:
-    """Summed negative log-likelihood (nats) of every document token, and how many tokens.
+) -> list[float]:
+    """Summed log-probability of each window's continuation after its context.
 
     Args:
         model: a causal LM in eval mode.
-        tokenizer: its tokenizer.
-        documents: the texts.
-        max_length: most input tokens per forward.
+        pairs: `(context, continuation)` windows, inputs at most the model's length.
         batch_size: windows per forward.
+        budget: most bytes of float32 logits per forward slice (default `LOGITS_BUDGET`).
         progress: show a progress bar.
         desc: its label.
 
     Returns:
-        `(total NLL, scored tokens)`.
+        One float per window, in order.
     """
-    prefix = prefix_ids(tokenizer)
-    chunks = [c for doc in documents for c in windows(prefix + encode(tokenizer, doc), max_length)]
-    chunks.sort(key=len, reverse=True)  # similar lengths share a batch: less padding
+    order = sorted(range(len(pairs)), key=lambda i: -len(pairs[i][0]) - len(pairs[i][1]))
+    results = [0.0] * len(pairs)
     device = model_device(model)
-    total, count = 0.0, 0
-    starts = range(0, len(chunks), batch_size)
+    vocab = output_size(model)
+    starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
-        batch = chunks[start : start + batch_size]
-        ids, mask = right_pad(batch, device)
-        logits = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1]).logits
-        for row in range(len(batch)):  # one row at a time bounds the float32 copy of the logits
-            nll = F.cross_entropy(logits[row].float(), ids[row, 1:], reduction="none")
-            total += (nll.double() * mask[row, 1:]).sum().item()
-        count += int(mask[:, 1:].sum())
-    return total, count
+        indices = order[start : start + batch_size]
+        rows = [pairs[i][0] + pairs[i][1] for i in indices]
+        ids, mask = right_pad([row[:-1] for row in rows], device)
+        targets, _ = right_pad([row[1:] for row in rows], device)
+        # Scored positions: the last len(continuation) inputs of each row.
+        scored = torch.zeros_like(mask)
+        for r, i in enumerate(indices):
+            width = len(rows[r]) - 1
+            scored[r, width - len(pairs[i][1]) : width] = 1
+        width = max(1, (budget or LOGITS_BUDGET) // (4 * vocab * len(indices)))
+        totals = _sliced_logprobs(model, ids, mask, targets, scored, width)
+        for r, i in enumerate(indices):
+            results[i] = totals[r]
+    return results
+
+
+def _sliced_logprobs(
+    model: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    targets: torch.Tensor,
+    scored: torch.Tensor,
+    width: int,
+) -> list[float]:
+    """Sum of log p(target) over scored positions, `width` positions per forward."""
+    totals = torch.zeros(ids.shape[0], dtype=torch.float64, device=ids.device)
+    cache = None
+    for start in range(0, ids.shape[1], width):
+        stop = min(start + width, ids.shape[1])
+        kwargs: dict[str, Any] = {}
+        if cache is not None:
+            kwargs[cache_argument(model)] = cache
+        positions = torch.arange(start, stop, device=ids.device).expand(ids.shape[0], -1)
+        out = model(
+            input_ids=ids[:, start:stop],
+            attention_mask=mask[:, :stop],
+            position_ids=positions,
+            use_cache=stop < ids.shape[1],
+            **kwargs,
+        )
+        if stop < ids.shape[1]:
+            cache = getattr(out, "cache", None)
+            if cache is None:
+                cache = out.past_key_values
+        logprobs = torch.log_softmax(out.logits.float(), dim=-1)  # [rows, width, vocab]
+        del out
+        picked = logprobs.gather(-1, targets[:, start:stop].unsqueeze(-1)).squeeze(-1)
+        totals += (picked.double() * scored[:, start:stop]).sum(-1)
+    return totals.tolist()
+
+
+def output_size(model: Any) -> int:
+    """Rows of the output embedding: the width of one position's logits."""
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    config = getattr(model.config, "text_config", None) or model.config
+    return int(config.vocab_size)
+
+
+def document_loglikelihoods(
+    model: Any,
+    encoder: TextEncoder,
+    documents: list[str],
+    max_length: int,
+    *,
+    batch_size: int = 8,
+    budget: int | None = None,
+    progress: bool = False,
+    desc: str = "perplexity",
+) -> list[tuple[float, int]]:
+    """Each document's rolling log-likelihood (natural log) and number of scored tokens."""
+    per_doc = [rolling_windows(encoder(doc), encoder.prefix_id, max_length) for doc in documents]
+    flat = [pair for pairs in per_doc for pair in pairs]
+    scores = window_loglikelihoods(
+        model, flat, batch_size=batch_size, budget=budget, progress=progress, desc=desc
+    )
+    result, at = [], 0
+    for pairs in per_doc:
+        total = sum(scores[at : at + len(pairs)])
+        result.append((total, sum(len(cont) for _, cont in pairs)))
+        at += len(pairs)
+    return result
 
 
 class PerplexityTask:
@@ -162,33 +273,57 @@ class PerplexityTask:
         return cls(spec, {lang: read_documents(paths) for lang, paths in files.items()})
 
     def config(self) -> dict[str, Any]:
-        """Kind, path and languages."""
-        return {"kind": "ppl", "path": str(self.spec.path), "languages": list(self.languages)}
+        """Kind, path, languages and BOS rule."""
+        return {
+            "kind": "ppl",
+            "path": str(self.spec.path),
+            "languages": list(self.languages),
+            "add_bos": self.spec.options["add_bos"],
+        }
 
     def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
         """Score the first `limit` documents of each language.
 
         Returns:
-            `({<lang>/ppl, <lang>/bits_per_byte, <lang>/tokens, <lang>/n}, {windows})`.
+            `({<lang>/ppl, word_perplexity, byte_perplexity, bits_per_byte, tokens, n}, info)`.
         """
+        encoder = TextEncoder(tokenizer, parse_add_bos(self.spec.options["add_bos"]))
         metrics: dict[str, float | int] = {}
         for lang, documents in self.languages.items():
             docs = documents[: settings.limit] if settings.limit else documents
-            nll, tokens = total_nll(
+            scored = document_loglikelihoods(
                 model,
-                tokenizer,
+                encoder,
                 docs,
                 settings.max_length,
                 batch_size=settings.batch_size,
                 progress=settings.progress,
                 desc=f"ppl {lang}",
             )
+            nll = -sum(ll for ll, _ in scored)
+            tokens = sum(count for _, count in scored)
             if tokens == 0:  # only possible without a BOS/EOS prefix and one-token documents
                 raise data_error(self.spec.path, None, f"{lang}: no token to score")
             n_bytes = sum(len(doc.encode("utf-8")) for doc in docs)
+            words = sum(count_words(doc) for doc in docs)
             metrics[f"{lang}/ppl"] = math.exp(nll / tokens)
+            metrics[f"{lang}/word_perplexity"] = math.exp(nll / words)
+            metrics[f"{lang}/byte_perplexity"] = math.exp(nll / n_bytes)
             metrics[f"{lang}/bits_per_byte"] = nll / (math.log(2) * n_bytes)
             metrics[f"{lang}/tokens"] = tokens
             metrics[f"{lang}/n"] = len(docs)
-        # How BOS is handled is stated once for the run, in config["bos"].
-        return metrics, {"windows": f"disjoint, at most {settings.max_length} input tokens each"}
+            if settings.log is not None:
+                for index, (doc, (ll, count)) in enumerate(zip(docs, scored, strict=True)):
+                    settings.log(
+                        {
+                            "task": self.spec.name,
+                            "lang": lang,
+                            "index": index,
+                            "loglikelihood": ll,
+                            "tokens": count,
+                            "words": count_words(doc),
+                            "bytes": len(doc.encode("utf-8")),
+                        }
+                    )
+        windows_rule = f"lm-eval rolling windows of at most {settings.max_length} input tokens"
+        return metrics, {"windows": windows_rule, "bos": encoder.describe()}

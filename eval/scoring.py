@@ -20,7 +20,9 @@ import torch
 from tqdm.auto import tqdm
 
 from eval.batching import left_pad, right_pad
-from eval.model_loading import encode, model_device
+from eval.errors import EvalDataError
+from eval.model_loading import model_device
+from eval.tokens import TextEncoder
 
 
 @dataclass(frozen=True)
@@ -32,36 +34,45 @@ class ChoiceRequest:
 
 
 def make_request(
-    tokenizer: Any, prefix: list[int], context: str, choices: Sequence[str], max_length: int
+    encoder: TextEncoder, context: str, continuations: Sequence[str], max_length: int
 ) -> tuple[ChoiceRequest, bool]:
-    """Tokenize an item the way lm-evaluation-harness does, and fit it into `max_length`.
+    """Tokenize an item exactly as lm-evaluation-harness does, and fit it into `max_length`.
 
-    Each continuation is the tail of `encode(context + choice)` after `encode(context)`, so a
-    tokenizer that adds a word-start marker to lone strings (SentencePiece) still gives the
-    tokens the model would see in running text. If the context's tokens are not a prefix of the
-    whole (a merge across the boundary), the choice is encoded on its own.
+    As lm-eval's ``_encode_pair``: trailing spaces of the context move to the front of each
+    continuation; the context is encoded alone (with BOS as `encoder` decides) and each
+    continuation is the tail of ``encode(context + continuation)`` after the context's length,
+    so a tokenizer that merges across the boundary gives the tokens the model sees in running
+    text. An empty context is lm-eval's prefix token (BOS, else EOS).
 
     Args:
-        tokenizer: a Hugging Face tokenizer.
-        prefix: ids put before the context (BOS), see `model_loading.prefix_ids`.
+        encoder: the tokenizer with its BOS rule.
         context: the prompt.
-        choices: the answer strings, each scored after the context.
-        max_length: longest sequence the model may see; the context is cut from the left.
+        continuations: the strings scored after it (choices with their leading delimiter).
+        max_length: longest input the model may see; as lm-eval, at most ``max_length + 1``
+            tokens of context plus continuation are kept (cut from the left).
 
     Returns:
         `(request, truncated)`.
+
+    Raises:
+        EvalDataError: a continuation that adds no token to the context.
     """
-    context_ids = encode(tokenizer, context)
-    continuations = []
-    for choice in choices:
-        whole = encode(tokenizer, context + choice)
-        if whole[: len(context_ids)] == context_ids and len(whole) > len(context_ids):
-            continuations.append(whole[len(context_ids) :])
-        else:
-            continuations.append(encode(tokenizer, choice))
-    full = prefix + context_ids
-    room = max(1, max_length - max(len(c) for c in continuations))
-    return ChoiceRequest(full[-room:], continuations), len(full) > room
+    stripped = context.rstrip()
+    spaces = context[len(stripped) :]
+    if stripped:
+        context_ids = encoder(stripped)
+        conts = [encoder(stripped + spaces + c)[len(context_ids) :] for c in continuations]
+    else:
+        prefix = encoder.prefix_id
+        context_ids = [] if prefix is None else [prefix]
+        conts = [encoder(spaces + c) for c in continuations]
+    for text, ids in zip(continuations, conts, strict=True):
+        if not ids:
+            raise EvalDataError(f"choice {text!r} adds no token after its context")
+    # lm-eval keeps (context + continuation)[-(max_length + 1):] per choice; one shared context
+    # here, so it is cut for the longest continuation.
+    room = max(1, max_length + 1 - max(len(c) for c in conts))
+    return ChoiceRequest(context_ids[-room:], conts), len(context_ids) > room
 
 
 @functools.cache

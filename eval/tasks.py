@@ -1,17 +1,12 @@
-"""Task strings, shared by `surgery eval` and every command that scores a model.
+"""Task strings and the registry of task kinds, shared by `surgery eval` and every command that
+scores a model.
 
-Grammar: ``KIND[:PATH][:KEY=VALUE[,KEY=VALUE...]]``
+Grammar: ``KIND[:ARGUMENT][:KEY=VALUE[,KEY=VALUE...]]``
 
-- ``ppl:PATH``  perplexity; PATH is a .txt, .jsonl or .jsonl.gz file, a folder of them (one
-  language, named after the folder), or a MADLAD-400 root whose ``data/<lang>/`` folders each
-  give one language.  Options: ``lang`` (name of a single file's language).
-- ``belebele:FILE``  Belebele rows (.jsonl[.gz]).  Options: ``shots`` (default 2).
-- ``piqa:FILE``  Global-PIQA rows (.jsonl[.gz]), cloze.  Options: ``shots`` (default 2).
-- ``flores:DIR:src=LANG,tgt=LANG``  FLORES+/FLORES-200 translation, chrF.  Options: ``shots``
-  (default 2), ``split`` (default devtest), ``metric`` (chrf or chrf++), ``max_new_tokens``
-  (default 256), ``src_name``/``tgt_name`` (language names in the prompt).
-- ``copain``  the generated in-context-learning probe, no files.  Options: ``shots``
-  (default 5), ``n`` (items per task, default 150), ``max_new_tokens`` (default 16).
+Each kind is declared once, in `KINDS`: its name, what its argument is (a file, a folder, or
+nothing), a one-line summary and its options with defaults and help. Parsing, the task list in
+``surgery eval --help`` (`kinds_help`) and README's task list (`kinds_markdown`) all come from it.
+The code that reads each kind's data lives in the task modules, found by `eval.loading`.
 
 Every kind takes ``name`` (default: the kind), the prefix of its metric names; two tasks of one
 kind in one run need different names.  The last ``:``-separated part is read as options only
@@ -24,6 +19,7 @@ spends time loading a model.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,15 +31,22 @@ _NAME_RE = re.compile(r"^[\w.+-]+$")
 _OPTION_RE = re.compile(r"^\w+=")
 
 
+REQUIRED = object()
+
+
 @dataclass(frozen=True)
 class Option:
-    """One task option: how to convert its text, and its default (`REQUIRED` if none)."""
+    """One task option: how to convert its text, its default (`REQUIRED` if none), its help."""
 
     convert: Callable[[str], Any]
     default: Any
+    help: str
 
-
-REQUIRED = object()
+    def shown_default(self) -> str:
+        """The default as the help text shows it."""
+        if self.default is REQUIRED:
+            return "required"
+        return "none" if self.default is None else str(self.default)
 
 
 def _count(minimum: int) -> Callable[[str], int]:
@@ -73,38 +76,152 @@ def _name(text: str) -> str:
 
 @dataclass(frozen=True)
 class Kind:
-    """What a task kind accepts: whether it needs a path, and its options."""
+    """A task kind: its name, its argument (None: takes none), summary and options."""
 
-    needs_path: bool
-    options: dict[str, Option]
+    name: str
+    argument: str | None
+    summary: str
+    options: dict[str, Option] = field(default_factory=dict)
+
+    @property
+    def needs_path(self) -> bool:
+        """Whether a task string of this kind must give an argument after the kind."""
+        return self.argument is not None
+
+    def usage(self) -> str:
+        """``kind:ARGUMENT`` plus its required options, e.g. ``flores:DIR:src=L,tgt=L``."""
+        text = self.name + (f":{self.argument}" if self.argument else "")
+        required = [f"{key}=L" for key, o in self.options.items() if o.default is REQUIRED]
+        return text + (":" + ",".join(required) if required else "")
 
 
-KINDS: dict[str, Kind] = {
-    "ppl": Kind(True, {"lang": Option(_name, None)}),
-    "belebele": Kind(True, {"shots": Option(_count(0), 2)}),
-    "piqa": Kind(True, {"shots": Option(_count(0), 2)}),
-    "flores": Kind(
-        True,
-        {
-            "src": Option(_name, REQUIRED),
-            "tgt": Option(_name, REQUIRED),
-            "shots": Option(_count(0), 2),
-            "split": Option(_name, "devtest"),
-            "metric": Option(_choice("chrf", "chrf++"), "chrf"),
-            "max_new_tokens": Option(_count(1), 256),
-            "src_name": Option(str, None),
-            "tgt_name": Option(str, None),
-        },
+def _shots(default: int) -> Option:
+    return Option(_count(0), default, "demonstrations before each item")
+
+
+def _flag(text: str) -> str:
+    return _choice("auto", "true", "false")(text.lower())
+
+
+# BOS as lm-evaluation-harness decides it (the tokenizer's own special tokens), or forced.
+ADD_BOS = Option(
+    _flag, "auto", "BOS first: auto (as the tokenizer adds it, lm-eval's rule), true, false"
+)
+MC_OPTIONS = {
+    "shots": _shots(2),
+    "sampler": Option(
+        _choice("first_n", "default", "random"),
+        None,
+        "demonstrations: first_n (the first rows), default (lm-eval's seeded draw) or random "
+        "(a draw per item from --seed); none: as lm-eval's task config",
     ),
-    "copain": Kind(
-        False,
-        {
-            "shots": Option(_count(0), 5),
-            "n": Option(_count(1), 150),
-            "max_new_tokens": Option(_count(1), 16),
-        },
-    ),
+    "fewshot_seed": Option(int, 1234, "seed of sampler=default (lm-eval's fewshot seed)"),
+    "add_bos": ADD_BOS,
 }
+
+
+_DECLARED = [
+    Kind(
+        "ppl",
+        "PATH",
+        "rolling perplexity as lm-eval computes it: ppl (per token), word_perplexity, "
+        "byte_perplexity, bits_per_byte; PATH is a .txt (documents separated by blank lines), "
+        '.jsonl or .jsonl.gz file ("text" field), a folder of them, or a MADLAD-400 root '
+        "(data/<lang>/...): one row per language",
+        {
+            "lang": Option(_name, None, "language name of a single file or folder"),
+            "add_bos": ADD_BOS,
+        },
+    ),
+    Kind(
+        "belebele",
+        "FILE",
+        "Belebele reading comprehension rows (.jsonl[.gz]) in lm-eval's prompt; acc, acc_norm "
+        "and their stderr; demonstrations first_n",
+        MC_OPTIONS,
+    ),
+    Kind(
+        "piqa",
+        "FILE",
+        "PIQA rows (.jsonl[.gz]), cloze, in lm-eval's prompts: Global-PIQA (prompt, "
+        "solution0.., label; acc, acc_norm, acc_bytes) or classic PIQA (goal, sol1, sol2, label; "
+        "acc, acc_norm); demonstrations default",
+        MC_OPTIONS,
+    ),
+    Kind(
+        "flores",
+        "DIR",
+        "FLORES+/FLORES-200 translation scored by chrF",
+        {
+            "src": Option(_name, REQUIRED, "source language code, e.g. eng_Latn"),
+            "tgt": Option(_name, REQUIRED, "target language code"),
+            "shots": _shots(2),
+            "split": Option(_name, "devtest", "split to translate and draw demonstrations from"),
+            "metric": Option(_choice("chrf", "chrf++"), "chrf", "chrf or chrf++"),
+            "max_new_tokens": Option(_count(1), 256, "longest translation generated"),
+            "src_name": Option(str, None, "source language name in the prompt"),
+            "tgt_name": Option(str, None, "target language name in the prompt"),
+            "add_bos": ADD_BOS,
+        },
+    ),
+    Kind(
+        "lm-eval",
+        "TASKS",
+        "lm-evaluation-harness tasks (comma-separated names, as lm-eval's --tasks) run on the "
+        "model in memory; needs the lm-eval extra",
+        {
+            "shots": Option(_count(0), None, "num_fewshot; none: each task's own default"),
+            "include": Option(str, None, "folder of extra task YAMLs (local data)"),
+            "builtin": Option(
+                lambda text: _flag(text) != "false", True, "also lm-eval's own tasks: true/false"
+            ),
+            "fewshot_seed": Option(int, 1234, "lm-eval's fewshot_random_seed"),
+            "add_bos": ADD_BOS,
+        },
+    ),
+    Kind(
+        "copain",
+        None,
+        "generated in-context-learning probe (7 tasks, no files), exact match",
+        {
+            "shots": _shots(5),
+            "n": Option(_count(1), 150, "items per task"),
+            "max_new_tokens": Option(_count(1), 16, "longest answer generated"),
+            "add_bos": ADD_BOS,
+        },
+    ),
+]
+KINDS: dict[str, Kind] = {kind.name: kind for kind in _DECLARED}
+NAME_OPTION = "name"
+
+
+def kinds_help() -> str:
+    """The task list of ``surgery eval --help``: one block per kind, options with defaults."""
+    lines = []
+    for kind in KINDS.values():
+        lines.append(f"  {kind.usage()}")
+        lines += [f"      {line}" for line in textwrap.wrap(kind.summary, 74)]
+        for key, option in kind.options.items():
+            lines.append(f"      {key}: {option.help} [{option.shown_default()}]")
+    lines.append("Every task also takes name=NAME, its metric prefix (default: the kind).")
+    return "\n".join(lines)
+
+
+def kinds_markdown() -> str:
+    """README's task list: one bullet per kind with its options and defaults."""
+    lines = []
+    for kind in KINDS.values():
+        options = "; ".join(
+            f"`{key}` {option.help} ({option.shown_default()})"
+            for key, option in kind.options.items()
+        )
+        lines.append(
+            f"- `{kind.usage()}`: {kind.summary}." + (f" Options: {options}." if options else "")
+        )
+    lines.append(
+        "- Every task also takes `name=NAME`, the prefix of its metric names (default: the kind)."
+    )
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -131,6 +248,8 @@ class Settings:
     seed: int = 0
     max_length: int = 2048  # longest sequence fed to the model, prompt plus answer
     progress: bool = True
+    # Called with one JSON-able dict per scored item (--log-samples), or None.
+    log: Callable[[dict[str, Any]], None] | None = None
 
 
 class Task(Protocol):
@@ -185,30 +304,6 @@ def check_unique_names(specs: Sequence[TaskSpec]) -> None:
         seen[spec.name] = spec.text
 
 
-def load_task(spec: TaskSpec) -> Task:
-    """Read a task's data files (no model needed), so bad data fails before a model loads.
-
-    Raises:
-        EvalDataError: a data file is missing or malformed.
-    """
-    # Imported here: these modules import torch, which `surgery --help` must not pay for.
-    if spec.kind == "ppl":
-        from eval.perplexity import PerplexityTask
-
-        return PerplexityTask.from_spec(spec)
-    if spec.kind in ("belebele", "piqa"):
-        from eval.multiple_choice import MultipleChoiceTask
-
-        return MultipleChoiceTask.from_spec(spec)
-    if spec.kind == "flores":
-        from eval.translation import TranslationTask
-
-        return TranslationTask.from_spec(spec)
-    from eval.copain import CopainTask
-
-    return CopainTask.from_spec(spec)
-
-
 def _kinds() -> str:
     return ", ".join(KINDS)
 
@@ -222,7 +317,7 @@ def _split_path_and_options(rest: str) -> tuple[str, str]:
 
 
 def _parse_options(text: str, kind_name: str, kind: Kind, option_text: str) -> dict[str, Any]:
-    allowed = {"name": Option(_name, kind_name), **kind.options}
+    allowed = {NAME_OPTION: Option(_name, kind_name, "metric prefix"), **kind.options}
     given: dict[str, str] = {}
     for piece in filter(None, (p.strip() for p in option_text.split(","))):
         key, _, value = piece.partition("=")

@@ -22,6 +22,7 @@ from eval.errors import EvalDataError, data_error
 from eval.generation import generate_lines
 from eval.shots import draw_shots
 from eval.tasks import Settings, TaskSpec
+from eval.tokens import parse_add_bos
 
 # FLORES-200 codes -> names used in prompts; other codes appear as themselves unless the task
 # string gives src_name=/tgt_name=.
@@ -164,6 +165,7 @@ class TranslationTask:
             "shots": options["shots"],
             "metric": options["metric"],
             "max_new_tokens": options["max_new_tokens"],
+            "add_bos": options["add_bos"],
         }
 
     def prompts(self, count: int, seed: int) -> list[str]:
@@ -187,17 +189,25 @@ class TranslationTask:
             `({chrf or chrf++, n}, {signature})`.
         """
         count = min(settings.limit or len(self.pairs), len(self.pairs))
+        prompts = self.prompts(count, settings.seed)
         hypotheses = generate_lines(
             model,
             tokenizer,
-            self.prompts(count, settings.seed),
+            prompts,
             max_new_tokens=self.spec.options["max_new_tokens"],
             max_length=settings.max_length,
             batch_size=settings.batch_size,
             progress=settings.progress,
+            add_bos=parse_add_bos(self.spec.options["add_bos"]),
             desc=f"translating {self.spec.options['src']}->{self.spec.options['tgt']}",
         )
         metric = self.spec.options["metric"]
         references = [tgt for _, tgt in self.pairs[:count]]
+        if settings.log is not None:
+            for index, (prompt, hypothesis, reference) in enumerate(
+                zip(prompts, hypotheses, references, strict=True)
+            ):
+                record = {"task": self.spec.name, "index": index, "prompt": prompt}
+                settings.log({**record, "generation": hypothesis, "reference": reference})
         score, signature = chrf(hypotheses, references, word_order=2 if metric == "chrf++" else 0)
         return {metric: score, "n": count}, {"signature": signature}

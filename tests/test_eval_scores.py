@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -16,9 +18,12 @@ from cli import cli
 from eval import copain
 from eval.api import evaluate, load_model
 from eval.errors import ModelError
-from eval.multiple_choice import build_contexts, score_items
+from eval.loading import load_task
+from eval.multiple_choice import score_items
+from eval.perplexity import rolling_windows, window_loglikelihoods
 from eval.scoring import ChoiceRequest, choice_loglikelihoods
-from eval.tasks import Settings, load_task, parse_task
+from eval.tasks import Settings, parse_task
+from eval.tokens import TextEncoder
 from eval.translation import chrf
 from surgery.core.errors import CheckpointError
 from tests.support import eval_reference as ref
@@ -56,29 +61,36 @@ def _run(model, tokenizer, tasks, **kwargs):
 @pytest.mark.parametrize("kind", ["belebele", "piqa"])
 def test_multiple_choice_equals_per_choice_forwards(model_and_tokenizer, kind):
     model, tok = model_and_tokenizer
-    task = load_task(parse_task(f"{kind}:{MC_FILES[kind]}:shots=1"))
+    text = f"{kind}:{MC_FILES[kind]}:shots=1,add_bos=true"
+    task = load_task(parse_task(text))
     items = task.items
-    contexts = build_contexts(items, len(items), 1, f"{kind}/0")
+    contexts = task.contexts(len(items), 0)
     settings = Settings(batch_size=4, max_length=LONG, progress=False)  # 6 items: a ragged batch
-    scores, truncated = score_items(model, tok, contexts, items, settings)
+    scores, truncated = score_items(model, TextEncoder(tok, True), contexts, items, settings)
     expected = [
-        [ref.choice_logprob(model, tok, context, choice) for choice in item.choices]
+        [ref.choice_logprob(model, tok, context, " " + choice) for choice in item.choices]
         for context, item in zip(contexts, items, strict=True)
     ]
     assert truncated == 0
     assert torch.allclose(torch.tensor(scores), torch.tensor(expected), atol=1e-4, rtol=0)
 
-    hits = hits_norm = 0
+    hits = {"acc": [], "acc_norm": [], "acc_bytes": []}
     for row, item in zip(expected, items, strict=True):
-        normed = [score / len(choice) for score, choice in zip(row, item.choices, strict=True)]
-        hits += row.index(max(row)) == item.label
-        hits_norm += normed.index(max(normed)) == item.label
-    metrics = _run(model, tok, [f"{kind}:{MC_FILES[kind]}:shots=1"], batch_size=4, max_length=LONG)
-    assert metrics == {
-        f"{kind}/acc": hits / len(items),
-        f"{kind}/acc_norm": hits_norm / len(items),
-        f"{kind}/n": len(items),
-    }
+        for metric, size in (("acc", lambda c: 1), ("acc_norm", len), ("acc_bytes", _n_bytes)):
+            normed = [score / size(c) for score, c in zip(row, item.choices, strict=True)]
+            hits[metric].append(float(normed.index(max(normed)) == item.label))
+    metrics = _run(model, tok, [text], batch_size=4, max_length=LONG)
+    reported = ("acc", "acc_norm", "acc_bytes") if kind == "piqa" else ("acc", "acc_norm")
+    expected_metrics = {f"{kind}/n": len(items)}
+    for metric in reported:
+        expected_metrics[f"{kind}/{metric}"] = statistics.mean(hits[metric])
+        sem = statistics.stdev(hits[metric]) / math.sqrt(len(items))
+        expected_metrics[f"{kind}/{metric}_stderr"] = pytest.approx(sem, abs=1e-12)
+    assert metrics == expected_metrics
+
+
+def _n_bytes(text: str) -> int:
+    return len(text.encode("utf-8"))
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "gpt2"])
@@ -109,14 +121,15 @@ def test_shared_context_engine_on_ragged_requests(arch):
 def test_contexts_too_long_are_cut_from_the_left(llama):
     model, tok = llama
     task = load_task(parse_task(f"belebele:{MC_FILES['belebele']}:shots=1"))
-    contexts = build_contexts(task.items, 2, 1, "belebele/0")
+    contexts = task.contexts(2, 0)
     settings = Settings(max_length=48, progress=False)
-    scores, truncated = score_items(model, tok, contexts, task.items[:2], settings)
+    encoder = TextEncoder(tok, True)
+    scores, truncated = score_items(model, encoder, contexts, task.items[:2], settings)
     assert truncated == 2
     for context, item, item_scores in zip(contexts, task.items[:2], scores, strict=True):
-        choices = [ref.ids_of(tok, choice) for choice in item.choices]
-        # The context keeps its last tokens, leaving room for the longest choice.
-        kept = [tok.bos_token_id, *ref.ids_of(tok, context)][-(48 - max(map(len, choices))) :]
+        choices = [ref.ids_of(tok, " " + choice) for choice in item.choices]
+        # As lm-eval: at most max_length + 1 tokens of context and continuation are kept.
+        kept = [tok.bos_token_id, *ref.ids_of(tok, context)][-(48 + 1 - max(map(len, choices))) :]
         expected = [ref.logprob_after(model, kept, choice) for choice in choices]
         assert item_scores == pytest.approx(expected, abs=1e-4)
 
@@ -130,8 +143,11 @@ def _expected_ppl(model, tok, documents, window=None):
         doc_nll, doc_count = ref.document_nll(model, tok, doc, window)
         nll, count = nll + doc_nll, count + doc_count
     n_bytes = sum(len(doc.encode("utf-8")) for doc in documents)
+    words = sum(len(re.split(r"\s+", doc)) for doc in documents)
     return {
         "ppl": math.exp(nll / count),
+        "word_perplexity": math.exp(nll / words),
+        "byte_perplexity": math.exp(nll / n_bytes),
         "bits_per_byte": nll / math.log(2) / n_bytes,
         "tokens": count,
         "n": len(documents),
@@ -253,7 +269,8 @@ def test_cli_runs_every_task_deterministically_and_agrees_with_the_api(tmp_path,
     saved = json.loads(outputs[0])
     assert saved["config"]["model"] == path
     assert saved["config"]["dtype"] == "float32" and saved["config"]["seed"] == 0
-    assert saved["config"]["bos"].startswith("<bos> (id 1)")
+    bos = saved["config"]["tasks"]["belebele"]["bos"]
+    assert bos == "add_bos=auto (as the tokenizer encodes): no special token before texts"
     model, tok = llama
     api = evaluate(model, tok, tasks, limit=3, batch_size=2, max_length=LONG, progress=False)
     assert saved["metrics"] == api["metrics"]
@@ -288,3 +305,44 @@ def test_load_model_refuses_what_it_cannot_score(tmp_path):
         load_model(tmp_path / "missing")
     with pytest.raises(ModelError, match="unknown dtype"):
         load_model(tmp_path / "bert", dtype="float8")
+
+
+# --- bounded logits and per-item output -------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_perplexity_slices_give_the_same_scores(arch):
+    """A budget of a few positions per forward (KV cache between slices, past Gemma-3's 16-token
+    sliding window) scores every window as one whole forward does."""
+    model = tiny_models.build_model(arch).float().eval()
+    rng = random.Random(arch)
+    vocab = model.config.vocab_size
+    pairs = []
+    for _ in range(5):
+        tokens = [rng.randrange(3, vocab) for _ in range(rng.randint(30, 60))]
+        pairs += rolling_windows(tokens, 1, 40)
+    whole = window_loglikelihoods(model, pairs, batch_size=3)
+    sliced = window_loglikelihoods(model, pairs, batch_size=3, budget=3 * 4 * vocab * 5)
+    assert sliced == pytest.approx(whole, abs=1e-4)
+    for (context, cont), score in zip(pairs, whole, strict=True):
+        expected = ref.logprob_after(model, context, cont) if context else None
+        if expected is not None:
+            assert score == pytest.approx(expected, abs=1e-4)
+
+
+def test_log_samples_writes_one_line_per_item(llama, tmp_path):
+    model, tok = llama
+    out = tmp_path / "samples.jsonl"
+    tasks = [f"belebele:{MC_FILES['belebele']}:shots=1", f"ppl:{DATA / 'held_out.txt'}", FLORES]
+    metrics = evaluate(model, tok, tasks, limit=3, progress=False, log_samples=out)["metrics"]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    by_task = {name: [x for x in lines if x["task"] == name] for name in ("belebele", "ppl")}
+    assert len(by_task["belebele"]) == metrics["belebele/n"] == 3
+    assert len(by_task["ppl"]) == metrics["ppl/held_out/n"] == 2
+    first = by_task["belebele"][0]
+    assert set(first) >= {"context", "choices", "loglikelihoods", "lengths", "pred", "gold"}
+    assert len(first["loglikelihoods"]) == 4 and first["choices"][0] == " A"
+    nll = -sum(x["loglikelihood"] for x in by_task["ppl"])
+    n_bytes = sum(x["bytes"] for x in by_task["ppl"])
+    assert nll / math.log(2) / n_bytes == pytest.approx(metrics["ppl/held_out/bits_per_byte"])
+    assert len([x for x in lines if x["task"] == "flores"]) == metrics["flores/n"]

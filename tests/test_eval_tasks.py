@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -15,9 +16,11 @@ from eval.api import load_tasks
 from eval.command import format_table
 from eval.copain import TASKS, CopainTask, build_prompts, make_items
 from eval.errors import EvalDataError, TaskSpecError
+from eval.loading import load_task
 from eval.multiple_choice import build_contexts, read_belebele, read_piqa
 from eval.perplexity import language_files, read_documents, windows
-from eval.tasks import Settings, check_unique_names, load_task, parse_task
+from eval.shots import choose_shots
+from eval.tasks import Settings, check_unique_names, parse_task
 from eval.translation import align, find_language_file
 
 DATA = Path(__file__).parent / "data" / "eval"
@@ -52,6 +55,7 @@ def test_parse_task_fills_defaults_and_reads_options():
         "shots": 5,
         "n": 150,
         "max_new_tokens": 16,
+        "add_bos": "auto",
     }
 
 
@@ -103,7 +107,7 @@ def test_two_tasks_with_one_name_are_refused():
         ("belebele", "belebele_answer_out_of_range.jsonl", 3, "correct_answer_num 5 out of range"),
         ("piqa", "piqa_label_out_of_range.jsonl", 2, "label 2 out of range 0..1"),
         ("piqa", "piqa_not_an_object.jsonl", 2, "expected a JSON object"),
-        ("ppl", "madlad_no_text.jsonl", 2, "missing field 'text'"),
+        ("ppl", "madlad_no_text.jsonl", 2, "no string 'text' field"),
         ("piqa", "empty.jsonl", None, "empty: no rows"),
         ("belebele", "no_such_file.jsonl", None, "no such file"),
     ],
@@ -162,7 +166,7 @@ def test_empty_texts_are_skipped_but_not_all_of_them(tmp_path):
     with pytest.raises(EvalDataError, match="no text to score"):
         read_documents([path])
     path.write_text('{"text": 3}\n')
-    with pytest.raises(EvalDataError, match=r"eng\.jsonl:1: field 'text' must be a string"):
+    with pytest.raises(EvalDataError, match=r"eng\.jsonl:1: no string 'text' field"):
         read_documents([path])
 
 
@@ -187,10 +191,15 @@ def test_text_file_documents_are_blank_line_separated_paragraphs():
 def test_windows_predict_every_token_once():
     ids = list(range(23))
     for length in (1, 4, 7, 22, 50):
-        chunks = windows(ids, length)
-        targets = [t for chunk in chunks for t in chunk[1:]]
-        assert targets == ids[1:]
-        assert all(len(chunk) <= length + 1 for chunk in chunks)
+        pairs = windows(ids, length)
+        assert [t for _, cont in pairs for t in cont] == ids[1:]
+        assert all(len(context) + len(cont) - 1 <= length for context, cont in pairs)
+        # Every window but the first reads a full window (lm-eval's rule): context + targets.
+        for context, cont in pairs:
+            start = ids.index(context[0]) if context else ids.index(cont[0])
+            assert context + cont == ids[start : start + len(context) + len(cont)]
+        if len(ids) - 1 > length:
+            assert len(pairs[-1][0]) + len(pairs[-1][1]) - 1 == length
 
 
 def test_flores_files_are_found_and_aligned_by_id(tmp_path):
@@ -231,43 +240,75 @@ def test_belebele_prompt_format():
     row = json.loads((DATA / "belebele.jsonl").read_text().splitlines()[1])
     item = read_belebele(DATA / "belebele.jsonl")[1]
     assert item.question == (
-        f"P: {row['flores_passage']}\nQ: {row['question']}\nA: {row['mc_answer1']}\n"
+        f"P: {row['flores_passage']}\nQ: {row['question'].strip()}\nA: {row['mc_answer1']}\n"
         f"B: {row['mc_answer2']}\nC: {row['mc_answer3']}\nD: {row['mc_answer4']}\nAnswer:"
     )
-    assert item.choices == [" A", " B", " C", " D"]
+    assert item.choices == ["A", "B", "C", "D"]
     assert item.label == int(row["correct_answer_num"]) - 1
-    assert build_contexts([item], 1, 0, "belebele/0") == [item.question]
+    assert build_contexts([item], [[]], 1) == [item.question]
 
 
-def test_piqa_is_a_cloze():
+def test_piqa_is_a_cloze_in_either_schema():
     row = json.loads((DATA / "piqa.jsonl").read_text().splitlines()[3])
     item = read_piqa(DATA / "piqa.jsonl")[3]
     assert item.question == row["prompt"]
-    assert item.choices == [" " + row["solution0"], " " + row["solution1"]]
-    assert item.demonstration() == row["prompt"] + " " + row[f"solution{row['label']}"]
+    assert item.choices == [row["solution0"], row["solution1"]]
+    assert item.demonstration() == row["prompt"] + " " + row[f"solution{row['label']}"] + "\n\n"
+    row = json.loads((DATA / "piqa_classic.jsonl").read_text().splitlines()[1])
+    item = read_piqa(DATA / "piqa_classic.jsonl")[1]
+    assert item.question == f"Question: {row['goal']}\nAnswer:"
+    assert (item.choices, item.label) == ([row["sol1"], row["sol2"]], row["label"])
 
 
+@pytest.mark.parametrize("sampler", ["first_n", "default", "random"])
 @pytest.mark.parametrize("reader", [read_belebele, read_piqa])
-def test_k_shot_never_includes_the_evaluated_item(reader):
+def test_k_shot_never_includes_the_evaluated_item(reader, sampler):
     path = DATA / ("belebele.jsonl" if reader is read_belebele else "piqa.jsonl")
     items = reader(path)
     for shots in (1, 2, len(items) - 1):
-        contexts = build_contexts(items, len(items), shots, "kind/0")
+        chosen = choose_shots([it.doc for it in items], len(items), shots, sampler, key="k/0")
+        contexts = build_contexts(items, chosen, len(items))
         for index, context in enumerate(contexts):
             blocks = context.split("\n\n")
             assert len(blocks) == shots + 1
             assert blocks[-1] == items[index].question
-            assert items[index].demonstration() not in blocks[:-1]
-            assert all(block in {it.demonstration() for it in items} for block in blocks[:-1])
+            assert items[index].demonstration() not in [b + "\n\n" for b in blocks[:-1]]
+            assert all(b + "\n\n" in {it.demonstration() for it in items} for b in blocks[:-1])
 
 
-def test_demonstrations_depend_on_the_seed_only():
-    items = read_belebele(DATA / "belebele.jsonl")
-    first = build_contexts(items, len(items), 2, "belebele/0")
-    assert build_contexts(items, len(items), 2, "belebele/0") == first
-    assert build_contexts(items, len(items), 2, "belebele/1") != first
+def test_first_n_takes_the_first_other_rows():
+    docs = [{"q": i} for i in range(6)]
+    assert choose_shots(docs, 3, 2, "first_n") == [[1, 2], [0, 2], [0, 1]]
+
+
+def test_lm_eval_default_sampler_is_one_seeded_stream():
+    docs = [{"q": i} for i in range(9)]
+    rnd = random.Random(1234)
+    expected = [rnd.sample(range(9), 2) for _ in range(4)]
+    assert choose_shots(docs, 4, 2, "default", exclude_self=False) == expected
+    assert choose_shots(docs, 4, 2, "default", fewshot_seed=1) != expected
+
+
+def test_random_demonstrations_depend_on_the_seed_only():
+    docs = [it.doc for it in read_belebele(DATA / "belebele.jsonl")]
+    first = choose_shots(docs, len(docs), 2, "random", key="belebele/0")
+    assert choose_shots(docs, len(docs), 2, "random", key="belebele/0") == first
+    assert choose_shots(docs, len(docs), 2, "random", key="belebele/1") != first
     # Evaluating fewer items (--limit) does not change the prompts of those evaluated.
-    assert build_contexts(items, 2, 2, "belebele/0") == first[:2]
+    assert choose_shots(docs, 2, 2, "random", key="belebele/0") == first[:2]
+
+
+def test_task_options_choose_the_sampler_and_bos():
+    task = load_task(parse_task(f"belebele:{DATA / 'belebele.jsonl'}"))
+    assert (task.sampler, task.config()["add_bos"]) == ("first_n", "auto")
+    task = load_task(parse_task(f"piqa:{DATA / 'piqa.jsonl'}:sampler=random,add_bos=false"))
+    assert (task.sampler, task.config()["add_bos"], task.schema.name) == (
+        "random",
+        "false",
+        "global_piqa",
+    )
+    with pytest.raises(TaskSpecError, match="bad sampler='last'"):
+        parse_task("piqa:x.jsonl:sampler=last")
 
 
 # --- Copain -----------------------------------------------------------------------------------

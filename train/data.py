@@ -14,8 +14,6 @@ source is only re-read from the start when it runs out, which is logged).
 
 from __future__ import annotations
 
-import gzip
-import json
 import logging
 import math
 import os
@@ -28,6 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.utils.data import IterableDataset
 
+from surgery.core import textfiles
 from train.errors import TrainConfigError
 from train.sources import DataSource
 
@@ -73,33 +72,12 @@ def data_files(source: DataSource) -> list[Path]:
 
 def _iter_text_file(path: Path) -> Iterator[str]:
     """Documents of a .txt file: blocks of lines separated by blank lines."""
-    lines: list[str] = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                lines.append(line.rstrip("\n"))
-            elif lines:
-                yield "\n".join(lines)
-                lines = []
-    if lines:
-        yield "\n".join(lines)
+    return textfiles.iter_documents(path, TrainConfigError)
 
 
 def _iter_jsonl_file(path: Path) -> Iterator[str]:
     """The `text` field of each JSON line (MADLAD-400 layout), gzip or plain."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                text = json.loads(line).get("text")
-            except (json.JSONDecodeError, AttributeError):
-                raise TrainConfigError(f"{path}:{number} is not a JSON object") from None
-            if not isinstance(text, str):
-                raise TrainConfigError(f"{path}:{number} has no string 'text' field")
-            if text.strip():
-                yield text
+    return textfiles.iter_documents(path, TrainConfigError)
 
 
 def _parse_hub(location: str) -> tuple[str, str | None, str]:

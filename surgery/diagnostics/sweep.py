@@ -86,7 +86,7 @@ def run_sweep(
         SurgeryError: nothing to do, or a bad input (see interpolate).
     """
     if not save and not tasks:
-        raise SurgeryError("--no-save without --eval leaves nothing to do")
+        raise SurgeryError("--no-save without -t (a task to score) leaves nothing to do")
     base_ckpt, trained_ckpt = open_input(base), open_input(trained)
     warn_if_swapped(base_ckpt, trained_ckpt)
     plans = [

@@ -35,20 +35,28 @@ def choice_logprob(model, tokenizer, context: str, choice: str) -> float:
 
 
 def document_nll(model, tokenizer, text: str, window: int | None = None) -> tuple[float, int]:
-    """NLL of every token of BOS + text, and their count.
+    """NLL of every token of the text after BOS, and their count.
 
-    With `window`, token j is predicted from the tokens since the start of its window, windows
-    starting at multiples of `window` (one forward per token: slow, but obviously right).
+    With `window` (lm-eval's rolling windows, written out): token j of block k (tokens
+    ``[k*window, (k+1)*window)``) is predicted from BOS and the tokens before it in block 0, and
+    in a later block from the tokens since ``end - window - 1``, where `end` is the block's end
+    (one forward per token: slow, but obviously right).
     """
-    ids = [tokenizer.bos_token_id, *ids_of(tokenizer, text)]
+    tokens = ids_of(tokenizer, text)
     if window is None:
+        ids = [tokenizer.bos_token_id, *tokens]
         table = logprobs(model, ids)
-        return -sum(table[j - 1, ids[j]].item() for j in range(1, len(ids))), len(ids) - 1
+        return -sum(table[j - 1, ids[j]].item() for j in range(1, len(ids))), len(tokens)
     total = 0.0
-    for j in range(1, len(ids)):
-        start = (j - 1) // window * window
-        total -= logprobs(model, ids[start:j])[-1, ids[j]].item()
-    return total, len(ids) - 1
+    for j, token in enumerate(tokens):
+        block = j // window
+        if block == 0:
+            context = [tokenizer.bos_token_id, *tokens[:j]]
+        else:
+            end = min((block + 1) * window, len(tokens))
+            context = tokens[end - window - 1 : j]
+        total -= logprobs(model, context)[-1, token].item()
+    return total, len(tokens)
 
 
 @torch.no_grad()

@@ -1,0 +1,187 @@
+"""Our defaults against stock lm-evaluation-harness on the same local data and the same model.
+
+A tiny Llama, scored by `surgery eval`'s code and by lm-eval's own Belebele, Global-PIQA and
+PIQA configs (included from the installed package, pointed at local files) and a rolling
+perplexity task: same acc / acc_norm / acc_bytes at 0 and 2 shots, per-item log-likelihoods
+within 1e-4 (the table is printed per item), same bits per byte with a 16-token window; with a
+tokenizer that adds BOS (as Llama's and Gemma's do) and one that adds nothing (GPT-2, SmolLM).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lm_eval", reason="lm-eval is in the dev extra: pip install -e '.[dev]'")
+
+from tokenizers.processors import TemplateProcessing
+
+from eval.api import evaluate
+from eval.data import read_documents
+from tests.support import tiny_models
+from tests.support.lmeval_runner import run_lm_eval, write_jsonl, write_task_yamls
+
+DATA = Path(__file__).parent / "data" / "eval"
+FILES = {
+    "belebele": DATA / "belebele.jsonl",
+    "global_piqa": DATA / "piqa.jsonl",
+    "piqa": DATA / "piqa_classic.jsonl",
+}
+KIND = {"belebele": "belebele", "global_piqa": "piqa", "piqa": "piqa"}
+# Long enough that no prompt is cut (RoPE models take positions past their config's).
+MAX_LENGTH = 1024
+
+
+def _tokenizer(adds_bos: bool):
+    tok = tiny_models.make_tokenizer()
+    if adds_bos:
+        tok.backend_tokenizer.post_processor = TemplateProcessing(
+            single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", tok.bos_token_id)]
+        )
+    return tok
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_models.perturb(tiny_models.build_model("llama"), seed=7, scale=0.5).float().eval()
+
+
+def _ours(model, tok, tasks, tmp_path, **kwargs):
+    samples = tmp_path / "samples.jsonl"
+    result = evaluate(model, tok, tasks, progress=False, log_samples=samples, **kwargs)
+    import json
+
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    return result["metrics"], lines
+
+
+def _table(rows: list[tuple]) -> str:
+    return "\n".join(
+        "  ".join(f"{c:>12}" if not isinstance(c, float) else f"{c:12.6f}" for c in r) for r in rows
+    )
+
+
+@pytest.mark.parametrize("adds_bos", [True, False], ids=["bos-tokenizer", "no-bos-tokenizer"])
+@pytest.mark.parametrize("shots", [0, 2])
+def test_multiple_choice_matches_lm_eval(model, tmp_path, adds_bos, shots):
+    tok = _tokenizer(adds_bos)
+    names = write_task_yamls(tmp_path / "tasks", FILES)
+    theirs = run_lm_eval(model, tok, tmp_path / "tasks", list(names.values()), shots, MAX_LENGTH)
+    tasks = [f"{KIND[k]}:{path}:shots={shots},name={k}" for k, path in FILES.items()]
+    metrics, samples = _ours(model, tok, tasks, tmp_path, max_length=MAX_LENGTH)
+    for kind, name in names.items():
+        results = theirs["results"][name]
+        ours_items = [s for s in samples if s["task"] == kind]
+        theirs_items = sorted(theirs["samples"][name], key=lambda s: s["doc_id"])
+        rows = [("item", "choice", "lm-eval", "ours", "diff")]
+        worst = 0.0
+        for mine, their in zip(ours_items, theirs_items, strict=True):
+            assert mine["context"] == their["arguments"][0][0]
+            for c, (ll, (their_ll, _)) in enumerate(
+                zip(mine["loglikelihoods"], [r[0] for r in their["resps"]], strict=True)
+            ):
+                rows.append((their["doc_id"], c, their_ll, ll, abs(ll - their_ll)))
+                worst = max(worst, abs(ll - their_ll))
+        print(f"\n{kind}, {shots}-shot, adds_bos={adds_bos}\n{_table(rows)}")
+        assert worst < 1e-4, _table(rows)
+        reported = [m.split(",")[0] for m in results if m.endswith(",none") and "stderr" not in m]
+        assert reported, results
+        for metric in reported:
+            assert metrics[f"{kind}/{metric}"] == results[f"{metric},none"], metric
+            ours_err, their_err = (
+                metrics[f"{kind}/{metric}_stderr"],
+                results[f"{metric}_stderr,none"],
+            )
+            assert ours_err == pytest.approx(their_err, abs=1e-12), metric
+        assert len(ours_items) == metrics[f"{kind}/n"] == len(theirs_items)
+
+
+@pytest.mark.parametrize("adds_bos", [True, False], ids=["bos-tokenizer", "no-bos-tokenizer"])
+def test_rolling_perplexity_matches_lm_eval(model, tmp_path, adds_bos):
+    tok = _tokenizer(adds_bos)
+    docs = [*read_documents(DATA / "held_out.txt"), "short one", "  spaces  around\tand tabs  "]
+    data = write_jsonl(tmp_path / "held.jsonl", [{"text": d} for d in docs])
+    names = write_task_yamls(tmp_path / "tasks", {"ppl": data})
+    window = 16  # far shorter than the documents: several windows, a partial last one
+    theirs = run_lm_eval(model, tok, tmp_path / "tasks", [names["ppl"]], 0, window)
+    metrics, samples = _ours(model, tok, [f"ppl:{data}:lang=x"], tmp_path, max_length=window)
+    results = theirs["results"][names["ppl"]]
+    rows = [("doc", "lm-eval", "ours", "diff")]
+    their_docs = sorted(theirs["samples"][names["ppl"]], key=lambda s: s["doc_id"])
+    for mine, their in zip(samples, their_docs, strict=True):
+        their_ll = their["resps"][0][0]
+        rows.append(
+            (
+                their["doc_id"],
+                their_ll,
+                mine["loglikelihood"],
+                abs(mine["loglikelihood"] - their_ll),
+            )
+        )
+    print(f"\nrolling log-likelihood, window {window}, adds_bos={adds_bos}\n{_table(rows)}")
+    assert all(row[-1] < 1e-4 for row in rows[1:]), _table(rows)
+    for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+        assert metrics[f"ppl/x/{metric}"] == pytest.approx(results[f"{metric},none"], rel=1e-6)
+    assert not math.isnan(metrics["ppl/x/ppl"])
+
+
+@pytest.mark.slow
+def test_real_model_matches_lm_eval(tmp_path):
+    """SmolLM2-135M-Instruct (bench/fetch_smollm2.py: GGUF Q4_1 -> float32 safetensors), the same
+    comparison on the same local rows; prints the agreement table with each tool's wall time."""
+    import time
+
+    from bench.fetch_smollm2 import smollm2
+    from eval.api import load_model
+
+    model, tok = load_model(smollm2(), progress=False)
+    names = write_task_yamls(tmp_path / "tasks", FILES)
+    docs = [
+        row["text"] for row in _jsonl(DATA / "madlad" / "data" / "eng" / "eng_clean_0000.jsonl")
+    ]
+    data = write_jsonl(tmp_path / "held.jsonl", [{"text": d} for d in docs])
+    names["ppl"] = write_task_yamls(tmp_path / "tasks", {"ppl": data})["ppl"]
+    rows = [("metric", "lm-eval", "ours", "lm-eval s", "ours s")]
+    for shots in (0, 2):
+        start = time.perf_counter()
+        mc = [names[k] for k in FILES]
+        theirs = run_lm_eval(model, tok, tmp_path / "tasks", mc, shots, 2048)
+        their_s = time.perf_counter() - start
+        start = time.perf_counter()
+        tasks = [f"{KIND[k]}:{path}:shots={shots},name={k}" for k, path in FILES.items()]
+        metrics, _ = _ours(model, tok, tasks, tmp_path, max_length=2048)
+        our_s = time.perf_counter() - start
+        for kind, name in names.items():
+            if kind == "ppl":
+                continue
+            for key, value in theirs["results"][name].items():
+                metric = key.split(",")[0]
+                if key.endswith(",none") and "stderr" not in metric:
+                    rows.append(
+                        (
+                            f"{kind} {shots}-shot {metric}",
+                            value,
+                            metrics[f"{kind}/{metric}"],
+                            their_s,
+                            our_s,
+                        )
+                    )
+                    assert metrics[f"{kind}/{metric}"] == value
+    start = time.perf_counter()
+    theirs = run_lm_eval(model, tok, tmp_path / "tasks", [names["ppl"]], 0, 64)
+    their_s = time.perf_counter() - start
+    start = time.perf_counter()
+    metrics, _ = _ours(model, tok, [f"ppl:{data}:lang=eng"], tmp_path, max_length=64)
+    our_s = time.perf_counter() - start
+    bpb = theirs["results"][names["ppl"]]["bits_per_byte,none"]
+    rows.append(("bits_per_byte, window 64", bpb, metrics["ppl/eng/bits_per_byte"], their_s, our_s))
+    print("\n" + _table(rows))
+    assert metrics["ppl/eng/bits_per_byte"] == pytest.approx(bpb, rel=1e-5)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
