@@ -550,7 +550,7 @@ def drift(stack, csv_path, plot, quiet, download, base, trained):
     type=click.Path(),
     help="Where localize.csv/.json/.png go.",
 )
-@force_option
+@click.option("--force", is_flag=True, help="Replace --out-dir if it exists (never an input).")
 @eval_options
 @quiet_option
 @click.argument("base", type=click.Path())

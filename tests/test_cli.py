@@ -288,3 +288,28 @@ def test_usage_errors_are_one_line(args, where):
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and where in lines[0]
+
+
+def test_subfolders_of_the_trained_checkpoint_are_carried(llama, tmp_path):
+    """A sentence-transformers layout: modules.json names 1_Pooling/, which must come along;
+    hidden folders and a training run's resumable checkpoints do not."""
+    base, trained = llama
+    (trained / "1_Pooling").mkdir()
+    (trained / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (trained / "modules.json").write_text('[{"idx": 1, "path": "1_Pooling"}]')
+    (trained / "checkpoints" / "checkpoint-5").mkdir(parents=True)
+    (trained / "checkpoints" / "checkpoint-5" / "trainer_state.json").write_text("{}")
+    (trained / ".cache").mkdir()
+    (trained / ".cache" / "x.json").write_text("{}")
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (outside / "key.txt").write_text("private")
+    (trained / "linked").symlink_to(outside)
+    result = run("revert", "--layers", "0:1", "-q", base, trained, tmp_path / "o")
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "o"
+    assert (out / "1_Pooling" / "config.json").read_text() == '{"pooling_mode_mean_tokens": true}'
+    assert (out / "modules.json").is_file()
+    assert not (out / "checkpoints").exists() and not (out / ".cache").exists()
+    assert not (out / "linked").exists() and "private" not in str(list(out.rglob("*")))
+    assert_valid_output(out)

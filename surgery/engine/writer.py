@@ -298,8 +298,13 @@ class _ShardWriter:
         self.executor.shutdown(cancel_futures=True)
 
 
+# Subfolders never copied: hidden ones (.git, .cache) and a training run's resumable checkpoints.
+_SKIP_FOLDERS = ("checkpoints",)
+
+
 def companion_files(plan: Plan) -> list[tuple[Path, str]]:
-    """(source, name) of each config, tokenizer or other small file to copy into the output.
+    """(source, relative name) of each config, tokenizer or other small file to copy into the
+    output, subfolders included (a sentence-transformers `1_Pooling/config.json`).
 
     Only regular files inside the checkpoint folder qualify: a link that leaves it (say
     `notes.txt` -> a private key) is skipped with a warning, never followed, and a FIFO, socket or
@@ -309,17 +314,26 @@ def companion_files(plan: Plan) -> list[tuple[Path, str]]:
     if folder is None:
         return []
     root = checkpoint_root(folder, plan.files_from.hub).resolve()
+    return _companions_in(folder, folder, root)
+
+
+def _companions_in(folder: Path, top: Path, root: Path) -> list[tuple[Path, str]]:
     chosen = []
     for path in sorted(folder.iterdir()):
+        name = path.relative_to(top).as_posix()
         if path.name in _SKIP_NAMES or path.name.endswith(_SKIP_SUFFIXES):
             continue
         target = path.resolve()
         if path.is_symlink() and not target.is_relative_to(root):
-            notice("warning", f"skipped {path.name}: a link to {target}, outside {folder}")
+            notice("warning", f"skipped {name}: a link to {target}, outside {top}")
         elif target.is_file():
-            chosen.append((target, path.name))
-        elif target.exists() and not target.is_dir():
-            notice("warning", f"skipped {path.name}: not a regular file")
+            chosen.append((target, name))
+        elif target.is_dir():
+            hidden = path.name.startswith(".") or path.name in _SKIP_FOLDERS
+            if not hidden and not path.is_symlink():
+                chosen += _companions_in(path, top, root)
+        elif target.exists():
+            notice("warning", f"skipped {name}: not a regular file")
     return chosen
 
 
@@ -331,6 +345,7 @@ def copy_companion_files(
     copied."""
     copied = []
     for source, name in companion_files(plan) if files is None else files:
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, staging / name)
         copied.append(name)
     config = staging / "config.json"

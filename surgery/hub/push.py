@@ -16,13 +16,20 @@ class PushError(SurgeryError):
 
 
 def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    """Regular files of the folder and its subfolders, except hidden ones and links."""
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file()
+        and not p.is_symlink()
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
 
 
 def plan_upload(folder: Path, repo_id: str) -> tuple[list[Path], str | None]:
     """The files to upload and the model card to put in README.md (None: keep the folder's)."""
     card = card_for_folder(folder, title=repo_id)
-    files = [p for p in _files(folder) if not (card is not None and p.name == CARD_NAME)]
+    files = [p for p in _files(folder) if not (card is not None and p == folder / CARD_NAME)]
     return files, card
 
 
@@ -108,7 +115,7 @@ def push(
     )
     if dry_run:
         for path in files:
-            echo(f"{path.stat().st_size:>14,d}  {path.name}")
+            echo(f"{path.stat().st_size:>14,d}  {path.relative_to(folder).as_posix()}")
         if card is not None:
             echo(f"{len(card.encode()):>14,d}  {CARD_NAME} (generated):\n\n{card}")
         return None
@@ -120,7 +127,9 @@ def _upload(folder, repo_id, files, card, private, revision, commit_message) -> 
 
     if get_token() is None:
         raise SurgeryError("no Hugging Face token: run `hf auth login` or set HF_TOKEN")
-    operations = [CommitOperationAdd(path.name, str(path)) for path in files]
+    operations = [
+        CommitOperationAdd(path.relative_to(folder).as_posix(), str(path)) for path in files
+    ]
     if card is not None:
         operations.append(CommitOperationAdd(CARD_NAME, card.encode()))
     api = HfApi()
