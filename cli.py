@@ -592,7 +592,7 @@ def localize(
 
 @cli.command()
 @click.argument("out_dir", default="surgery-demo", type=click.Path())
-@click.option("--quick", is_flag=True, help="A smaller run: about two minutes on 2 CPU cores.")
+@click.option("--quick", is_flag=True, help="A smaller run: about 50 seconds on 2 idle CPU cores.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--device", default=None, help="cpu or cuda [default: cuda when available].")
 def demo(out_dir, quick, seed, device):

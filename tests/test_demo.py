@@ -55,7 +55,7 @@ def test_quick_demo_reports_every_strategy(demo):
     for label, _ in STRATEGIES:
         assert f"**{label}**:" in report
     assert report.count("```bash") == len(STRATEGIES)
-    assert "x0.0" not in report
+    assert "x0.0" not in report and "e+0" not in report
     for axis, _ in AXES:
         flat = all(row[axis] == rows[0][axis] for row in rows)
         assert (f"| {axis} (" in report) != flat, axis

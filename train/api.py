@@ -213,8 +213,27 @@ def _prepare_model(plan: TrainPlan) -> tuple[PreTrainedModel, dict[str, int | No
     return model, layers
 
 
+def strategies(config: TrainConfig) -> str:
+    """One line saying which strategies against forgetting the run uses."""
+    chosen = [
+        f"{name} {value}"
+        for name, value in (
+            ("--freeze", config.freeze),
+            ("--freeze-embeddings", "" if config.freeze_embeddings else None),
+            ("--l2sp", config.l2sp),
+            ("--ema", config.ema),
+            ("--lora", config.lora),
+            ("--mix-until", ",".join(config.mix_until) or None),
+            ("--fsdp", config.fsdp),
+        )
+        if value is not None
+    ]
+    return "strategies: " + (", ".join(c.strip() for c in chosen) or "plain continual pretraining")
+
+
 def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
     """Train a validated plan; see `train`."""
+    logger.info("%s", strategies(plan.config))
     from transformers import AutoTokenizer, default_data_collator, set_seed
 
     from train.data import MixtureSchedule, PackedMixture
@@ -331,7 +350,7 @@ def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:
             carry=_carried_entries(plan),
             quiet=not plan.config.progress,
         )
-        logger.info("saved %s", plan.output)
+        logger.debug("saved %s", plan.output)  # the command says it, once
     trainer.accelerator.wait_for_everyone()
     # Let the next run in this process (tests, pipelines) start without a stale process group.
     if os.environ.get("WORLD_SIZE", "1") == "1":

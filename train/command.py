@@ -46,6 +46,15 @@ def train_command(
     commands accept it. Multi-GPU: `torchrun --nproc-per-node N --no-python surgery train ...`
     (DDP), plus `--fsdp "full_shard auto_wrap"` to shard. `--dry-run` prints whether the run
     fits first.
+
+    \b
+    Examples:
+      surgery train base out --data madlad/data/sk --max-steps 1000
+      surgery train base out --data sk=sk.jsonl:0.8 --data en=en.jsonl:0.2 --mix-until en=0.1
+      surgery train base out --data sk/ --freeze 9:28
+      surgery train base out --data sk/ --l2sp "9:28=0.05,*=0.001" --ema 0.92
+      surgery train base out --data sk/ --lora r=16,alpha=32 --lr 2e-4
+      surgery train base out --data sk/ --l2sp 9:28=0.05 --dry-run --gpus 8 --gpu-memory 80GB
     """
     from train.config import TrainConfig
 
