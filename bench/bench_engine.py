@@ -197,9 +197,13 @@ def report(results: list[tuple[str, str, Measurement]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("bench/out"))
+def size_arguments(
+    doc: str, work: str, parser: argparse.ArgumentParser | None = None
+) -> argparse.Namespace:
+    """Parse --work/--layers/--hidden (shared by the benchmarks that build Llama-shaped bf16
+    checkpoints), create the work folder, and say how large the checkpoints will be."""
+    parser = parser or argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path(work))
     parser.add_argument("--layers", type=int, default=19)
     parser.add_argument("--hidden", type=int, default=2048)
     args = parser.parse_args()
@@ -211,6 +215,11 @@ def main() -> None:
         f"Llama-shaped bf16, {params / 1e9:.2f}B parameters, {2 * params / 1e9:.2f} GB each",
         file=sys.stderr,
     )
+    return args
+
+
+def main() -> None:
+    args = size_arguments(__doc__, "bench/out")
     print(report(run(args.work, args.layers, args.hidden)))
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import llama_config, mergekit, timed, write_checkpoint
+from bench_engine import llama_config, mergekit, size_arguments, timed, write_checkpoint
 from measure import Measurement
 
 # Per-method config bodies; {b} is the base, {e1}..{e3} the experts, {n} the layer count.
@@ -92,12 +92,8 @@ def report(results: list[tuple[str, Measurement, Measurement]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("bench/out"))
-    parser.add_argument("--layers", type=int, default=19)
-    parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--methods", default=",".join(CONFIGS))
-    args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
+    args = size_arguments(__doc__, "bench/out", parser)
     print(report(run(args.work, args.layers, args.hidden, args.methods.split(","))))
 
 

@@ -16,18 +16,15 @@ Run by hand:  python bench/bench_ranges.py [--work DIR] [--layers 19] [--hidden 
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from bench_engine import llama_config, llama_shapes, write_checkpoint
+from bench_engine import llama_config, size_arguments, write_checkpoint
 from measure import Measurement, measure
 
 from tests.support.hub_server import FakeHub
@@ -148,19 +145,7 @@ def report(rows: list[Row]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("bench/out-ranges"))
-    parser.add_argument("--layers", type=int, default=19)
-    parser.add_argument("--hidden", type=int, default=2048)
-    args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    params = sum(
-        torch.Size(s).numel() for s in llama_shapes(llama_config(args.layers, args.hidden)).values()
-    )
-    print(
-        f"Llama-shaped bf16, {params / 1e9:.2f}B parameters, {2 * params / 1e9:.2f} GB each",
-        file=sys.stderr,
-    )
+    args = size_arguments(__doc__, "bench/out-ranges")
     print(report(run(args.work, args.layers, args.hidden)))
 
 
