@@ -37,27 +37,7 @@ def test_torchrun_two_ranks_equal_one_process_with_the_same_global_batch(familie
         "*=5",
         "-q",
     ]
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(ROOT / "cli.py"),
-        "train",
-        str(base),
-        str(out),
-        "--data",
-        corpus,
-        "--batch-size",
-        "1",
-        *options,
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+    result = _torchrun(base, out, corpus, ["--batch-size", "1", *options], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"saved {out}" in result.stdout
 
