@@ -12,7 +12,6 @@ disk come with openers of byte sources, and plans.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,13 +21,12 @@ from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
 from surgery.engine.plan import Plan
-from surgery.engine.reader import CARD_NAME, Checkpoint
+from surgery.engine.progress import notice
+from surgery.engine.reader import CARD_NAME, MERGEKIT_CONFIG_NAME, Checkpoint
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_input
 from surgery.mergekit_config import read_config, render_config
-
-MERGEKIT_CONFIG_NAME = "mergekit_config.yml"
 
 
 def write_plan(
@@ -119,7 +117,7 @@ def warn_if_swapped(base: Checkpoint, trained: Checkpoint) -> str | None:
         f"BASE {base.spec} was trained from {origin} (its {TRAIN_RECORD}), which is TRAINED or "
         "TRAINED's base: are BASE and TRAINED swapped?"
     )
-    print(f"warning: {message}", file=sys.stderr)
+    notice("warning", message)
     return message
 
 

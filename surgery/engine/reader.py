@@ -29,6 +29,7 @@ RECIPE_NAME = "surgery_recipe.json"
 # Files that describe a checkpoint, not a model: never copied from an input into an output.
 CARD_NAME = "README.md"
 RESULTS_NAME = "eval_results.json"
+MERGEKIT_CONFIG_NAME = "mergekit_config.yml"  # the equivalent mergekit config of an output
 # Where outputs record each shard's sha256: the index's metadata and surgery_recipe.json.
 SHA256_KEY = "shard_sha256"
 # safetensors refuses headers above 100 MB; so do we, before allocating anything.

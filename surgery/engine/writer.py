@@ -35,6 +35,7 @@ from surgery.engine.progress import byte_progress, notice
 from surgery.engine.reader import (
     CARD_NAME,
     INDEX_NAME,
+    MERGEKIT_CONFIG_NAME,
     RECIPE_NAME,
     RESULTS_NAME,
     SHA256_KEY,
@@ -70,8 +71,15 @@ _SKIP_SUFFIXES = (
     ".gguf",
     ".onnx",
 )
-_SKIP_NAMES = {INDEX_NAME, RECIPE_NAME, CARD_NAME, RESULTS_NAME, ".gitattributes"}
-_SKIP_NAMES.add("mergekit_config.yml")  # an input's merge config describes the input
+_SKIP_NAMES = {
+    INDEX_NAME,
+    MERGEKIT_CONFIG_NAME,
+    RECIPE_NAME,
+    CARD_NAME,
+    RESULTS_NAME,
+    MERGEKIT_CONFIG_NAME,
+    ".gitattributes",
+}
 
 
 def layout_shards(tensors: Sequence[OutputTensor], max_shard_size: int) -> list[list[OutputTensor]]:
