@@ -5,8 +5,8 @@ bytes in order, so each piece is hashed when the hash reaches its offset; a piec
 early waits: without a copy when its bytes stay valid (a view of an input's memory map, for byte
 copies), copied otherwise (a blend's reused chunk buffer). Copies that wait are bounded: past
 `limit` bytes a thread blocks until the hash catches up. The thread writing the earliest
-unfinished tensor never blocks, so this cannot deadlock; `abort` releases every waiting thread
-when a write fails or the run is interrupted.
+unfinished tensor blocks at most while another thread is hashing, so this cannot deadlock;
+`abort` releases every waiting thread when a write fails or the run is interrupted.
 """
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ class HashAborted(Exception):
 
 
 class OrderedHash:
-    """sha256 of a file whose byte ranges arrive out of order from several threads."""
+    """sha256 of a file whose byte ranges arrive out of order from several threads.
+
+    The hash itself runs outside the lock, in whichever thread brings the piece it was waiting
+    for (the "drainer"); other threads leave their pieces and go back to work, so hashing one
+    shard overlaps with computing the next chunks instead of serializing every writer on it.
+    """
 
     def __init__(self, limit: int = PENDING_LIMIT) -> None:
         self._hash = hashlib.sha256()
@@ -32,6 +37,7 @@ class OrderedHash:
         self._copied = 0  # bytes copied into _pending
         self._limit = limit
         self._aborted = False
+        self._draining = False  # a thread is feeding pending pieces to the hash
         self._cond = threading.Condition()
 
     def add(self, offset: int, data: bytes | memoryview, *, stable: bool = False) -> None:
@@ -47,28 +53,42 @@ class OrderedHash:
         if not len(data):
             return
         with self._cond:
-            while not self._aborted and offset != self._next and not stable:
-                if self._copied + len(data) <= self._limit:
+            while True:
+                if self._aborted:
+                    raise HashAborted
+                mine = offset == self._next and not self._draining
+                if mine or stable or self._copied + len(data) <= self._limit:
                     break
                 self._cond.wait()
-            if self._aborted:
-                raise HashAborted
-            if offset != self._next:
+            if not mine:  # hashed later, by the drainer: kept (copied if it may change)
                 kept = data if stable else bytes(data)
                 self._copied += 0 if stable else len(kept)
                 self._pending[offset] = kept
                 return
-            self._update(data)
-            while self._next in self._pending:
-                piece = self._pending.pop(self._next)
-                if isinstance(piece, bytes):
-                    self._copied -= len(piece)
-                self._update(piece)
-            self._cond.notify_all()
+            self._draining = True
+        self._drain(data)
 
-    def _update(self, data: bytes | memoryview) -> None:
-        self._hash.update(data)
-        self._next += len(data)
+    def _drain(self, piece: bytes | memoryview) -> None:
+        """Hash `piece` (at the current offset) and then every pending piece that follows."""
+        try:
+            while True:
+                self._hash.update(piece)  # releases the GIL; no lock held
+                with self._cond:
+                    self._next += len(piece)
+                    if self._aborted:
+                        raise HashAborted
+                    piece = self._pending.pop(self._next, None)
+                    if isinstance(piece, bytes):
+                        self._copied -= len(piece)
+                    self._cond.notify_all()
+                    if piece is None:
+                        self._draining = False
+                        return
+        except BaseException:
+            with self._cond:
+                self._draining = False
+                self._cond.notify_all()
+            raise
 
     def abort(self) -> None:
         """Wake every waiting thread with HashAborted; the digest is then meaningless."""
@@ -80,6 +100,6 @@ class OrderedHash:
     def hexdigest(self, size: int) -> str:
         """The sha256 of the whole file, which must be `size` bytes long and complete."""
         with self._cond:
-            if self._next != size or self._pending:
+            if self._next != size or self._pending or self._draining:
                 raise RuntimeError(f"hashed {self._next} of {size} bytes")  # a bug, not input
             return self._hash.hexdigest()

@@ -22,39 +22,72 @@ if TYPE_CHECKING:
 BLOCK_BYTES = 8 * 2**20
 
 
-class StreamedValues:
-    """A tensor's values read block by block; slice it with `values[start:stop]` (elements).
+class LocalBytes:
+    """A tensor's bytes in a local file's mapping; `[start:stop]` (elements) is a zero-copy view."""
+
+    def __init__(self, source: LocalFile, info: TensorInfo) -> None:
+        self.view = source.view(info.start, info.nbytes)
+        self.itemsize = itemsize(info.dtype)
+
+    def __getitem__(self, key: slice) -> memoryview:
+        return self.view[key.start * self.itemsize : key.stop * self.itemsize]
+
+
+class StreamedBytes:
+    """A tensor's bytes read block by block; `[start:stop]` (elements) gives their bytes.
 
     Slices are expected in increasing order (as blends and drift walk a tensor); any order works,
-    at the cost of rereading a block.
+    at the cost of rereading a block. A slice stays valid after later reads (each block is a new
+    buffer).
     """
 
     def __init__(self, source: ByteSource, info: TensorInfo) -> None:
         self.source, self.info = source, info
-        self.dtype = torch_dtype(info.dtype)
         self.itemsize = itemsize(info.dtype)
-        self._block: torch.Tensor | None = None
+        self._block = memoryview(b"")
         self._block_start = 0  # element index of the block's first value
 
-    def __getitem__(self, key: slice) -> torch.Tensor:
+    def __getitem__(self, key: slice) -> memoryview:
         start, stop, _ = key.indices(self.info.numel)
         stop = max(start, stop)
-        block = self._block
-        if block is None or start < self._block_start or stop > self._block_start + len(block):
-            block = self._read(start, stop)
-        return block[start - self._block_start : stop - self._block_start]
+        size, first = self.itemsize, self._block_start
+        if start < first or (stop - first) * size > len(self._block):
+            self._read(start, stop)
+            first = start
+        return self._block[(start - first) * size : (stop - first) * size]
 
-    def _read(self, start: int, stop: int) -> torch.Tensor:
-        import torch
-
+    def _read(self, start: int, stop: int) -> None:
         per_block = max(stop - start, BLOCK_BYTES // self.itemsize)
         count = min(per_block, self.info.numel - start)
-        # A new buffer per block: slices handed out earlier stay valid.
-        block = torch.empty(count, dtype=self.dtype)
-        raw = memoryview(block.view(torch.uint8).numpy())
-        self.source.read_into(self.info.start + start * self.itemsize, raw)
+        block = memoryview(bytearray(count * self.itemsize))
+        self.source.read_into(self.info.start + start * self.itemsize, block)
         self._block, self._block_start = block, start
-        return block
+
+
+def tensor_bytes(source: ByteSource, info: TensorInfo) -> LocalBytes | StreamedBytes:
+    """`info`'s bytes, sliced by element: views of a local file's mapping, or blocks read from
+    any other source (memory bounded by `BLOCK_BYTES`, not the tensor)."""
+    if isinstance(source, LocalFile):
+        return LocalBytes(source, info)
+    return StreamedBytes(source, info)
+
+
+class StreamedValues:
+    """A tensor's values read block by block, as torch tensors; slice with `values[start:stop]`."""
+
+    def __init__(self, source: ByteSource, info: TensorInfo) -> None:
+        self.bytes = StreamedBytes(source, info)
+        self.dtype = torch_dtype(info.dtype)
+
+    def __getitem__(self, key: slice) -> torch.Tensor:
+        import torch
+
+        raw = self.bytes[key]
+        return (
+            torch.frombuffer(raw, dtype=self.dtype)
+            if len(raw)
+            else torch.empty(0, dtype=self.dtype)
+        )
 
 
 def tensor_values(source: ByteSource, info: TensorInfo) -> torch.Tensor | StreamedValues:

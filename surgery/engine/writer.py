@@ -28,7 +28,8 @@ from tqdm import tqdm
 
 from surgery.core.dtypes import CONFIG_NAMES, bits, itemsize, torch_dtype
 from surgery.core.errors import OutputError
-from surgery.engine.blend import accumulate, accumulator_dtype, check_finite, finish
+from surgery.engine.blend import ChunkBlender, accumulate, accumulator_dtype, check_finite, finish
+from surgery.engine.float_codec import CODEC_DTYPES
 from surgery.engine.output_dir import staged_output
 from surgery.engine.plan import OutputTensor, Plan
 from surgery.engine.progress import byte_progress, notice
@@ -45,7 +46,7 @@ from surgery.engine.reader import (
 )
 from surgery.engine.shard_hash import OrderedHash
 from surgery.engine.source import ByteSource, LocalFile, SourcePool
-from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_values
+from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_bytes, tensor_values
 
 if TYPE_CHECKING:
     import torch
@@ -132,6 +133,15 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         data, offset = data[written:], offset + written
 
 
+def _needs_torch(tensor: OutputTensor) -> bool:
+    """Whether writing `tensor` takes torch: a float8 blend, or values held in memory."""
+    if tensor.values is not None:
+        return True
+    if tensor.is_copy or tensor.kernel is not None:
+        return False
+    return not {tensor.dtype, *(s.tensor.dtype for s in tensor.sources)} <= CODEC_DTYPES
+
+
 class _TensorWriter:
     """Writes one output tensor at a known file offset; one per worker thread (owns its buffers).
 
@@ -143,6 +153,7 @@ class _TensorWriter:
         self.pool = pool
         self.progress = progress
         self.chunk_buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+        self.blender = ChunkBlender()
         self.copy_buffer: bytearray | None = None  # for copies from sources without a file
 
     def write(self, fd: int, tensor: OutputTensor, offset: int, hasher: OrderedHash) -> None:
@@ -154,6 +165,8 @@ class _TensorWriter:
             self._from_memory(fd, tensor, offset)
         elif tensor.is_copy:
             self._copy(fd, tensor, offset)
+        elif _needs_torch(tensor):
+            self._blend_float8(fd, tensor, offset)
         else:
             self._blend(fd, tensor, offset)
 
@@ -194,6 +207,21 @@ class _TensorWriter:
             self.progress.update(len(piece))
 
     def _blend(self, fd: int, tensor: OutputTensor, offset: int) -> None:
+        size = itemsize(tensor.dtype)
+        inputs = [
+            (tensor_bytes(self.pool.get(s.tensor.file), s.tensor), s.tensor.dtype, s.weight)
+            for s in tensor.sources
+        ]
+        for start in range(0, tensor.nbytes // size, CHUNK_ELEMENTS):
+            stop = min(start + CHUNK_ELEMENTS, tensor.nbytes // size)
+            chunks = [(values[start:stop], dtype, weight) for values, dtype, weight in inputs]
+            data = memoryview(self.blender.blend(tensor, chunks, tensor.divisor)).cast("B")
+            _pwrite_all(fd, data, offset + start * size)
+            self.hasher.add(offset + start * size, data)
+            self.progress.update(len(data))
+
+    def _blend_float8(self, fd: int, tensor: OutputTensor, offset: int) -> None:
+        """`_blend` through torch, for float8 inputs or outputs (numpy has no float8)."""
         acc_dtype = accumulator_dtype(tensor.dtype, (s.tensor.dtype for s in tensor.sources))
         numel = tensor.nbytes // itemsize(tensor.dtype)
         if numel == 0:
@@ -421,7 +449,7 @@ def _single_threaded_torch(plan: Plan) -> Iterator[int]:
     A plan of byte copies never imports torch (a revert starts in a fraction of a second).
     """
     workers = max(1, os.cpu_count() or 1)
-    if all(t.is_copy or t.kernel is not None for t in plan.tensors):  # merge kernels: numpy
+    if not any(_needs_torch(t) for t in plan.tensors):  # copies, numpy blends and kernels
         yield workers
         return
     import torch

@@ -1,0 +1,83 @@
+"""Float chunks as numpy arrays: decoded from safetensors bytes, encoded with one rounding.
+
+numpy has no bfloat16, so bf16 is decoded by a shift (exact) and encoded by round-to-nearest-even
+on the float32 bit pattern, as torch rounds. float64 values bound for a 16-bit dtype go through
+float32 first, as torch converts them. Float8 dtypes are not handled here (the writer blends them
+with torch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NUMPY = {"F64": np.float64, "F32": np.float32, "F16": np.float16}
+# The dtypes this module decodes and encodes.
+CODEC_DTYPES = frozenset({*NUMPY, "BF16"})
+
+# The smallest magnitude that rounds to infinity in each output dtype (half an ulp past the
+# largest finite value, ties rounding to the even infinity): a finite accumulator below it in
+# magnitude cannot overflow when rounded.
+_OVERFLOW = {
+    "BF16": float(np.array(0x7F7F8000, np.uint32).view(np.float32)),
+    "F16": 65520.0,
+    "F32": 2.0**128 - 2.0**103,
+    "F64": float("inf"),
+}
+
+
+def decode(raw: memoryview, dtype: str, work: type[np.floating]) -> np.ndarray:
+    """The values in `raw` (whole elements of `dtype`) as a new array of `work` floats."""
+    if dtype == "BF16":
+        values = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return values if work is np.float32 else values.astype(work)
+    return np.frombuffer(raw, NUMPY[dtype]).astype(work)
+
+
+def decode_into(raw: memoryview, dtype: str, out: np.ndarray) -> np.ndarray:
+    """The values in `raw` written into `out` (float32 or float64, as long as `raw`); no
+    allocation when `out` is float32 or the input is not bf16."""
+    if dtype == "BF16" and out.dtype == np.float32:
+        np.left_shift(np.frombuffer(raw, np.uint16), 16, out=out.view(np.uint32), dtype=np.uint32)
+    elif dtype == "BF16":
+        np.copyto(out, decode(raw, dtype, np.float32))
+    else:
+        np.copyto(out, np.frombuffer(raw, NUMPY[dtype]))
+    return out
+
+
+def encode(values: np.ndarray, dtype: str, *, finite: bool = False) -> np.ndarray:
+    """`values` rounded once to `dtype` (round to nearest even), as an array of that dtype's
+    bits (uint16 for bf16); `finite` says the caller knows every value is finite (no NaN
+    check)."""
+    if dtype == "F64":
+        return values.astype(np.float64, copy=False)
+    single = values.astype(np.float32, copy=False)  # float64 -> 16 bits goes through float32
+    if dtype != "BF16":
+        return single.astype(NUMPY[dtype], copy=False)
+    bits = single.view(np.uint32)
+    rounded = bits >> 16
+    rounded &= 1
+    rounded += 0x7FFF
+    rounded += bits
+    rounded >>= 16
+    out = rounded.astype(np.uint16)
+    if not (
+        finite or _surely_finite(single)
+    ):  # NaN would round to infinity or change sign: quiet NaN
+        out[np.isnan(single)] = 0x7FC0
+    return out
+
+
+def _surely_finite(values: np.ndarray) -> bool:
+    return bool(np.isfinite(np.add.reduce(values, dtype=values.dtype)))
+
+
+def may_overflow(values: np.ndarray, dtype: str) -> bool:
+    """Whether rounding `values` to `dtype` might give an infinity or NaN: some value is not
+    finite or lies at or beyond the dtype's overflow threshold. Two reductions, no allocation;
+    False means the rounded values are surely finite."""
+    if not len(values):
+        return False
+    limit = _OVERFLOW[dtype]
+    low, high = np.minimum.reduce(values), np.maximum.reduce(values)
+    return not (-limit < low and high < limit)  # NaN compares false: "might"

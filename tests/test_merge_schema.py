@@ -1,0 +1,134 @@
+"""The merge config schema agrees with mergekit's own `MergeConfiguration`, config by config.
+
+`surgery merge` checks configs without importing mergekit (whose import alone costs more than a
+streamed linear merge); mergekit is the oracle here: every config it rejects is rejected, every
+config it accepts is accepted (except unknown keys, which this tool refuses and mergekit ignores)
+and read the same way (models, layer ranges, parameter values).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from surgery.engine.ops.merge.spec import Conditional, MergeConfigError
+from surgery.mergekit_schema import validate
+
+M = "merge_method: linear\n"
+CORPUS = [
+    M + "models: [{model: a}]\n",
+    M + "models: [{model: a, parameters: {weight: 0.5}}, {model: b@main}]\n",
+    M + "models: [{model: {model: {path: a, revision: r1}}}]\n",
+    M + "models: [{model: a@b@c}]\n",
+    M + "models: [{model: 3}]\n",
+    M + "models: [{parameters: {weight: 1}}]\n",
+    M + "models: []\n",
+    M,
+    "models: [{model: a}]\n",
+    "merge_method: 5\nmodels: [{model: a}]\n",
+    M + "models: a\n",
+    M + "models: [a]\n",
+    M + "models: [{model: a}]\nslices: [{sources: [{model: a, layer_range: [0, 2]}]}]\n",
+    M + "slices: [{sources: [{model: a, layer_range: [0, 2]}]}]\n",
+    M + "slices: [{sources: [{model: a, layer_range: [0.0, '2']}]}]\n",
+    M + "slices: [{sources: [{model: a, layer_range: [0.5, 2]}]}]\n",
+    M + "slices: [{sources: [{model: a, layer_range: [0, x]}]}]\n",
+    M + "slices: [{sources: [{model: a, layer_range: [0, 1, 2]}]}]\n",
+    M + "slices: [{sources: [{model: a, layer_range: 3}]}]\n",
+    M + "slices: [{sources: [{model: a}]}]\n",
+    M + "slices: [{sources: [{layer_range: [0, 2]}]}]\n",
+    M + "slices: [{base_model: a}]\n",
+    M + "slices: [{sources: [{model: a, layer_range: [0, 2]}], base_model: b}]\n",
+    M + "slices: [{sources: [{model: a, layer_range: [0, 2], parameters: {t: [0, 1]}}]}]\n",
+    M + "models: [{model: a, parameters: {weight: [0, 0.5, 1]}}]\n",
+    M + "models: [{model: a, parameters: {weight: {value: 1, filter: mlp}}}]\n",
+    M + "models: [{model: a, parameters: {weight: [{value: 1, filter: mlp}, {value: 0}]}}]\n",
+    M + "models: [{model: a, parameters: {weight: [{value: [0, 1], filter: '*'}]}}]\n",
+    M + "models: [{model: a, parameters: {weight: {filter: mlp}}}]\n",
+    M + "models: [{model: a, parameters: {weight: {value: {value: 1}}}}]\n",
+    M + "models: [{model: a, parameters: {weight: [[1, 2]]}}]\n",
+    M + "models: [{model: a, parameters: {weight: [1, {value: 2}]}}]\n",
+    M + "models: [{model: a, parameters: {weight: null}}]\n",
+    M + "models: [{model: a, parameters: {weight: {value: 1, filter: 7}}}]\n",
+    M + "models: [{model: a, parameters: [1]}]\n",
+    M + "models: [{model: a, parameters: {weight: true, note: text, d: 1e-3}}]\n",
+    M + "models: [{model: a}]\nparameters: {normalize: false, lambda: [1, 2]}\n",
+    M + "models: [{model: a}]\nbase_model: b\n",
+    M + "models: [{model: a}]\nbase_model: [b]\n",
+    M + "models: [{model: a}]\ndtype: bfloat16\nout_dtype: float16\n",
+    M + "models: [{model: a}]\ndtype: 16\n",
+    M + "models: [{model: a}]\ntokenizer_source: base\n",
+    M + "models: [{model: a}]\ntokenizer_source: 3\n",
+    M + "models: [{model: a}]\nparameters: 0.5\n",
+]
+
+
+def _mergekit_reading(data: dict) -> dict | None:
+    """mergekit's validated config as plain data, or None when mergekit rejects it."""
+    from mergekit.config import MergeConfiguration
+
+    try:
+        config = MergeConfiguration.model_validate(data)
+    except Exception:
+        return None
+    return config.model_dump(mode="json", exclude_none=True)
+
+
+def _ours(data: dict) -> dict | None:
+    try:
+        return validate(data)
+    except MergeConfigError:
+        return None
+
+
+def _plain(setting: object) -> object:
+    if isinstance(setting, Conditional):
+        out = {"value": setting.value}
+        return out if setting.filter is None else {**out, "filter": setting.filter}
+    if isinstance(setting, list):
+        return [_plain(s) for s in setting]
+    return setting
+
+
+def _same_reading(ours: dict, theirs: dict) -> None:
+    assert ours["merge_method"] == theirs["merge_method"]
+    for mine, their in zip(ours["models"] or [], theirs.get("models", []), strict=True):
+        assert mine["model"] == their["model"]
+        assert {k: _plain(v) for k, v in mine["parameters"].items()} == their.get("parameters", {})
+    for mine, their in zip(ours["slices"] or [], theirs.get("slices", []), strict=True):
+        for source, their_source in zip(mine["sources"], their["sources"], strict=True):
+            assert source["model"] == their_source["model"]
+            assert list(source["layer_range"]) == list(their_source["layer_range"])
+    for key in ("base_model", "dtype", "out_dtype", "tokenizer_source"):
+        assert ours[key] == theirs.get(key)
+    assert {k: _plain(v) for k, v in ours["parameters"].items()} == theirs.get("parameters", {})
+
+
+@pytest.mark.parametrize("text", CORPUS)
+def test_schema_agrees_with_mergekit(text):
+    data = yaml.safe_load(text)
+    theirs, ours = _mergekit_reading(data), _ours(data)
+    assert (ours is None) == (theirs is None), f"mergekit {'accepts' if theirs else 'rejects'}"
+    if ours is not None:
+        _same_reading(ours, theirs)
+
+
+def test_corpus_has_both_outcomes():
+    outcomes = [_ours(yaml.safe_load(text)) is None for text in CORPUS]
+    assert 10 <= sum(outcomes) <= len(CORPUS) - 10
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (M + "models: [{model: a, weigth: 1}]\n", "models[0]: key 'weigth' is not supported"),
+        (M + "models: [{model: a, parameters: {weight: {value: 1, filtr: x}}}]\n", "'filtr'"),
+        (M + "slices: [{sources: [], residual_weight: 0.5}]\n", "residual_weight"),
+        (M + "models: [{model: a+lora}]\n", "LoRA adapters"),
+    ],
+)
+def test_stricter_than_mergekit_where_mergekit_ignores_or_we_cannot(text, message):
+    with pytest.raises(MergeConfigError, match=re.escape(message)):
+        validate(yaml.safe_load(text))
