@@ -653,9 +653,27 @@ from eval.command import eval_command  # noqa: E402
 cli.add_command(eval_command, "eval")
 
 
-from train.command import train_command  # noqa: E402
+from eval.options import task_option  # noqa: E402
+from train.command import EvalHook, build_train_command  # noqa: E402
 
-cli.add_command(train_command, "train")
+
+def _train_scorer(tasks):
+    """`score(model, tokenizer)` for `train --eval-every`, built here because train and eval
+    are siblings: the eval wrapper's tasks, parsed and their data read now (a typo fails before
+    training), scored with `surgery eval`'s defaults on the model as it trains."""
+    from eval.api import evaluate, load_tasks
+
+    loaded = load_tasks(list(tasks))
+
+    def score(model, tokenizer) -> dict[str, float]:
+        metrics = evaluate(model, tokenizer, loaded, progress=False)["metrics"]
+        # Scores only: item and token counts do not change during a run.
+        return {name: value for name, value in metrics.items() if isinstance(value, float)}
+
+    return score
+
+
+cli.add_command(build_train_command(EvalHook(task_option, _train_scorer)), "train")
 
 
 def main() -> None:

@@ -18,15 +18,19 @@ import click
 
 EVAL_KEYS = ("device", "dtype", "batch_size", "limit", "seed", "max_length")
 
+# -t/--task alone: also taken by `surgery train --eval-every` (whose --dtype, --batch-size and
+# --seed are training options).
+task_option = click.option(
+    "-t",
+    "--task",
+    "tasks",
+    multiple=True,
+    metavar="TASK",
+    help="Task string, repeatable (grammar: surgery eval --help): copain, ppl:data/ind, ...",
+)
+
 _OPTIONS = (
-    click.option(
-        "-t",
-        "--task",
-        "tasks",
-        multiple=True,
-        metavar="TASK",
-        help="Task string, repeatable (grammar: surgery eval --help): copain, ppl:data/ind, ...",
-    ),
+    task_option,
     click.option("--eval", "tasks_alias", multiple=True, hidden=True),
     click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ..."),
     click.option(

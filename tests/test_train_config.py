@@ -113,6 +113,9 @@ def test_validate_resolves_specs(llama, tmp_path):
         ({"dtype": "int8"}, TrainConfigError, "--dtype"),
         ({"block_size": 4096}, TrainConfigError, "exceeds the model's context"),
         ({"batch_size": 0}, TrainConfigError, "--batch-size must be positive"),
+        ({"eval_every": 0, "eval_tasks": ["copain"]}, TrainConfigError, "--eval-every must be"),
+        ({"eval_every": 2}, TrainConfigError, "go together"),
+        ({"eval_tasks": ["copain"]}, TrainConfigError, "go together"),
     ],
 )
 def test_validate_errors(llama, tmp_path, overrides, error, message):
@@ -148,6 +151,47 @@ def test_output_rules(llama, tmp_path):
     (out / "config.json").write_text("{}")
     with pytest.raises(OutputError, match="not resumed"):
         tiny_config(llama, out, [str(data)], resume=True).validate()
+
+
+def test_force_and_resume_rules(llama, tmp_path):
+    """A finished run in OUT is refused unless --force; --resume still continues OUT/checkpoints
+    (with --force too); without --resume, --force discards them when training starts."""
+    data = write_corpus(tmp_path / "d.txt")
+    out = tmp_path / "out"
+    (out / "checkpoints" / "checkpoint-3").mkdir(parents=True)
+    (out / "config.json").write_text("{}")
+    with pytest.raises(OutputError, match="pass --force to replace it"):
+        tiny_config(llama, out, [str(data)]).validate()
+    with pytest.raises(OutputError, match=r"not resumed \(--force replaces it\)"):
+        tiny_config(llama, out, [str(data)], resume=True).validate()
+    forced = tiny_config(llama, out, [str(data)], force=True).validate()
+    assert forced.resume_from is None and forced.discard_checkpoints
+    both = tiny_config(llama, out, [str(data)], force=True, resume=True).validate()
+    assert both.resume_from == out / "checkpoints" / "checkpoint-3"
+    assert not both.discard_checkpoints
+    # Validation touches nothing.
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "config.json"]
+    (out / "file").write_text("")
+    with pytest.raises(OutputError, match="not a folder"):
+        tiny_config(llama, out / "file", [str(data)], force=True).validate()
+
+
+def test_force_never_replaces_an_input(llama, tmp_path):
+    """OUT may not be BASE, lie inside it, or hold or lie inside a --data source, --force or
+    not: replacing OUT would delete them."""
+    corpus = tmp_path / "corpus"
+    data = write_corpus(corpus / "d.txt")
+    cases = [
+        (llama, [str(data)], "lies inside the input"),
+        (llama / "sub", [str(data)], "lies inside the input"),
+        (llama.parent, [str(data)], "contains the input"),
+        (corpus / "out", [str(corpus)], "lies inside the input"),
+        (corpus, [str(data)], "contains the input"),
+    ]
+    for out, sources, message in cases:
+        with pytest.raises(OutputError, match=message):
+            tiny_config(llama, out, sources, force=True).validate()
+    assert not (llama / "sub").exists() and not (corpus / "out").exists()
 
 
 def test_base_must_exist(tmp_path):
@@ -211,7 +255,7 @@ def test_cli_options_are_generated_from_the_config_fields(monkeypatch, tmp_path)
 
     captured = {}
 
-    def fake_train(config):
+    def fake_train(config, score=None):
         captured["config"] = config
         return config.output
 
@@ -256,3 +300,26 @@ def test_cli_options_are_generated_from_the_config_fields(monkeypatch, tmp_path)
     assert config.batch_size == 8 and config.save_total_limit == 2  # the fields' defaults
     bad = runner.invoke(cli, ["train", "b", "o", "--data", "x", "--mixed-precision", "fp8"])
     assert bad.exit_code == 2
+
+
+def test_cli_eval_every_errors_are_one_line_and_come_first(llama, tmp_path):
+    """--eval-every and -t go together; a bad task string or missing task data fails before
+    any weight is loaded, in one line, leaving no OUT."""
+    data = write_corpus(tmp_path / "d.txt")
+    held = write_corpus(tmp_path / "held.txt", docs=4)
+    out = tmp_path / "o"
+    common = ["train", str(llama), str(out), "--data", str(data), "--max-steps", "2"]
+    cases = [
+        (["--eval-every", "2"], "--eval-every N and -t/--task TASK go together"),
+        (["-t", f"ppl:{held}"], "--eval-every N and -t/--task TASK go together"),
+        (["--eval-every", "2", "-t", "nope:x"], "unknown kind 'nope'"),
+        (["--eval-every", "2", "-t", f"ppl:{tmp_path / 'missing.txt'}"], "missing.txt"),
+        (["--eval-every", "0", "-t", f"ppl:{held}"], "--eval-every must be positive"),
+    ]
+    runner = CliRunner()
+    for extra, message in cases:
+        result = runner.invoke(cli, [*common, *extra])
+        assert result.exit_code == 2, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+        assert not out.exists()

@@ -87,7 +87,7 @@ def _torchrun(base, out, corpus, options, tmp_path):
 
 
 def _logged(folder) -> list[dict]:
-    """The training log lines of a run (loss, L2-SP penalty, drift per group)."""
+    """The training log lines of a run (loss, L2-SP penalty, drift per group, eval/ scores)."""
     history = json.loads((folder / "surgery_train.json").read_text())["log_history"]
     return [
         {k: v for k, v in line.items() if k == "loss" or "/" in k or "l2sp" in k}
@@ -98,9 +98,13 @@ def _logged(folder) -> list[dict]:
 
 def test_fsdp_two_ranks_with_l2sp_ema_freeze_equal_one_process(families, tmp_path):
     """FSDP2 on 2 gloo ranks: the L2-SP reference and the EMA anchor are shards of each rank's
-    parameter shards, and the run matches one process with the same global batch."""
+    parameter shards, and the run matches one process with the same global batch; held-out
+    scores (--eval-every, every rank scoring its shards together) match too."""
+    from eval.api import evaluate, load_tasks
+
     base = families("llama")["base"]
     corpus = str(write_corpus(tmp_path / "sk.jsonl", docs=80))
+    held = write_corpus(tmp_path / "held.txt", docs=6, seed=5)
     strategies = dict(l2sp="1:3=0.05,*=0.001", ema=0.92, freeze="1:2")
     common = [
         "--max-steps",
@@ -117,16 +121,23 @@ def test_fsdp_two_ranks_with_l2sp_ema_freeze_equal_one_process(families, tmp_pat
     ]
     flags = [f"--{k}={v}" for k, v in strategies.items()]
     out = tmp_path / "fsdp"
+    scoring = ["--eval-every", "2", "-t", f"ppl:{held}"]
     result = _torchrun(
         base,
         out,
         corpus,
-        [*common, *flags, "--batch-size", "1", "--fsdp", "full_shard auto_wrap"],
+        [*common, *flags, *scoring, "--batch-size", "1", "--fsdp", "full_shard auto_wrap"],
         tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((out / "surgery_train.json").read_text())
     assert record["sharded"] and record["world_size"] == 2 and record["global_batch_blocks"] == 2
+
+    tasks = load_tasks([f"ppl:{held}"])
+
+    def score(model, tokenizer):
+        metrics = evaluate(model, tokenizer, tasks, progress=False)["metrics"]
+        return {k: v for k, v in metrics.items() if isinstance(v, float)}  # as the command
 
     single_out = train(
         tiny_config(
@@ -136,8 +147,11 @@ def test_fsdp_two_ranks_with_l2sp_ema_freeze_equal_one_process(families, tmp_pat
             max_steps=4,
             batch_size=2,
             logging_steps=1,
+            eval_every=2,
+            eval_tasks=[f"ppl:{held}"],
             **strategies,
-        )
+        ),
+        score=score,
     )
     single = json.loads((single_out / "surgery_train.json").read_text())
     # Each rank holds half of the L2-SP reference and of the EMA anchor (plus FSDP's padding).
@@ -148,6 +162,7 @@ def test_fsdp_two_ranks_with_l2sp_ema_freeze_equal_one_process(families, tmp_pat
     # The same losses, penalties and drifts at every step (float32 sums in another order).
     sharded_logs, single_logs = _logged(out), _logged(single_out)
     assert len(sharded_logs) == len(single_logs) == 4
+    assert [bool(a.get("eval/ppl/held/ppl")) for a in sharded_logs] == [False, True] * 2
     for a, b in zip(sharded_logs, single_logs, strict=True):
         assert a.keys() == b.keys() and "l2sp_penalty" in a and "drift/layers_1" in a
         for key in a:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from cli import cli
-from surgery.core.errors import CheckpointError
+from surgery.core.errors import CheckpointError, OutputError
 from tests.support.checks import assert_valid_output
 from tests.support.train_helpers import (
     headers,
@@ -22,6 +22,7 @@ from tests.support.train_helpers import (
 )
 from train.api import strategies, train
 from train.config import TrainConfig
+from train.errors import TrainConfigError
 
 
 @pytest.fixture
@@ -317,3 +318,180 @@ def test_keep_checkpoints_carries_them_into_the_saved_output(families, tmp_path,
     assert (out / "checkpoints" / "checkpoint-2").is_dir()
     assert headers(out) == headers(families("llama")["base"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]
+
+
+def _listing(folder) -> dict[str, bytes]:
+    """Every file under a folder, by relative path, with its bytes."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_cli_force_replaces_an_existing_out_and_only_with_force(families, tmp_path, corpus):
+    base = families("llama")["base"]
+    out = tmp_path / "out"
+    (out / "checkpoints" / "checkpoint-9").mkdir(parents=True)
+    (out / "checkpoints" / "checkpoint-9" / "stale.bin").write_bytes(b"old run")
+    (out / "model.safetensors").write_bytes(b"not the new weights")
+    (out / "notes.txt").write_text("left by an earlier run\n")
+    before = _listing(out)
+    args = ["train", str(base), str(out), "--data", corpus, "--max-steps", "2", "--block-size"]
+    args += ["16", "--batch-size", "2", "-q"]
+    runner = CliRunner()
+
+    refused = runner.invoke(cli, args)
+    assert refused.exit_code == 2 and refused.output.count("\n") == 1, refused.output
+    assert "already exists" in refused.output and "--force" in refused.output
+    assert _listing(out) == before  # nothing touched
+
+    inside = runner.invoke(cli, [*args[:2], str(base / "sub"), *args[3:], "--force"])
+    assert inside.exit_code == 2 and "lies inside the input" in inside.output
+    assert not (base / "sub").exists()
+
+    forced = runner.invoke(
+        cli,
+        [*args, "--force", "--keep-checkpoints", "--save-steps", "1", "--save-total-limit", "5"],
+    )
+    assert forced.exit_code == 0, forced.output
+    assert f"saved {out}" in forced.stdout
+    # Replaced: the new checkpoint and this run's checkpoints (kept), nothing of the earlier run.
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "checkpoint-1",
+        "checkpoint-2",
+    ]
+    assert not (out / "notes.txt").exists() and not (out / "model.safetensors").exists()
+    assert headers(out) == headers(base)
+    assert_valid_output(out)
+    record = json.loads((out / "surgery_train.json").read_text())
+    assert record["config"]["force"] is True and record["steps"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "out"]  # no staging left
+
+
+def test_force_with_resume_continues_and_replaces_the_rest(families, tmp_path, corpus):
+    """An interrupted --force run over a finished OUT leaves OUT with its checkpoints/: --resume
+    alone refuses it (a finished run), --resume --force continues it exactly."""
+    base = families("llama")["base"]
+    options = dict(max_steps=5, save_steps=3)
+    straight = train(tiny_config(base, tmp_path / "straight", [corpus], **options))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("an earlier run\n")
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(base, out, [corpus], force=True, **options), callbacks=[Interrupt()])
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "notes.txt"]
+    with pytest.raises(OutputError, match="not resumed"):
+        tiny_config(base, out, [corpus], resume=True, **options).validate()
+    steps = Steps()
+    resumed = train(
+        tiny_config(base, out, [corpus], resume=True, force=True, **options), callbacks=[steps]
+    )
+    assert steps.seen == [4, 5]
+    expected, got = load_tensors(straight), load_tensors(resumed)
+    assert all(_same(expected[n], got[n]) for n in expected)
+    assert not (out / "notes.txt").exists() and not (out / "checkpoints").exists()
+
+
+def _eval_entries(history: list[dict]) -> dict[int, dict[str, float]]:
+    """step -> the eval/ values logged at that step."""
+    found: dict[int, dict[str, float]] = {}
+    for entry in history:
+        scores = {k: v for k, v in entry.items() if k.startswith("eval/")}
+        if scores:
+            found.setdefault(entry["step"], {}).update(scores)
+    return found
+
+
+def test_cli_eval_every_logs_scores_equal_to_surgery_eval(families, tmp_path, corpus):
+    """`--eval-every 2 -t ppl:FILE` on 4 steps: eval/ metrics in the loss's log line at steps 2
+    and 4, equal metric for metric to `surgery eval` on the Trainer's checkpoints of those steps
+    (saved in float32; OUT itself is rounded to BASE's bf16)."""
+    base = families("llama")["base"]
+    held = write_corpus(tmp_path / "held.txt", docs=10, seed=5)
+    out = tmp_path / "out"
+    args = ["train", str(base), str(out), "--data", corpus, "--max-steps", "4"]
+    args += ["--block-size", "16", "--batch-size", "2", "--lr", "1e-2", "--logging-steps", "1"]
+    args += ["--save-steps", "2", "--keep-checkpoints", "--eval-every", "2", "-t", f"ppl:{held}"]
+    runner = CliRunner()
+    result = runner.invoke(cli, [*args, "-q"])
+    assert result.exit_code == 0, result.output
+    assert "'eval/ppl/held/ppl'" in result.stdout  # in the console's log lines
+    record = json.loads((out / "surgery_train.json").read_text())
+    assert record["config"]["eval_every"] == 2
+    assert record["config"]["eval_tasks"] == [f"ppl:{held}"]
+    recipe = json.loads((out / "surgery_recipe.json").read_text())
+    assert recipe["config"]["eval_every"] == 2 and "eval_tasks" in recipe["config"]
+    assert "eval_every: 2" in (out / "README.md").read_text()
+    history = record["log_history"]
+    logged = _eval_entries(history)
+    assert sorted(logged) == [2, 4]
+    assert [e["step"] for e in history if "loss" in e] == [1, 2, 3, 4]
+    for step, scores in logged.items():
+        assert "loss" in next(e for e in history if e["step"] == step and "eval/ppl/held/ppl" in e)
+        report = tmp_path / f"eval-{step}.json"
+        folder = out / "checkpoints" / f"checkpoint-{step}"
+        done = runner.invoke(cli, ["eval", str(folder), "-t", f"ppl:{held}", "-o", str(report)])
+        assert done.exit_code == 0, done.output
+        expected = json.loads(report.read_text())["metrics"]
+        wanted = {f"eval/{k}": v for k, v in expected.items() if isinstance(v, float)}
+        assert scores.keys() == wanted.keys() and len(wanted) == 4
+        for key, value in wanted.items():
+            assert scores[key] == pytest.approx(value, rel=1e-9), key
+    assert logged[4]["eval/ppl/held/ppl"] < logged[2]["eval/ppl/held/ppl"]  # it learned
+
+
+class ModeAndScores(TrainerCallback):
+    """After the held-out scoring of a step: the model's mode, and the eval runner's own scores
+    of the model in memory at that step."""
+
+    def __init__(self, tasks, tokenizer) -> None:
+        self.tasks, self.tokenizer = tasks, tokenizer
+        self.training: list[bool] = []
+        self.scores: dict[int, dict] = {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        from eval.api import evaluate
+
+        self.training.append(model.training)
+        if state.global_step % 2 == 0:
+            metrics = evaluate(model, self.tokenizer, self.tasks, progress=False)["metrics"]
+            self.scores[state.global_step] = metrics
+
+
+def test_eval_every_scores_in_eval_mode_and_leaves_training_unchanged(families, tmp_path, corpus):
+    """The Python API: `train(config, score=...)` scores in eval mode without gradients on the
+    training device, restores train mode, logs its own line when no loss is logged at the step,
+    and the trained weights are bit-identical to a run without scoring."""
+    from transformers import AutoTokenizer
+
+    from eval.api import evaluate, load_tasks
+
+    base = families("llama")["base"]
+    held = write_corpus(tmp_path / "held.txt", docs=10, seed=5)
+    tasks = load_tasks([f"ppl:{held}"])
+    seen = []
+
+    def score(model, tokenizer):
+        seen.append((model.training, torch.is_grad_enabled(), next(model.parameters()).device))
+        metrics = evaluate(model, tokenizer, tasks, progress=False)["metrics"]
+        return {k: v for k, v in metrics.items() if isinstance(v, float)}
+
+    options = dict(logging_steps=3, eval_every=2, eval_tasks=[f"ppl:{held}"])
+    with pytest.raises(TrainConfigError, match="go together"):
+        train(tiny_config(base, tmp_path / "none", [corpus], **options))
+    assert not (tmp_path / "none").exists()
+    check = ModeAndScores(tasks, AutoTokenizer.from_pretrained(base))
+    scored = train(tiny_config(base, tmp_path / "scored", [corpus], **options), [check], score)
+    assert seen == [(False, False, torch.device("cpu"))] * 2
+    assert check.training == [True] * 4
+    history = json.loads((scored / "surgery_train.json").read_text())["log_history"]
+    logged = _eval_entries(history)
+    assert sorted(logged) == sorted(check.scores) == [2, 4]
+    for step, scores in logged.items():
+        entry = next(e for e in history if e["step"] == step and "eval/ppl/held/ppl" in e)
+        assert "loss" not in entry  # a line of its own: the loss is logged at steps 1 and 3
+        expected = {f"eval/{k}": v for k, v in check.scores[step].items() if isinstance(v, float)}
+        assert scores == expected
+    assert [e["step"] for e in history if "loss" in e][:2] == [1, 3]
+    plain = train(tiny_config(base, tmp_path / "plain", [corpus], logging_steps=3))
+    expected, got = load_tensors(plain), load_tensors(scored)
+    assert all(_same(expected[n], got[n]) for n in expected)

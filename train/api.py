@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import math
 import os
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,18 +23,25 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, TrainerCallback, TrainingArguments
 
     from train.ema import EMACallback
+    from train.periodic_eval import Scorer
     from train.trainer import SurgeryTrainer
 
 logger = logging.getLogger(__name__)
 
 
-def train(config: TrainConfig, callbacks: Sequence[TrainerCallback] = ()) -> Path:
+def train(
+    config: TrainConfig, callbacks: Sequence[TrainerCallback] = (), score: Scorer | None = None
+) -> Path:
     """Validate `config`, train, and save a checkpoint in the base's layout.
 
     Args:
         config: the run's configuration.
         callbacks: extra `TrainerCallback`s, called after the wrapper's own (so on_step_end
             sees the weights after the EMA average).
+        score: `score(model, tokenizer) -> {metric: value}`, called every `config.eval_every`
+            optimizer steps on the model being trained (in eval mode, without gradients); the
+            values are logged as `eval/<metric>`. Required with `eval_every`, else not allowed.
+            `surgery train -t TASK` builds it from the eval wrapper's tasks.
 
     Returns:
         The output folder, holding safetensors shards named and typed like BASE, its config
@@ -42,7 +50,9 @@ def train(config: TrainConfig, callbacks: Sequence[TrainerCallback] = ()) -> Pat
     Raises:
         SurgeryError: any problem with the request (see `TrainConfig.validate`).
     """
-    return run(config.validate(), callbacks)
+    if (config.eval_every is None) != (score is None):
+        raise TrainConfigError("eval_every and a score function go together: give both or neither")
+    return run(config.validate(), callbacks, score)
 
 
 def training_arguments(plan: TrainPlan) -> TrainingArguments:
@@ -231,14 +241,27 @@ def strategies(config: TrainConfig) -> str:
     return "strategies: " + (", ".join(c.strip() for c in chosen) or "plain continual pretraining")
 
 
-def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
+def _discard_old_checkpoints(plan: TrainPlan) -> None:
+    """--force without --resume: the resumable checkpoints of the run being replaced would mix
+    with this run's (rotation, resume), so they go now; the rest of OUT goes at the save."""
+    folder = plan.checkpoints_dir
+    if plan.discard_checkpoints and os.environ.get("RANK", "0") == "0" and folder.is_dir():
+        logger.info("--force: deleting the previous run's %s", folder)
+        shutil.rmtree(folder)
+
+
+def run(
+    plan: TrainPlan, callbacks: Sequence[TrainerCallback] = (), score: Scorer | None = None
+) -> Path:
     """Train a validated plan; see `train`."""
     logger.info("%s", strategies(plan.config))
     from transformers import AutoTokenizer, default_data_collator, set_seed
 
     from train.data import MixtureSchedule, PackedMixture
+    from train.periodic_eval import PeriodicEval
     from train.trainer import SkipFinalCheckpoint, SurgeryTrainer
 
+    _discard_old_checkpoints(plan)
     cfg = plan.config
     set_seed(cfg.seed)
     model, layers = _prepare_model(plan)
@@ -274,6 +297,10 @@ def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
         trainer.bind_strategies()  # else after sharding, in create_scheduler
     if not cfg.keep_checkpoints:
         own.append(SkipFinalCheckpoint())
+    if score is not None and cfg.eval_every is not None:
+        own.append(PeriodicEval(trainer, score, cfg.eval_every))
+        tasks = ", ".join(cfg.eval_tasks) or "the given scorer"
+        logger.info("held-out scores every %d steps: %s", cfg.eval_every, tasks)
     for callback in [*own, *callbacks]:
         trainer.add_callback(callback)
     logger.info(
@@ -290,7 +317,8 @@ def run(plan: TrainPlan, callbacks: Sequence[TrainerCallback] = ()) -> Path:
 
 def _carried_entries(plan: TrainPlan) -> list[str]:
     """What of an existing OUT the saved checkpoint keeps: anything the Trainer wrote there, but
-    the resumable checkpoints only with --keep-checkpoints.
+    the resumable checkpoints only with --keep-checkpoints. With --force, OUT's other entries
+    belong to the output being replaced and are not kept.
 
     The Trainer creates OUT/checkpoints when it starts; left empty, it is removed now (and OUT
     with it when that leaves OUT empty), so that a save interrupted before its final rename
@@ -303,6 +331,8 @@ def _carried_entries(plan: TrainPlan) -> list[str]:
     if not out.is_dir():
         return []
     keep = plan.config.keep_checkpoints
+    if plan.config.force:
+        return [checkpoints.name] if keep and checkpoints.is_dir() else []
     return sorted(p.name for p in out.iterdir() if keep or p.name != checkpoints.name)
 
 
@@ -310,7 +340,8 @@ def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:
     """Gather full weights, write them in BASE's layout on the main process.
 
     The engine writes the checkpoint beside OUT and then replaces OUT (and with it the
-    resumable checkpoints, unless kept) in one rename.
+    resumable checkpoints, unless kept) in one rename; with --force, also an OUT that another
+    run left or created meanwhile.
     """
     from train.checkpoint_io import to_base_layout, write_checkpoint
     from train.lora import merge_lora, merge_lora_state_dict
@@ -348,6 +379,7 @@ def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:
             tensors,
             record,
             carry=_carried_entries(plan),
+            replace=plan.config.force or None,
             quiet=not plan.config.progress,
         )
         logger.debug("saved %s", plan.output)  # the command says it, once

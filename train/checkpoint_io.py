@@ -246,6 +246,7 @@ def write_checkpoint(
     record: Mapping,
     *,
     carry: Sequence[str] = (),
+    replace: bool | None = None,
     quiet: bool = True,
 ) -> Path:
     """Write the trained checkpoint with the engine's staged writer: nothing appears at `out`
@@ -257,6 +258,8 @@ def write_checkpoint(
         tensors: trained tensors by BASE name; see `plan_checkpoint`.
         record: JSON-ready training record, written as `surgery_train.json`.
         carry: entries of an existing `out` kept in the new one.
+        replace: whether an existing `out` may be replaced (--force); default: only an `out`
+            that existed when the save began (the run's own checkpoints).
         quiet: no progress bar.
 
     Returns:
@@ -266,4 +269,4 @@ def write_checkpoint(
     # The model card as every surgery output has one (keeping BASE's license).
     files = {TRAIN_RECORD: json.dumps(record, indent=2, default=str) + "\n"}
     files |= card_file(plan, Path(out))
-    return execute(plan, Path(out), quiet=quiet, extra_files=files, carry=carry)
+    return execute(plan, Path(out), quiet=quiet, extra_files=files, carry=carry, replace=replace)

@@ -117,6 +117,8 @@ class TrainPlan:
     lora: LoraSpec | None
     drift_groups: tuple[tuple[str, tuple[int, ...]], ...]
     resume_from: Path | None
+    # --force without --resume: an earlier run's OUT/checkpoints are deleted when training starts.
+    discard_checkpoints: bool
     dtype: str  # safetensors name of the weights' dtype while training (F32, BF16, ...)
     block_size: int
 
@@ -135,7 +137,7 @@ class TrainConfig:
 
     Attributes:
         base: checkpoint folder or Hub id.
-        output: the folder to create (must not exist, unless `resume`).
+        output: the folder to create (must not exist, unless `resume` or `force`).
         data: `[NAME=]PATH[:SHARE]` strings (or `DataSource`s); see `parse_data_source`.
         mix_until: `[NAME=]FRACTION` curriculum limits; see `apply_mix_until`.
         freeze: layer spec of layers that get no gradient ("9:28").
@@ -149,6 +151,10 @@ class TrainConfig:
         fsdp, fsdp_config: transformers' `fsdp` option and a JSON file of its `fsdp_config`.
         seed, shuffle_buffer: document shuffling per source, mixture order, dropout.
         progress: show the progress bar (else plain log lines).
+        force: replace an existing OUT (see `_check_output`).
+        eval_every, eval_tasks: score these eval task strings every N optimizer steps; the
+            scorer itself is passed to `train.api.train` (train does not import eval), the
+            strings are recorded with the run.
         extra_args: more `transformers.TrainingArguments` keywords.
 
     Each field's `metadata` (see `cli`) declares its command-line option; `surgery train`'s
@@ -258,7 +264,17 @@ class TrainConfig:
     logging_steps: int = field(default=10, metadata=cli("Steps between log lines."))
     save_steps: int = field(default=500, metadata=cli("Steps between resumable checkpoints."))
     save_total_limit: int | None = field(default=2, metadata=cli("Resumable checkpoints kept."))
-    resume: bool = field(default=False, metadata=cli("Continue an interrupted run in OUT."))
+    resume: bool = field(
+        default=False,
+        metadata=cli("Continue from OUT/checkpoints (an interrupted run), or start if none."),
+    )
+    force: bool = field(
+        default=False,
+        metadata=cli(
+            "Replace an existing OUT (never an input) when the new checkpoint is saved; an "
+            "earlier run's OUT/checkpoints are deleted at the start unless --resume."
+        ),
+    )
     keep_checkpoints: bool = field(
         default=False, metadata=cli("Keep OUT/checkpoints after success.")
     )
@@ -276,6 +292,16 @@ class TrainConfig:
         ),
     )
     progress: bool = field(default=True, metadata=cli("No progress bar.", flag="-q/--quiet"))
+    eval_every: int | None = field(
+        default=None,
+        metadata=cli(
+            "Score the -t/--task eval tasks every N optimizer steps on the model being "
+            "trained; logged as eval/<metric> with the loss.",
+            metavar="N",
+        ),
+    )
+    # Given on the command line by the eval wrapper's own -t/--task option (see cli.py).
+    eval_tasks: Sequence[str] = field(default=(), metadata=cli(hidden=True))
     extra_args: dict = field(default_factory=dict, metadata=cli(hidden=True))
 
     def validate(self) -> TrainPlan:
@@ -292,10 +318,12 @@ class TrainConfig:
         """
         self._check_numbers()
         output = Path(self.output)
-        resume_from = _check_output(output, self.resume)
+        resume_from = _check_output(output, self.resume, self.force)
         sources = self._resolve_sources()
         layout = open_layout(self.base)
-        check_output(output, [layout.folder], force=True)  # never inside BASE, never holding it
+        # Never BASE or a local data source, never inside one or holding one (even with --force).
+        local = [Path(s.location) for s in sources if not s.hub]
+        check_output(output, [layout.folder, *local], force=True)
         num_layers = layout.text_stack.num_layers
         frozen = tuple(parse_layer_spec(self.freeze, num_layers)) if self.freeze else ()
         l2sp = _parse_l2sp(self.l2sp, num_layers) if self.l2sp else None
@@ -315,6 +343,7 @@ class TrainConfig:
             lora=lora,
             drift_groups=groups,
             resume_from=resume_from,
+            discard_checkpoints=self.force and not self.resume,
             dtype=_training_dtype(self.dtype),
             block_size=_block_size(self.block_size, layout.config),
         )
@@ -331,6 +360,7 @@ class TrainConfig:
             "--ema-every": self.ema_every,
             "--logging-steps": self.logging_steps,
             "--save-steps": self.save_steps,
+            "--eval-every": self.eval_every,
         }
         if self.shuffle_buffer < 0:
             raise TrainConfigError(f"--shuffle-buffer must be >= 0, got {self.shuffle_buffer}")
@@ -350,6 +380,10 @@ class TrainConfig:
             )
         if not self.data:
             raise TrainConfigError("no training data: give at least one --data")
+        if (self.eval_every is None) != (not self.eval_tasks):
+            raise TrainConfigError(
+                "--eval-every N and -t/--task TASK go together: give both or neither"
+            )
 
     def _resolve_sources(self) -> tuple[DataSource, ...]:
         from train.data import check_source
@@ -393,23 +427,34 @@ def _parse_l2sp(spec: str, num_layers: int) -> LayerValues:
     return values
 
 
-def _check_output(output: Path, resume: bool) -> Path | None:
-    """Refuse to overwrite; with resume, return the last checkpoint to continue from (or None)."""
+def _check_output(output: Path, resume: bool, force: bool) -> Path | None:
+    """Apply the rules for an existing OUT; with resume, return the checkpoint to continue from.
+
+    An empty or missing OUT is always fine. Otherwise: `resume` continues from the last of
+    OUT/checkpoints when OUT holds only that folder (an interrupted run); `force` allows anything
+    else OUT holds, which the saved checkpoint replaces (with `resume`, OUT/checkpoints is still
+    continued; without, it is discarded when training starts).
+
+    Raises:
+        OutputError: OUT is not a folder, or exists and neither option allows it.
+    """
     if output.exists() and not output.is_dir():
         raise OutputError(f"output {output} exists and is not a folder")
     entries = sorted(p.name for p in output.iterdir()) if output.exists() else []
-    if not entries:
+    if not entries or (force and not resume):
         return None
     if not resume:
         raise OutputError(
-            f"output {output} already exists; choose a new path, or pass --resume to continue "
-            "an interrupted run"
+            f"output {output} already exists; choose a new path, pass --force to replace it, or "
+            "--resume to continue an interrupted run"
         )
-    if entries != [CHECKPOINTS_DIR]:
+    if entries != [CHECKPOINTS_DIR] and not force:
         raise OutputError(
             f"output {output} holds more than an interrupted run ({', '.join(entries[:5])}); "
-            "a finished run is not resumed"
+            "a finished run is not resumed (--force replaces it)"
         )
+    if not (output / CHECKPOINTS_DIR).is_dir():
+        return None
     from transformers.trainer_utils import get_last_checkpoint
 
     last = get_last_checkpoint(str(output / CHECKPOINTS_DIR))

@@ -31,6 +31,8 @@ class SurgeryTrainer(Trainer):
         self.tokens_per_step = 0
         self.global_batch_blocks = 0
         self.held_bytes: dict[str, int] = {}
+        # Values the next loss log carries (held-out scores of the same step).
+        self.pending_logs: dict[str, float] = {}
         # (time, step) of the last log; set at the first step so startup does not count.
         self._last_log: tuple[float, int] | None = None
 
@@ -74,7 +76,11 @@ class SurgeryTrainer(Trainer):
         return loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add tokens per second, the L2-SP penalty and per-group drift to training logs."""
+        """Add tokens per second, the L2-SP penalty, per-group drift and the step's held-out
+        scores (`pending_logs`) to training logs."""
+        if "loss" in logs:
+            logs.update(self.pending_logs)
+            self.pending_logs.clear()
         if "loss" in logs and self._last_log is not None:
             now, step = time.perf_counter(), self.state.global_step
             last_time, last_step = self._last_log
@@ -88,6 +94,12 @@ class SurgeryTrainer(Trainer):
             # Restart the clock after measuring, so the next rate excludes the logging itself.
             self._last_log = (time.perf_counter(), step)
         super().log(logs, start_time)
+
+    def exclude_from_rate(self, seconds: float) -> None:
+        """Leave `seconds` spent outside training (held-out scoring) out of tokens_per_second."""
+        if self._last_log is not None:
+            last_time, last_step = self._last_log
+            self._last_log = (last_time + seconds, last_step)
 
 
 class SkipFinalCheckpoint(TrainerCallback):
