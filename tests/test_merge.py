@@ -224,8 +224,9 @@ def test_radix_selection_finds_exact_ranks_with_ties():
     chunks = [values[i : i + 4096] for i in range(0, values.size, 4096)]
     keys = lambda: (magnitude_keys(c) for c in chunks)  # noqa: E731
     order = np.argsort(np.abs(values), kind="stable")
-    for lo, hi in [(0, 1), (100, 20_000), (49_000, 50_000), (7, 7), (12_345, 12_346)]:
-        keep = RankRange(keys, 32, lo, hi)
+    cases = [(0, 1), (100, 20_000), (49_000, 50_000), (7, 7), (12_345, 12_346), (0, 50_000)]
+    for lo, hi in [*cases, (30_000, 50_000), (1, 49_999)]:
+        keep = RankRange(keys, 32, lo, hi, values.size)
         mask = np.concatenate([keep.mask(magnitude_keys(c)) for c in chunks])
         expected = np.zeros(values.size, bool)
         expected[order[lo:hi]] = True

@@ -28,7 +28,8 @@ _OVERFLOW = {
 def decode(raw: memoryview, dtype: str, work: type[np.floating]) -> np.ndarray:
     """The values in `raw` (whole elements of `dtype`) as a new array of `work` floats."""
     if dtype == "BF16":
-        values = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        wide = np.left_shift(np.frombuffer(raw, np.uint16), 16, dtype=np.uint32)
+        values = wide.view(np.float32)
         return values if work is np.float32 else values.astype(work)
     return np.frombuffer(raw, NUMPY[dtype]).astype(work)
 

@@ -31,7 +31,7 @@ class Magnitude(Sparsifier):
         width = 64 if self._is_double() else 32
         lo, hi = self.keep_range()
         keys = lambda: (magnitude_keys(d) for _, d in self.deltas())  # noqa: E731
-        self.range = RankRange(keys, width, lo, hi)
+        self.range = RankRange(keys, width, lo, hi, self.numel)
 
     def _is_double(self) -> bool:
         return next(self.deltas())[1].dtype == np.float64

@@ -52,7 +52,9 @@ def select_ranks(
                 part = chunk
                 if shift + _BITS < width:
                     part = chunk[(chunk >> (shift + _BITS)) == target.prefix]
-                digits = ((part >> shift) & ((1 << _BITS) - 1)).astype(np.intp)
+                digits = part >> shift
+                if shift + _BITS < width:  # the top digit needs no mask
+                    digits &= (1 << _BITS) - 1
                 hist += np.bincount(digits, minlength=1 << _BITS)
         for target, hist in zip(targets, hists, strict=True):
             cumulative = np.cumsum(hist)
@@ -70,13 +72,23 @@ class RankRange:
     `mask` must see the chunks in order, from the first, once per pass (`reset` starts a pass).
     """
 
-    def __init__(self, keys: Callable[[], Iterator[np.ndarray]], width: int, lo: int, hi: int):
+    def __init__(
+        self, keys: Callable[[], Iterator[np.ndarray]], width: int, lo: int, hi: int, numel: int
+    ) -> None:
         self.empty = hi <= lo
         self.lo, self.hi = lo, hi
-        if not self.empty:
-            (self.low, self.low_less), (self.high, self.high_less) = select_ranks(
-                keys, width, [lo, hi - 1]
-            )
+        self.low = self.high = None  # None: no boundary on that side
+        self.low_less = self.high_less = 0
+        # Rank 0 and rank numel - 1 need no selection: every key lies on their inner side (TIES
+        # keeps ranks [n - k, n): one boundary, one selection).
+        wanted = {}
+        if not self.empty and lo > 0:
+            wanted["low"] = lo
+        if not self.empty and hi < numel:
+            wanted["high"] = hi - 1
+        found = dict(zip(wanted, select_ranks(keys, width, list(wanted.values())), strict=True))
+        self.low, self.low_less = found.get("low", (None, 0))
+        self.high, self.high_less = found.get("high", (None, 0))
         self.reset()
 
     def reset(self) -> None:
@@ -87,17 +99,23 @@ class RankRange:
         """Which elements of this chunk to keep."""
         if self.empty:
             return np.zeros(keys.shape, bool)
-        keep = (keys > self.low) & (keys < self.high)
-        at_low, at_high = keys == self.low, keys == self.high
-        # Position among the elements equal to the boundary key, counted from the first chunk.
-        low_pos = np.cumsum(at_low) - 1 + self.seen_low
-        high_pos = np.cumsum(at_high) - 1 + self.seen_high
-        low_ok = at_low & (low_pos >= self.lo - self.low_less)
-        high_ok = at_high & (high_pos < self.hi - self.high_less)
-        if self.low == self.high:
-            keep |= low_ok & high_ok
-        else:
-            keep |= low_ok | high_ok
-        self.seen_low += int(at_low.sum())
-        self.seen_high += int(at_high.sum())
+        keep = np.ones(keys.shape, bool)
+        if self.low is not None:
+            np.greater(keys, self.low, out=keep)
+        if self.high is not None:
+            keep &= keys < self.high
+        # Keys equal to a boundary are kept by position among the equal ones (counted from the
+        # first chunk); they are few, so only their indices are looked at.
+        if self.low is not None:
+            ties = np.flatnonzero(keys == self.low)
+            first = self.lo - self.low_less - self.seen_low  # the first tie kept, in this chunk
+            last = len(ties)
+            if self.high == self.low:
+                last = self.hi - self.high_less - self.seen_low
+            keep[ties[max(0, first) : max(0, last)]] = True
+            self.seen_low += len(ties)
+        if self.high is not None and self.high != self.low:
+            ties = np.flatnonzero(keys == self.high)
+            keep[ties[: max(0, self.hi - self.high_less - self.seen_high)]] = True
+            self.seen_high += len(ties)
         return keep

@@ -27,7 +27,9 @@ def gram(inputs: Inputs, vectors: list) -> np.ndarray:
         values = [v(chunk).astype(np.float64) for v in vectors]
         for i in range(size):
             for j in range(i, size):
-                total[i, j] += float(np.dot(values[i], values[j]))
+                # einsum, not np.dot: BLAS would start its own threads for every chunk, which
+                # spin against the writer's workers (measured: 3x the CPU time of the merge).
+                total[i, j] += float(np.einsum("i,i->", values[i], values[j]))
                 total[j, i] = total[i, j]
     return total
 

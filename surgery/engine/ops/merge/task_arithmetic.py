@@ -130,7 +130,9 @@ class TaskArithmetic(Kernel):
     def _elect(deltas: list[np.ndarray], weights: list) -> tuple[np.ndarray, np.ndarray]:
         """TIES sign election ("sum"): keep each delta whose sign is that of the sum."""
         positive = _sum(deltas) >= 0
-        masks = [np.where(positive, d > 0, d < 0) for d in deltas]
+        # d > 0 where the sum is >= 0, d < 0 where it is negative (mergekit's torch.where), as
+        # two cheap comparisons: (d > 0) == positive, and d != 0.
+        masks = [np.equal(d > 0, positive) & (d != 0) for d in deltas]
         mixed = _sum([d * m for d, m in zip(deltas, masks, strict=True)])
         divisor = _sum([w * m.astype(mixed.dtype) for w, m in zip(weights, masks, strict=True)])
         divisor[divisor == 0] = 1
