@@ -314,3 +314,15 @@ def test_unknown_parameters_and_broken_contracts_are_errors(llama, tmp_path):
     della = {"merge_method": "della", **models(llama, [{"weight": 1, "density": 0.9}])}
     with pytest.raises(MergeConfigError, match="epsilon"):
         surgery_run(della, tmp_path, "c")
+
+
+def test_della_row_order_is_the_stable_argsort():
+    from surgery.engine.ops.merge.della import _stable_order
+
+    rng = np.random.default_rng(0)
+    for shape in [(3, 1), (5, 7), (16, 2048), (2, 1000)]:
+        rows = np.abs(np.round(rng.normal(size=shape), 1)).astype(np.float32)  # many ties
+        rows[0, -1] = np.nan
+        for values in (rows, rows.astype(np.float64)):
+            expected = np.argsort(values, axis=1, kind="stable")
+            assert np.array_equal(_stable_order(values), expected), shape

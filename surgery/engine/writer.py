@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from surgery.core.dtypes import CONFIG_NAMES, bits, itemsize, torch_dtype
 from surgery.core.errors import OutputError
+from surgery.engine.allocator import keep_freed_memory
 from surgery.engine.blend import ChunkBlender, accumulate, accumulator_dtype, check_finite, finish
 from surgery.engine.float_codec import CODEC_DTYPES
 from surgery.engine.output_dir import staged_output
@@ -507,6 +508,7 @@ def execute(
             refused (one line: `cannot write OUT: no space left on device`); any error leaves
             nothing at `out`.
     """
+    keep_freed_memory()
     shards, names = plan_shards(plan, max_shard_size)
     recipe_text = json.dumps(plan.recipe, sort_keys=True)
     headers = [build_header(s, {"format": "pt", "surgery_recipe": recipe_text}) for s in shards]
