@@ -134,6 +134,25 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         data, offset = data[written:], offset + written
 
 
+# Elements per writer job of a numpy blend or elementwise merge kernel. A large tensor (a 525 MB
+# embedding) is split so the workers blend its segments side by side, in order; whole, one worker
+# would blend it while the others, soon too far ahead of the shard's hash, wait (measured: a
+# 1.9 GB soup 15% faster).
+SEGMENT_ELEMENTS = 32 * CHUNK_ELEMENTS
+
+
+def _parts(tensor: OutputTensor) -> list[range | None]:
+    """The element ranges written as separate jobs: segments of a numpy blend or an elementwise
+    kernel (multiples of the chunk, so chunk-keyed random masks do not move), else the whole
+    tensor (None)."""
+    if tensor.kernel is not None and not tensor.kernel.elementwise:
+        return [None]
+    if tensor.is_copy or _needs_torch(tensor):
+        return [None]
+    numel = tensor.nbytes // itemsize(tensor.dtype)
+    return [range(s, min(s + SEGMENT_ELEMENTS, numel)) for s in range(0, numel, SEGMENT_ELEMENTS)]
+
+
 def _needs_torch(tensor: OutputTensor) -> bool:
     """Whether writing `tensor` takes torch: a float8 blend, or values held in memory."""
     if tensor.values is not None:
@@ -157,11 +176,19 @@ class _TensorWriter:
         self.blender = ChunkBlender()
         self.copy_buffer: bytearray | None = None  # for copies from sources without a file
 
-    def write(self, fd: int, tensor: OutputTensor, offset: int, hasher: OrderedHash) -> None:
-        """Write `tensor` at byte `offset` of the open shard `fd`, feeding its bytes to `hasher`."""
+    def write(
+        self,
+        fd: int,
+        tensor: OutputTensor,
+        offset: int,
+        hasher: OrderedHash,
+        part: range | None = None,
+    ) -> None:
+        """Write `tensor` at byte `offset` of the open shard `fd`, feeding its bytes to `hasher`;
+        only the elements in `part` when given (a segment of a numpy blend, see `_parts`)."""
         self.hasher = hasher
         if tensor.kernel is not None:
-            tensor.kernel.write(self.pool, fd, offset, self.progress, hasher)
+            tensor.kernel.write(self.pool, fd, offset, self.progress, hasher, part)
         elif tensor.values is not None:
             self._from_memory(fd, tensor, offset)
         elif tensor.is_copy:
@@ -169,7 +196,7 @@ class _TensorWriter:
         elif _needs_torch(tensor):
             self._blend_float8(fd, tensor, offset)
         else:
-            self._blend(fd, tensor, offset)
+            self._blend(fd, tensor, offset, part or range(tensor.nbytes // itemsize(tensor.dtype)))
 
     def _copy(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         source = tensor.sources[0].tensor
@@ -207,14 +234,14 @@ class _TensorWriter:
             done += len(piece)
             self.progress.update(len(piece))
 
-    def _blend(self, fd: int, tensor: OutputTensor, offset: int) -> None:
+    def _blend(self, fd: int, tensor: OutputTensor, offset: int, part: range) -> None:
         size = itemsize(tensor.dtype)
         inputs = [
             (tensor_bytes(self.pool.get(s.tensor.file), s.tensor), s.tensor.dtype, s.weight)
             for s in tensor.sources
         ]
-        for start in range(0, tensor.nbytes // size, CHUNK_ELEMENTS):
-            stop = min(start + CHUNK_ELEMENTS, tensor.nbytes // size)
+        for start in range(part.start, part.stop, CHUNK_ELEMENTS):
+            stop = min(start + CHUNK_ELEMENTS, part.stop)
             chunks = [(values[start:stop], dtype, weight) for values, dtype, weight in inputs]
             data = memoryview(self.blender.blend(tensor, chunks, tensor.divisor)).cast("B")
             _pwrite_all(fd, data, offset + start * size)
@@ -311,9 +338,10 @@ class _ShardWriter:
             offsets = list(itertools.accumulate((t.nbytes for t in tensors), initial=len(header)))
             jobs += [
                 self.executor.submit(
-                    lambda t, o: self._writer().write(fd, t, o, hasher), tensor, offset
+                    lambda t, o, p: self._writer().write(fd, t, o, hasher, p), tensor, offset, part
                 )
                 for tensor, offset in zip(tensors, offsets, strict=False)
+                for part in _parts(tensor)
             ]
             for job in jobs:
                 job.result()  # re-raises a worker's error

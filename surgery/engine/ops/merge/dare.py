@@ -26,4 +26,5 @@ class Dare(Sparsifier):
     def mask(self, start: int, delta: np.ndarray) -> np.ndarray:
         """Uniform draws below `density`."""
         seed, name, model = self.key
-        return chunk_rng(seed, name, model, start).random(delta.shape[0]) < self.density
+        draws = chunk_rng(seed, name, model, start).random(delta.shape[0], dtype=np.float32)
+        return draws < np.float32(self.density)

@@ -28,14 +28,31 @@ class Kernel(ABC):
         self.inputs = tuple(inputs)
         self.out_dtype = out_dtype
 
+    # Whether the kernel is one elementwise map (no reduction passes), so the writer may compute
+    # segments of the tensor in separate jobs (`run_part`).
+    elementwise = False
+
     def write(
-        self, pool: SourcePool, fd: int, offset: int, progress: object, hasher: OrderedHash
+        self,
+        pool: SourcePool,
+        fd: int,
+        offset: int,
+        progress: object,
+        hasher: OrderedHash,
+        part: range | None = None,
     ) -> None:
-        """Compute the tensor and write it at byte `offset` of the open shard `fd`, feeding the
-        bytes written to the shard's `hasher`."""
+        """Compute the tensor (only the elements in `part`, for an elementwise kernel) and write
+        it at byte `offset` of the open shard `fd`, feeding the bytes written to `hasher`."""
         work = work_dtype([*(t.dtype for t in self.inputs), self.out_dtype])
         out = Output(fd, offset, self.out_dtype, progress, hasher)
-        self.run(Inputs(pool, self.inputs, work), out)
+        if part is None:
+            self.run(Inputs(pool, self.inputs, work), out)
+        else:
+            self.run_part(Inputs(pool, self.inputs, work), out, part)
+
+    def run_part(self, inputs: Inputs, out: Output, part: range) -> None:
+        """`run` on the elements in `part` only; elementwise kernels implement it."""
+        raise NotImplementedError(f"{type(self).__name__} needs the whole tensor")
 
     @abstractmethod
     def run(self, inputs: Inputs, out: Output) -> None:

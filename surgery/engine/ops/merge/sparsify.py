@@ -32,9 +32,12 @@ class Sparsifier(ABC):
         before = after = 0.0
         self.reset()
         for start, delta in self.deltas():
+            # Pairwise sums in the chunk's dtype (as mergekit's torch.sum), added up in float64:
+            # an order of magnitude faster than summing in float64 or gathering the kept values.
             magnitude = np.abs(delta)
-            before += float(magnitude.sum(dtype=np.float64))
-            after += float(magnitude[self.mask(start, delta)].sum(dtype=np.float64))
+            before += float(np.add.reduce(magnitude))
+            magnitude *= self.mask(start, delta)
+            after += float(np.add.reduce(magnitude))
         if before >= _RESCALE_EPS and after >= _RESCALE_EPS:
             self.factor = before / after
 

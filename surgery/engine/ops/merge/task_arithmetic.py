@@ -98,8 +98,17 @@ class TaskArithmetic(Kernel):
         }[method]
         return make(deltas, numel, rescale, density)
 
+    @property
+    def elementwise(self) -> bool:
+        """Plain task arithmetic has no reduction pass: it may run by segments."""
+        return self.variant.sparsify is None
+
     def run(self, inputs: Inputs, out: Output) -> None:
         """Reduction passes of every sparsifier, then one map pass."""
+        self.run_part(inputs, out, range(inputs.numel))
+
+    def run_part(self, inputs: Inputs, out: Output, part: range) -> None:
+        """The sparsifiers' reduction passes (whole tensor), then the map pass over `part`."""
         sparsifiers = [self._sparsifier(inputs, p, i) for p, i in enumerate(self.others)]
         for sparsifier in sparsifiers:
             sparsifier.setup()
@@ -109,17 +118,20 @@ class TaskArithmetic(Kernel):
         if abs(plain_divisor) < 1e-8:
             plain_divisor = work(1)
         shared = self.job.shared
-        for start in range(0, inputs.numel, self.step):
-            stop = min(start + self.step, inputs.numel)
+        for start in range(part.start, part.stop, self.step):
+            stop = min(start + self.step, part.stop)
             base = inputs.chunk(self.base, start, stop)
-            deltas = [
-                s.apply(start, inputs.chunk(i, start, stop) - base) * w
-                for s, i, w in zip(sparsifiers, self.others, weights, strict=True)
-            ]
+            deltas = []
+            for sparsifier, index, weight in zip(sparsifiers, self.others, weights, strict=True):
+                delta = inputs.chunk(index, start, stop)  # a new array: changed in place
+                delta -= base
+                delta = sparsifier.apply(start, delta)
+                delta *= weight
+                deltas.append(delta)
             if self.variant.consensus:
                 mixed, divisor = self._elect(deltas, weights)
             else:
-                mixed, divisor = _sum(deltas), plain_divisor
+                mixed, divisor = _sum(deltas, in_place=True), plain_divisor
             if shared["normalize"]:
                 mixed /= divisor
             if float(shared["lambda"]) != 1:
@@ -139,8 +151,9 @@ class TaskArithmetic(Kernel):
         return mixed, divisor
 
 
-def _sum(arrays: list[np.ndarray]) -> np.ndarray:
-    total = arrays[0].copy()
+def _sum(arrays: list[np.ndarray], *, in_place: bool = False) -> np.ndarray:
+    """The elementwise sum, in order; `in_place` adds into the first array."""
+    total = arrays[0] if in_place else arrays[0].copy()
     for array in arrays[1:]:
         total += array
     return total
