@@ -41,10 +41,14 @@ class Inputs:
         """Elements [start, stop) of input `index`."""
         return decode(self.bytes[index][start:stop], self.tensors[index].dtype, self.work)
 
-    def chunks(self, step: int = CHUNK_ELEMENTS) -> Iterator[tuple[int, list[np.ndarray]]]:
-        """(start, one array per input) over the whole tensor, `step` elements at a time."""
-        for start in range(0, self.numel, step):
-            stop = min(start + step, self.numel)
+    def chunks(
+        self, step: int = CHUNK_ELEMENTS, part: range | None = None
+    ) -> Iterator[tuple[int, list[np.ndarray]]]:
+        """(start, one array per input) over `part` (default: the whole tensor), `step`
+        elements at a time."""
+        part = range(self.numel) if part is None else part
+        for start in range(part.start, part.stop, step):
+            stop = min(start + step, part.stop)
             yield start, [self.chunk(i, start, stop) for i in range(len(self.tensors))]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from surgery.engine.ops.merge.arrays import Inputs, Output, work_dtype
+from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs, Output, work_dtype
 from surgery.engine.plan import OutputTensor, Source
 from surgery.engine.reader import TensorInfo
 from surgery.engine.shard_hash import OrderedHash
@@ -21,16 +21,26 @@ from surgery.engine.source import SourcePool
 
 
 class Kernel(ABC):
-    """Computes one output tensor; subclasses implement `run`."""
+    """Computes one output tensor: `prepare` runs the reduction passes over the whole tensor,
+    `map_part` the elementwise pass over a range of it, given what `prepare` returned."""
+
+    # Whether `map_part` may run on separate segments, in separate jobs, once `prepare` is done
+    # (False when the map carries state from chunk to chunk, as TIES's tie counters do).
+    segmentable = True
+    # Elements per chunk of the map pass; segments are whole multiples of it, so chunk-keyed
+    # random masks (DARE, DELLA) are the same however the tensor is split.
+    step = CHUNK_ELEMENTS
 
     def __init__(self, name: str, inputs: Sequence[TensorInfo], out_dtype: str) -> None:
         self.name = name
         self.inputs = tuple(inputs)
         self.out_dtype = out_dtype
 
-    # Whether the kernel is one elementwise map (no reduction passes), so the writer may compute
-    # segments of the tensor in separate jobs (`run_part`).
-    elementwise = False
+    def open(self, pool: SourcePool) -> Inputs:
+        """The inputs, read as the work dtype (float32, or float64 when any tensor is)."""
+        return Inputs(
+            pool, self.inputs, work_dtype([*(t.dtype for t in self.inputs), self.out_dtype])
+        )
 
     def write(
         self,
@@ -40,23 +50,28 @@ class Kernel(ABC):
         progress: object,
         hasher: OrderedHash,
         part: range | None = None,
+        state: object = None,
     ) -> None:
-        """Compute the tensor (only the elements in `part`, for an elementwise kernel) and write
-        it at byte `offset` of the open shard `fd`, feeding the bytes written to `hasher`."""
-        work = work_dtype([*(t.dtype for t in self.inputs), self.out_dtype])
+        """Compute the tensor, or the elements in `part` given `prepare`'s `state`, and write
+        them at byte `offset` of the open shard `fd`, feeding the bytes written to `hasher`."""
+        inputs = self.open(pool)
         out = Output(fd, offset, self.out_dtype, progress, hasher)
         if part is None:
-            self.run(Inputs(pool, self.inputs, work), out)
-        else:
-            self.run_part(Inputs(pool, self.inputs, work), out, part)
+            part, state = range(inputs.numel), self.prepare(inputs)
+        self.map_part(inputs, out, part, state)
 
-    def run_part(self, inputs: Inputs, out: Output, part: range) -> None:
-        """`run` on the elements in `part` only; elementwise kernels implement it."""
-        raise NotImplementedError(f"{type(self).__name__} needs the whole tensor")
+    def prepare(self, inputs: Inputs) -> object:
+        """The reduction passes (norms, thresholds, rescaling factors); none by default."""
+        return None
 
     @abstractmethod
-    def run(self, inputs: Inputs, out: Output) -> None:
-        """Read `inputs` in passes and `out.put` every chunk of the result once."""
+    def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
+        """`out.put` every chunk of the result whose elements lie in `part`."""
+
+    def parts(self, numel: int, size: int) -> list[range]:
+        """`range(numel)` cut into segments of about `size` elements, whole steps each."""
+        size = max(self.step, size // self.step * self.step)
+        return [range(s, min(s + size, numel)) for s in range(0, numel, size)]
 
 
 def computed(kernel: Kernel, shape: tuple[int, ...]) -> OutputTensor:

@@ -22,7 +22,7 @@ class ModelStock(Kernel):
         order = [job.base, *job.non_base]
         super().__init__(job.name, [job.inputs[i] for i in order], job.out_dtype)
 
-    def ratio(self, inputs: Inputs) -> float:
+    def prepare(self, inputs: Inputs) -> float:
         """t from the Gram matrix of the task vectors (one reduction pass)."""
         count = len(self.inputs) - 1
         offsets = [lambda c, i=i: c[i] - c[0] for i in range(1, count + 1)]
@@ -37,17 +37,19 @@ class ModelStock(Kernel):
         denominator = 1 + (count - 1) * cos
         return 0.0 if abs(denominator) < 1e-6 else count * cos / denominator
 
-    def run(self, inputs: Inputs, out: Output) -> None:
-        """A reduction pass, then the map."""
+    def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
+        """t * mean(models) + (1 - t) * base, t from `prepare`."""
         work = inputs.work
-        t = work(self.ratio(inputs))
+        t = work(state)
         count = work(len(self.inputs) - 1)
-        for start, (base, *models) in inputs.chunks():
+        for start, (base, *models) in inputs.chunks(part=part):
             average = models[0].copy()
             for model in models[1:]:
                 average += model
             average /= count
-            out.put(start, t * average + (work(1) - t) * base)
+            average *= t
+            base *= work(1) - t
+            out.put(start, np.add(average, base, out=average))
 
 
 def build(job: TensorJob) -> OutputTensor:

@@ -34,19 +34,22 @@ class NuSlerp(Kernel):
             return chunk[0] - chunk[2], chunk[1] - chunk[2]
         return chunk[0], chunk[1]
 
-    def run(self, inputs: Inputs, out: Output) -> None:
-        """A reduction pass, then the map."""
+    def prepare(self, inputs: Inputs) -> float:
+        """The cosine between the two vectors, from one reduction pass."""
         g = gram(inputs, [lambda c: self._vectors(c)[0], lambda c: self._vectors(c)[1]])
         n0 = max(math.sqrt(g[0, 0]), NORM_EPS)
         n1 = max(math.sqrt(g[1, 1]), NORM_EPS)
-        cos = min(1.0, max(-1.0, g[0, 1] / (n0 * n1)))
-        work, t = inputs.work, self.t
+        return min(1.0, max(-1.0, g[0, 1] / (n0 * n1)))
+
+    def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
+        """The slerp of the two vectors (plus the base)."""
+        cos, work, t = state, inputs.work, self.t
         colinear = (1 - cos * cos) <= COLINEAR_EPS**2
         theta = 0.0 if colinear else math.acos(cos)
         s0, s1, sin = (work(v) for v in (math.sin((1 - t) * theta), math.sin(t * theta), 1.0))
         if not colinear:
             sin = work(math.sin(theta))
-        for start, chunk in inputs.chunks():
+        for start, chunk in inputs.chunks(part=part):
             v0, v1 = self._vectors(chunk)
             result = work(1 - t) * v0 + work(t) * v1 if colinear else (s0 * v0 + s1 * v1) / sin
             if self.has_base:

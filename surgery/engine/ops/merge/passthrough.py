@@ -17,10 +17,10 @@ class Scaled(Kernel):
         super().__init__(job.name, job.inputs, job.out_dtype)
         self.scale = scale
 
-    def run(self, inputs: Inputs, out: Output) -> None:
+    def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         """One map pass."""
         scale = inputs.work(self.scale)
-        for start, (values,) in inputs.chunks():
+        for start, (values,) in inputs.chunks(part=part):
             out.put(start, np.multiply(values, scale, out=values))
 
 

@@ -63,7 +63,6 @@ class TaskArithmetic(Kernel):
         self.job, self.variant = job, variant
         self.base, self.others = job.base, job.non_base
         self.weights = [float(job.per_input[i]["weight"]) for i in self.others]
-        self.step = CHUNK_ELEMENTS
         if variant.sparsify == "della_magprune":
             row = _row_length(job)
             self.step = max(row, CHUNK_ELEMENTS // row * row)  # whole rows per chunk
@@ -99,19 +98,21 @@ class TaskArithmetic(Kernel):
         return make(deltas, numel, rescale, density)
 
     @property
-    def elementwise(self) -> bool:
-        """Plain task arithmetic has no reduction pass: it may run by segments."""
-        return self.variant.sparsify is None
+    def segmentable(self) -> bool:
+        """Masks that depend on the chunk alone (DARE, DELLA) allow segments; TIES and
+        Breadcrumbs count boundary ties from the first chunk on, so they run whole."""
+        return self.variant.sparsify not in ("magnitude", "magnitude_outliers")
 
-    def run(self, inputs: Inputs, out: Output) -> None:
-        """Reduction passes of every sparsifier, then one map pass."""
-        self.run_part(inputs, out, range(inputs.numel))
-
-    def run_part(self, inputs: Inputs, out: Output, part: range) -> None:
-        """The sparsifiers' reduction passes (whole tensor), then the map pass over `part`."""
+    def prepare(self, inputs: Inputs) -> list[Sparsifier]:
+        """Every sparsifier's reduction passes (thresholds, rescaling factors)."""
         sparsifiers = [self._sparsifier(inputs, p, i) for p, i in enumerate(self.others)]
         for sparsifier in sparsifiers:
             sparsifier.setup()
+        return sparsifiers
+
+    def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
+        """The one map pass over `part`, with the prepared sparsifiers."""
+        sparsifiers = state
         work = inputs.work
         weights = [work(w) for w in self.weights]
         plain_divisor = work(sum(weights, work(0)))  # summed in the work dtype, as mergekit
