@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from surgery.demo.world import FAMILIES, WorldFiles, build_languages, write_world
+from surgery.diagnostics.localize import noise
 
 
 @dataclass(frozen=True)
@@ -260,10 +261,27 @@ def change(axis: str, value: float, base: float) -> str:
     return f"{text}x higher" if ratio > 1 else f"{text}x lower"
 
 
-def moving_axes(rows: list[dict]) -> list[tuple[str, str]]:
-    """The axes on which at least one strategy differs from the base: a column in which every
-    model scores the same (Copain in the quick run, whose base never learns it) says nothing."""
-    return [(a, b) for a, b in AXES if any(row[a] != rows[0][a] for row in rows[1:])]
+def copain_items(size: Size) -> int:
+    """How many Copain items each model is scored on (every task, `copain_n` items each)."""
+    from eval.copain import TASKS
+
+    return len(TASKS) * size.copain_n
+
+
+def moves(axis: str, row: dict, base: dict, items: int) -> bool:
+    """Whether `row` differs from the base on `axis` by more than noise: Copain accuracy by
+    more than twice the binomial standard error of the difference over `items` items (the
+    quick run's 0.02 against 0.00 is one item of 56), the other axes by anything at all."""
+    if axis != "Copain acc":
+        return row[axis] != base[axis]
+    scores = [{"copain/acc": r[axis], "copain/n": items} for r in (base, row)]
+    return abs(row[axis] - base[axis]) > noise("copain/acc", *scores)
+
+
+def moving_axes(rows: list[dict], items: int) -> list[tuple[str, str]]:
+    """The axes on which at least one strategy differs from the base by more than noise: a
+    column that cannot move (Copain in the quick run, whose base never learns it) says nothing."""
+    return [(a, b) for a, b in AXES if any(moves(a, row, rows[0], items) for row in rows[1:])]
 
 
 def markdown_table(rows: list[dict], axes: list[tuple[str, str]] | None = None) -> str:
@@ -560,12 +578,14 @@ def _write_report(out: Path, rows: list[dict], size: Size, quick: bool) -> Path:
             handle.write(row["strategy"] + "," + ",".join(f"{row[a]:.6g}" for a, _ in AXES) + "\n")
     plot_strategies(rows, out / "strategies.png")
     mode = "--quick" if quick else "default"
-    axes = moving_axes(rows)
+    axes = moving_axes(rows, copain_items(size))
     dropped = [axis for axis, _ in AXES if (axis, dict(AXES)[axis]) not in axes]
     left_out = (
-        f"\n{', '.join(dropped)} is left out: every model scores {rows[0][dropped[0]]:.2f} on it"
+        f"\n{', '.join(dropped)} is left out: no model differs from the base's "
+        f"{rows[0][dropped[0]]:.2f} by more than noise (twice the standard error over "
+        f"{copain_items(size)} items)"
         + (
-            " (the quick base is too small to learn Copain; `surgery demo` learns it)"
+            ": the quick base is too small to learn Copain (`surgery demo` learns it)"
             if quick
             else ""
         )
