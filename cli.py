@@ -353,9 +353,10 @@ def interpolate(
     "--seed", default=0, show_default=True, type=int, help="Seed of DARE/DELLA's random masks."
 )
 @options(shard_option, force_option, push_option, quiet_option)
+@download_option
 @click.argument("config", type=click.Path())
 @click.argument("out", type=click.Path())
-def merge(seed, max_shard_size, force, push_to, quiet, config, out):
+def merge(seed, max_shard_size, force, push_to, quiet, download, config, out):
     """Run a mergekit YAML CONFIG on the streaming engine; write the result to OUT.
 
     Methods: linear, task_arithmetic, ties, dare_ties, dare_linear, breadcrumbs,
@@ -372,7 +373,7 @@ def merge(seed, max_shard_size, force, push_to, quiet, config, out):
 
     kwargs = _write_kwargs(None, max_shard_size, force, quiet)
     del kwargs["dtype"]
-    _done(run(config, out, seed=seed, **kwargs), quiet, push_to)
+    _done(run(config, out, seed=seed, download=download, **kwargs), quiet, push_to)
 
 
 @cli.command()

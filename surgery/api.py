@@ -184,12 +184,19 @@ def interpolate(
     return write_plan(plan, out, **write_options)
 
 
-def merge(config: str | Path, out: str | Path, *, seed: int = 0, **write_options: object) -> Path:
+def merge(
+    config: str | Path,
+    out: str | Path,
+    *,
+    seed: int = 0,
+    download: bool = False,
+    **write_options: object,
+) -> Path:
     """Run a mergekit YAML config on the streaming engine and write the result to `out`.
 
     Args:
         config: path of the YAML (mergekit's format; model paths relative to the working
-            directory, or Hub ids).
+            directory, or Hub ids, read by ranges unless `download`).
         seed: seed of DARE and DELLA's random masks (recorded in the recipe).
 
     Raises:
@@ -197,5 +204,6 @@ def merge(config: str | Path, out: str | Path, *, seed: int = 0, **write_options
         MismatchError: the models do not line up.
     """
     spec = read_config(config, seed=seed)
-    plan = plan_merge(spec, [open_input(model) for model in spec.models])
+    # Companion files of every model: the planner picks which one the output copies them from.
+    plan = plan_merge(spec, [open_input(m, ranges=not download) for m in spec.models])
     return write_plan(plan, out, **write_options)
