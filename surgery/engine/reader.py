@@ -304,8 +304,20 @@ def index_problems(weight_map: dict[str, str], shards: list[Shard]) -> list[str]
 
 def checkpoint_root(folder: Path, hub: HubRef | None) -> Path:
     """The folder a checkpoint's files may live in: the folder itself, or for a Hub snapshot its
-    repository's cache folder (snapshot files are links into its `blobs/`)."""
-    return folder.parent.parent if hub is not None else folder
+    repository's cache folder (snapshot files are links into its `blobs/`), whether it was
+    opened by Hub id or given as a local path into the cache."""
+    return folder.parent.parent if hub is not None or is_cache_snapshot(folder) else folder
+
+
+def is_cache_snapshot(folder: Path) -> bool:
+    """Whether `folder` is laid out as a Hugging Face cache snapshot,
+    `models--ORG--NAME/snapshots/REVISION/`, beside the repository's `blobs/`."""
+    repo = folder.parent.parent
+    return (
+        folder.parent.name == "snapshots"
+        and repo.name.startswith("models--")
+        and (repo / "blobs").is_dir()
+    )
 
 
 def member(folder: Path, name: str, root: Path) -> Path:

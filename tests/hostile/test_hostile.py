@@ -226,6 +226,35 @@ def test_index_leaving_the_folder_is_refused_before_opening(llama, tmp_path):
     assert_refused(result, tmp_path / "out", message="outside the checkpoint folder")
 
 
+def _as_cache_snapshot(folder, cache):
+    """`folder` laid out as a Hugging Face cache snapshot: files in blobs/, links in snapshots/."""
+    repo = cache / "models--acme--tiny"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for i, path in enumerate(sorted(folder.iterdir())):
+        blob = repo / "blobs" / f"blob{i}"
+        shutil.copyfile(path, blob)
+        (snapshot / path.name).symlink_to(os.path.relpath(blob, snapshot))
+    return snapshot
+
+
+def test_a_cache_snapshot_given_as_a_path_is_read_but_links_stay_inside_its_repo(llama, tmp_path):
+    base, trained = llama
+    snapshot = _as_cache_snapshot(trained, tmp_path / "hub")
+    result = invoke("revert", "--layers", "0", "-q", base, snapshot, tmp_path / "out")
+    assert result.exit_code == 0, result.stderr
+    assert_valid_output(tmp_path / "out")
+    # A link out of the repository's cache folder is still refused, before anything is opened.
+    outside = tmp_path / "outside.safetensors"
+    os.mkfifo(outside)
+    shard = sorted(snapshot.glob("*.safetensors"))[0]
+    shard.unlink()
+    shard.symlink_to(outside)
+    result = run("revert", "--layers", "0", base, snapshot, tmp_path / "out2", timeout=60)
+    assert_refused(result, tmp_path / "out2", message="outside the checkpoint folder")
+
+
 def test_empty_weight_map_next_to_shards_is_a_defect(llama, tmp_path):
     base, trained = llama
     (trained / "model.safetensors.index.json").write_text('{"weight_map": {}}')
