@@ -59,12 +59,24 @@ def accumulate(acc: torch.Tensor, inputs: Sequence[tuple[torch.Tensor, float]]) 
         elif weight == 1.0 and values.element_size() > 1:
             acc.add_(values)  # promotes to the accumulator dtype
         elif acc.dtype == torch_dtype("F32"):
-            # The numpy kernel's fused multiply-add, in the same float64 operations.
-            wide = values.to(torch_dtype("F64")).mul_(_single(weight))
-            acc.copy_(wide.add_(acc))
+            _fused_add(acc.view(-1), values.reshape(-1), _single(weight))
         else:
             acc.add_(values.to(acc.dtype, copy=True).mul_(weight))
     return acc
+
+
+# Elements widened to float64 at a time by `_fused_add`: an 8 MB temporary, however large the
+# parameter (a whole 670M-element embedding in float64 would take 5.4 GB).
+_WIDE_STEP = 2**20
+
+
+def _fused_add(acc: torch.Tensor, values: torch.Tensor, weight: float) -> None:
+    """acc += weight * values with one rounding: the numpy kernel's float64 operations, in
+    slices so the float64 temporary stays small."""
+    for start in range(0, acc.numel(), _WIDE_STEP):
+        part = acc[start : start + _WIDE_STEP]
+        wide = values[start : start + _WIDE_STEP].to(torch_dtype("F64")).mul_(weight)
+        part.copy_(wide.add_(part))
 
 
 def _single(weight: float) -> float:
