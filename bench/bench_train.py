@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
 
 from tests.support import tiny_models  # noqa: E402
 from train.api import train  # noqa: E402
@@ -65,21 +65,7 @@ class StepTimer(TrainerCallback):
 
 def build_base(folder: Path, hidden: int, layers: int) -> Path:
     """A random bf16 Llama of the given size, saved with the tiny tokenizer."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=tiny_models.vocab_size(),
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    return tiny_models.save(LlamaForCausalLM(config).to(torch.bfloat16), folder, "10MB")
+    return tiny_models.random_llama(folder, hidden=hidden, layers=layers, shard_size="10MB")
 
 
 def write_data(path: Path, docs: int = 2000) -> Path:
@@ -222,21 +208,16 @@ def worker(args: argparse.Namespace) -> None:
 
 def build_memory_base(folder: Path, hidden: int, layers: int, vocab: int) -> Path:
     """A random bf16 Llama with `vocab` embedding rows (the tiny tokenizer uses the first few)."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=max(vocab, tiny_models.vocab_size()),
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        max_position_embeddings=2048,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
+    return tiny_models.random_llama(
+        folder,
+        hidden=hidden,
+        layers=layers,
+        vocab=vocab,
+        heads=8,
+        kv_heads=4,
+        positions=2048,
+        shard_size="50MB",
     )
-    return tiny_models.save(LlamaForCausalLM(config).to(torch.bfloat16), folder, "50MB")
 
 
 def memory_main(args: argparse.Namespace) -> None:

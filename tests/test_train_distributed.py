@@ -13,6 +13,9 @@ from train.api import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Three steps at a constant learning rate: every run here compares results, not convergence.
+SHORT_RUN = ["--max-steps", "3", "--block-size", "16", "--lr", "1e-2", "--lr-scheduler", "constant"]
+
 
 def _distance(a: dict, b: dict) -> float:
     return max(float((a[n].float() - b[n].float()).abs().max()) for n in a)
@@ -23,14 +26,7 @@ def test_torchrun_two_ranks_equal_one_process_with_the_same_global_batch(familie
     corpus = str(write_corpus(tmp_path / "sk.jsonl", docs=80))
     out = tmp_path / "ddp"
     options = [
-        "--max-steps",
-        "3",
-        "--block-size",
-        "16",
-        "--lr",
-        "1e-2",
-        "--lr-scheduler",
-        "constant",
+        *SHORT_RUN,
         "--freeze",
         "1:3",
         "--l2sp",
@@ -181,14 +177,7 @@ def test_fsdp_two_ranks_lora_with_freeze_equal_one_process(families, tmp_path):
     base = families("llama")["base"]
     corpus = str(write_corpus(tmp_path / "sk.jsonl", docs=80))
     common = [
-        "--max-steps",
-        "3",
-        "--block-size",
-        "16",
-        "--lr",
-        "1e-2",
-        "--lr-scheduler",
-        "constant",
+        *SHORT_RUN,
         "--freeze",
         "1:2",
         "--lora",

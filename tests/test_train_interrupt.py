@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.support import tiny_models
 from tests.support.train_helpers import write_corpus
@@ -32,22 +30,16 @@ ATTEMPTS = 3
 def big_base(tmp_path_factory) -> Path:
     """About 150 MB of bfloat16 weights in 3 shards, mostly a large vocabulary's embeddings,
     which --freeze-embeddings keeps out of the optimizer (cheap to train, slow enough to save)."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=65536,
-        hidden_size=512,
-        intermediate_size=1024,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
+    return tiny_models.random_llama(
+        tmp_path_factory.mktemp("big") / "base",
+        hidden=512,
+        layers=4,
+        vocab=65536,
+        heads=2,
+        kv_heads=1,
+        positions=64,
+        shard_size="20MB",
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
-    return tiny_models.save(model, tmp_path_factory.mktemp("big") / "base", shard_size="20MB")
 
 
 def _command(base: Path, out: Path, corpus: Path) -> list[str]:

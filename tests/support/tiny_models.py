@@ -136,6 +136,36 @@ def save(model: PreTrainedModel, path: Path, shard_size: str = SHARD_SIZE) -> Pa
     return path
 
 
+def random_llama(
+    folder: Path,
+    *,
+    hidden: int,
+    layers: int,
+    vocab: int = 0,
+    heads: int = 4,
+    kv_heads: int = 2,
+    positions: int = 512,
+    shard_size: str = SHARD_SIZE,
+) -> Path:
+    """A seeded random bf16 Llama of the given size, saved with the tiny tokenizer; `vocab`
+    embedding rows at least (the tokenizer uses the first few)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=max(vocab, vocab_size()),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=positions,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    return save(LlamaForCausalLM(config).to(torch.bfloat16), folder, shard_size)
+
+
 def build_family(arch: str, root: Path, experts: int = 3) -> dict[str, Path | list[Path]]:
     """Save base, trained and `experts` expert checkpoints of one architecture under root."""
     paths: dict[str, Path | list[Path]] = {"base": save(build_model(arch), root / "base")}
