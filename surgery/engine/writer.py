@@ -340,10 +340,11 @@ class _ShardWriter:
             offsets = list(itertools.accumulate((t.nbytes for t in tensors), initial=len(header)))
             # Reductions of segmented kernels first (they write nothing, so they run side by
             # side whatever the hash is waiting for), then every write in file order.
+            layout = [(t, o, _parts(t)) for t, o in zip(tensors, offsets, strict=False)]
             prepared = {
                 id(t.kernel): self.executor.submit(lambda k: k.prepare(k.open(self.pool)), t.kernel)
-                for t in tensors
-                if _parts(t) != [None] and t.kernel is not None
+                for t, _, parts in layout
+                if parts != [None] and t.kernel is not None
             }
             jobs += prepared.values()
             jobs += [
@@ -355,8 +356,8 @@ class _ShardWriter:
                     offset,
                     part,
                 )
-                for tensor, offset in zip(tensors, offsets, strict=False)
-                for part in _parts(tensor)
+                for tensor, offset, parts in layout
+                for part in parts
             ]
             for job in jobs:
                 job.result()  # re-raises a worker's error
