@@ -235,6 +235,7 @@ def _score(
     bar = tqdm(total=len(todo), unit="unit", disable=not options.progress or rank > 0)
     for start in range(0, len(todo), world):
         batch = todo[start : start + world]
+        bar.set_postfix_str(batch[0].id)
         mine = batch[rank] if rank < len(batch) else None
         scored = _score_unit(model, tok, mine, tasks, options) if mine else None
         for result, samples in _gather(scored, world):
@@ -244,7 +245,6 @@ def _score(
         if rank == 0:
             res.write_results(directory, _with(header, units=_ordered(units, done)))
         bar.update(len(batch))
-        bar.set_postfix_str(batch[-1].id)
     bar.close()
 
 

@@ -39,6 +39,8 @@ from eval.study.languages import MADLAD_CODES, is_code
 from eval.tasks import KINDS, TaskSpec, build_spec, parse_task
 
 SPLITS = ("held_in", "held_out")
+# The paper's five families (shipped with the package): `--suite` accepts its path.
+PAPER_SUITE = Path(__file__).parent / "suites" / "paper.yml"
 DEFAULT_DIRECTIONS = ("eng_Latn-{lang}", "{lang}-eng_Latn")
 _KEY_RE = re.compile(r"^[\w.+-]+$")
 _TOP_KEYS = {"families", "languages", "tasks", "root"}
