@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,6 +68,7 @@ def test_read_results_refuses_what_is_not_a_results_folder(tmp_path):
 
 # --- a suite on a tiny Llama ------------------------------------------------------------------
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "eval"
 FAMILIES = {"slavic": ("ces_Latn", "szl_Latn"), "germanic": ("deu_Latn", "ltz_Latn")}
 LANGS = [lang for pair in FAMILIES.values() for lang in pair]
@@ -398,3 +402,31 @@ def test_the_paper_suite_has_its_five_families():
     # The paper's code names languages by MADLAD code: every one maps back.
     assert {suite.variables[lang]["lang2"] for lang in held_in} >= {"fy", "lb", "fil", "ceb"}
     assert all("lang2" in suite.variables[lang] for lang in held_in + held_out)
+
+
+def _cli_process(argv, nproc=None):
+    """`surgery eval` in a fresh process (one thread), under torchrun when nproc is given."""
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    command = [sys.executable, *(launcher if nproc else []), str(ROOT / "cli.py"), "eval"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [*command, *map(str, argv)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_write_the_folder_one_process_writes(study):
+    study, base = study
+    argv = [base, "--suite", study / "suite.yml", *ARGS]
+    one = _cli_process([*argv, "-o", study / "one"])
+    assert one.returncode == 0, one.stderr
+    two = _cli_process([*argv, "-o", study / "two"], nproc=2)
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.count("wrote") == 1  # rank 0 alone writes
+    assert _files(study / "two") == _files(study / "one")
