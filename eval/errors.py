@@ -32,3 +32,7 @@ def data_error(path: Path, line: int | None, message: str) -> EvalDataError:
     """
     where = f"{path}:{line}" if line is not None else str(path)
     return EvalDataError(f"{where}: {message}")
+
+
+class SuiteError(SurgeryError):
+    """A suite file that does not parse, or a results folder that belongs to another run."""
