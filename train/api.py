@@ -182,7 +182,7 @@ def _attach_strategies(
     from train.sharding import any_sharded
 
     if plan.l2sp is not None:
-        trainer.l2sp = L2SP.from_model(model, plan.l2sp, layers)
+        trainer.l2sp = L2SP.from_model(model, plan.l2sp, layers, plan.config.l2sp_form)
         held = _nbytes(t.reference for t in trainer.l2sp.terms)
         trainer.held_bytes["l2sp_reference"] = held
         logger.info("L2-SP: %d regularized tensors, reference %d bytes", len(trainer.l2sp), held)
@@ -231,6 +231,7 @@ def strategies(config: TrainConfig) -> str:
             ("--freeze", config.freeze),
             ("--freeze-embeddings", "" if config.freeze_embeddings else None),
             ("--l2sp", config.l2sp),
+            ("--l2sp-form", config.l2sp_form if config.l2sp else None),
             ("--ema", config.ema),
             ("--lora", config.lora),
             ("--mix-until", ",".join(config.mix_until) or None),

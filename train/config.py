@@ -20,6 +20,7 @@ from surgery.core.layers import LayerValues, format_layers, parse_layer_spec, pa
 from surgery.engine.output_dir import check_output
 from train.checkpoint_io import CheckpointLayout, open_layout
 from train.errors import TrainConfigError
+from train.regularizers import L2SP_FORMS
 from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
 
 MIXED_PRECISION = ("no", "bf16", "fp16")
@@ -142,7 +143,10 @@ class TrainConfig:
         mix_until: `[NAME=]FRACTION` curriculum limits; see `apply_mix_until`.
         freeze: layer spec of layers that get no gradient ("9:28").
         freeze_embeddings: also freeze input embeddings and output head.
-        l2sp: per-layer lambda spec ("9:28=0.05,*=0.001"); penalty lambda/2 * ||w - w0||^2.
+        l2sp: per-layer lambda spec ("9:28=0.05,*=0.001"); `*` covers the other layers and the
+            tensors outside the stack (embeddings, final norm), as in the paper's code.
+        l2sp_form: "sum", lambda * ||w - w0||^2 per optimizer step (the paper's code), or
+            "half", the textbook lambda / 2 * ||w - w0||^2.
         ema, ema_every: alpha and eta of the weight average.
         lora: "r=16,alpha=32[,dropout=..][,targets=a+b]"; merged into full weights when saved.
         dtype: weights dtype while training; the checkpoint keeps BASE's dtypes.
@@ -206,8 +210,15 @@ class TrainConfig:
         default=None,
         metadata=cli(
             "L2-SP strength lambda toward BASE per layer, e.g. '9:28=0.05,*=0.001' "
-            "(penalty lambda/2 * ||w - w0||^2).",
+            "(penalty lambda * ||w - w0||^2 per optimizer step, see --l2sp-form).",
             metavar="SPEC",
+        ),
+    )
+    l2sp_form: str = field(
+        default="sum",
+        metadata=cli(
+            "sum: lambda * ||w - w0||^2, as the paper's code; half: lambda/2 * ||w - w0||^2.",
+            choices=L2SP_FORMS,
         ),
     )
     ema: float | None = field(
@@ -377,6 +388,10 @@ class TrainConfig:
         if self.mixed_precision not in MIXED_PRECISION:
             raise TrainConfigError(
                 f"mixed precision {self.mixed_precision!r}: choose {', '.join(MIXED_PRECISION)}"
+            )
+        if self.l2sp_form not in L2SP_FORMS:
+            raise TrainConfigError(
+                f"--l2sp-form {self.l2sp_form!r}: choose {' or '.join(L2SP_FORMS)}"
             )
         if not self.data:
             raise TrainConfigError("no training data: give at least one --data")
