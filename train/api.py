@@ -93,9 +93,10 @@ def training_arguments(plan: TrainPlan) -> TrainingArguments:
 
 
 def _early_stopping_arguments(plan: TrainPlan) -> dict:
-    """`--save-steps`, or the Trainer's own best-model machinery for `--early-stopping`: an evaluation at every
-    `--eval-every` step (the periodic scores, see `SurgeryTrainer.evaluate`), a checkpoint at
-    each of them (so the best step always has one to reload), and the best reloaded at the end."""
+    """`--save-steps`, or the Trainer's own best-model machinery for `--early-stopping`: an
+    evaluation at every `--eval-every` step (the periodic scores, see `SurgeryTrainer.evaluate`),
+    a checkpoint at each of them (so the best step always has one to reload), and the best
+    reloaded at the end."""
     early = plan.early_stopping
     if early is None:
         return {"save_steps": plan.config.save_steps}
