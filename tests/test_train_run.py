@@ -292,7 +292,7 @@ def test_cli_mix_curriculum_and_token_budget(families, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout.count("saved ") == 1 and f"saved {out}" in result.stdout
     config = TrainConfig(base="b", output="o", data=[], mix_until=["0.5"], l2sp="1:3=0.1")
-    assert strategies(config) == ("strategies: --l2sp 1:3=0.1, --mix-until 0.5")
+    assert strategies(config) == ("strategies: --l2sp 1:3=0.1, --l2sp-form sum, --mix-until 0.5")
     record = json.loads((out / "surgery_train.json").read_text())
     assert record["steps"] == 3 and record["tokens"] == 96
     logs = [e for e in record["log_history"] if "loss" in e]

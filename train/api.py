@@ -81,15 +81,33 @@ def training_arguments(plan: TrainPlan) -> TrainingArguments:
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
         save_strategy="steps",
-        save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
         report_to=report_to,
         disable_tqdm=not cfg.progress,
         use_cpu=not has_accelerator,
         dataloader_num_workers=0,
         **_fsdp_arguments(cfg),
+        **_early_stopping_arguments(plan),
         **cfg.extra_args,
     )
+
+
+def _early_stopping_arguments(plan: TrainPlan) -> dict:
+    """`--save-steps`, or the Trainer's own best-model machinery for `--early-stopping`: an
+    evaluation at every `--eval-every` step (the periodic scores, see `SurgeryTrainer.evaluate`),
+    a checkpoint at each of them (so the best step always has one to reload), and the best
+    reloaded at the end."""
+    early = plan.early_stopping
+    if early is None:
+        return {"save_steps": plan.config.save_steps}
+    return {
+        "eval_strategy": "steps",
+        "eval_steps": plan.config.eval_every,
+        "save_steps": plan.config.eval_every,
+        "load_best_model_at_end": True,
+        "metric_for_best_model": early.metric,
+        "greater_is_better": early.greater_is_better,
+    }
 
 
 def _fsdp_arguments(cfg: TrainConfig) -> dict:
@@ -182,7 +200,7 @@ def _attach_strategies(
     from train.sharding import any_sharded
 
     if plan.l2sp is not None:
-        trainer.l2sp = L2SP.from_model(model, plan.l2sp, layers)
+        trainer.l2sp = L2SP.from_model(model, plan.l2sp, layers, plan.config.l2sp_form)
         held = _nbytes(t.reference for t in trainer.l2sp.terms)
         trainer.held_bytes["l2sp_reference"] = held
         logger.info("L2-SP: %d regularized tensors, reference %d bytes", len(trainer.l2sp), held)
@@ -231,6 +249,7 @@ def strategies(config: TrainConfig) -> str:
             ("--freeze", config.freeze),
             ("--freeze-embeddings", "" if config.freeze_embeddings else None),
             ("--l2sp", config.l2sp),
+            ("--l2sp-form", config.l2sp_form if config.l2sp else None),
             ("--ema", config.ema),
             ("--lora", config.lora),
             ("--mix-until", ",".join(config.mix_until) or None),
@@ -288,6 +307,8 @@ def run(
         train_dataset=dataset,
         data_collator=default_data_collator,
         processing_class=tokenizer,
+        # The Trainer evaluates only with a dataset; the scores come from PeriodicEval instead.
+        eval_dataset=() if plan.early_stopping else None,
     )
     _check_distributed(plan, trainer)
     trainer.tokens_per_step = per_step * block
@@ -295,10 +316,16 @@ def run(
     own = _strategies(plan, trainer, layers)
     if not trainer.is_fsdp_enabled:
         trainer.bind_strategies()  # else after sharding, in create_scheduler
-    if not cfg.keep_checkpoints:
+    if not cfg.keep_checkpoints and plan.early_stopping is None:
+        # (With early stopping the last step may be the best one: its checkpoint is reloaded.)
         own.append(SkipFinalCheckpoint())
     if score is not None and cfg.eval_every is not None:
         own.append(PeriodicEval(trainer, score, cfg.eval_every))
+    if plan.early_stopping is not None:
+        from transformers import EarlyStoppingCallback
+
+        early = plan.early_stopping
+        own.append(EarlyStoppingCallback(early.patience, early.threshold))
         tasks = ", ".join(cfg.eval_tasks) or "the given scorer"
         logger.info("held-out scores every %d steps: %s", cfg.eval_every, tasks)
     for callback in [*own, *callbacks]:
@@ -313,6 +340,22 @@ def run(
     trainer.train(resume_from_checkpoint=str(plan.resume_from) if plan.resume_from else None)
     _save(plan, trainer, steps * per_step * block)
     return plan.output
+
+
+def _best_step(plan: TrainPlan, trainer: SurgeryTrainer) -> dict:
+    """What `--early-stopping` chose: the saved weights are those of `best_step`."""
+    if plan.early_stopping is None:
+        return {}
+    state = trainer.state
+    return {
+        "early_stopping": {
+            "metric": plan.early_stopping.metric,
+            "best_step": state.best_global_step,
+            "best_value": state.best_metric,
+            "stopped_at": state.global_step,
+            "stopped_early": state.global_step < state.max_steps,
+        }
+    }
 
 
 def _carried_entries(plan: TrainPlan) -> list[str]:
@@ -371,6 +414,7 @@ def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:
             "sharded": trainer.is_fsdp_enabled,
             # What the strategies hold on the main process (one shard of each under FSDP).
             "held_bytes_rank0": trainer.held_bytes,
+            **_best_step(plan, trainer),
             "log_history": trainer.state.log_history,
         }
         write_checkpoint(

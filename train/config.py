@@ -20,6 +20,7 @@ from surgery.core.layers import LayerValues, format_layers, parse_layer_spec, pa
 from surgery.engine.output_dir import check_output
 from train.checkpoint_io import CheckpointLayout, open_layout
 from train.errors import TrainConfigError
+from train.regularizers import L2SP_FORMS
 from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
 
 MIXED_PRECISION = ("no", "bf16", "fp16")
@@ -35,6 +36,41 @@ class LoraSpec:
     alpha: float
     dropout: float = 0.0
     targets: str | tuple[str, ...] = "all-linear"
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    """Early stopping on one logged eval metric (names as logged, without `eval/`)."""
+
+    metric: str
+    greater_is_better: bool
+    patience: int
+    threshold: float
+
+
+# Metric names (their last part) whose direction needs no `:min` or `:max`.
+_HIGHER = ("acc", "acc_norm", "acc_bytes", "chrf", "chrf++", "exact_match")
+_LOWER = ("ppl", "word_perplexity", "byte_perplexity", "bits_per_byte", "loss")
+
+
+def parse_early_stopping(spec: str, patience: int, threshold: float) -> EarlyStop:
+    """Parse `METRIC[:min|max]` (e.g. `ppl/sk/ppl`, `belebele/acc:max`).
+
+    Raises:
+        TrainConfigError: an empty metric, or no direction for a metric of unknown kind.
+    """
+    metric, _, mode = spec.removeprefix("eval/").partition(":")
+    leaf = metric.rsplit("/", 1)[-1]
+    if not metric or mode not in ("", "min", "max"):
+        raise TrainConfigError(f"--early-stopping {spec!r}: give METRIC[:min|max], e.g. ppl/ppl")
+    if not mode and leaf not in _HIGHER + _LOWER:
+        raise TrainConfigError(
+            f"--early-stopping {spec!r}: is higher or lower better? add :max or :min"
+        )
+    greater = mode == "max" or (not mode and leaf in _HIGHER)
+    if patience < 1 or threshold < 0:
+        raise TrainConfigError("--patience must be >= 1 and --early-stopping-threshold >= 0")
+    return EarlyStop(metric, greater, patience, threshold)
 
 
 def parse_lora(spec: str) -> LoraSpec:
@@ -115,6 +151,7 @@ class TrainPlan:
     frozen_layers: tuple[int, ...]
     l2sp: LayerValues | None
     lora: LoraSpec | None
+    early_stopping: EarlyStop | None
     drift_groups: tuple[tuple[str, tuple[int, ...]], ...]
     resume_from: Path | None
     # --force without --resume: an earlier run's OUT/checkpoints are deleted when training starts.
@@ -142,7 +179,10 @@ class TrainConfig:
         mix_until: `[NAME=]FRACTION` curriculum limits; see `apply_mix_until`.
         freeze: layer spec of layers that get no gradient ("9:28").
         freeze_embeddings: also freeze input embeddings and output head.
-        l2sp: per-layer lambda spec ("9:28=0.05,*=0.001"); penalty lambda/2 * ||w - w0||^2.
+        l2sp: per-layer lambda spec ("9:28=0.05,*=0.001"); `*` covers the other layers and the
+            tensors outside the stack (embeddings, final norm), as in the paper's code.
+        l2sp_form: "sum", lambda * ||w - w0||^2 per optimizer step (the paper's code), or
+            "half", the textbook lambda / 2 * ||w - w0||^2.
         ema, ema_every: alpha and eta of the weight average.
         lora: "r=16,alpha=32[,dropout=..][,targets=a+b]"; merged into full weights when saved.
         dtype: weights dtype while training; the checkpoint keeps BASE's dtypes.
@@ -152,6 +192,9 @@ class TrainConfig:
         seed, shuffle_buffer: document shuffling per source, mixture order, dropout.
         progress: show the progress bar (else plain log lines).
         force: replace an existing OUT (see `_check_output`).
+        early_stopping, patience, early_stopping_threshold: stop on an `eval_every` metric
+            ("ppl/sk/ppl", "belebele/acc:max") as transformers' EarlyStoppingCallback does, and
+            save the best scored step's weights (`load_best_model_at_end`).
         eval_every, eval_tasks: score these eval task strings every N optimizer steps; the
             scorer itself is passed to `train.api.train` (train does not import eval), the
             strings are recorded with the run.
@@ -206,8 +249,15 @@ class TrainConfig:
         default=None,
         metadata=cli(
             "L2-SP strength lambda toward BASE per layer, e.g. '9:28=0.05,*=0.001' "
-            "(penalty lambda/2 * ||w - w0||^2).",
+            "(penalty lambda * ||w - w0||^2 per optimizer step, see --l2sp-form).",
             metavar="SPEC",
+        ),
+    )
+    l2sp_form: str = field(
+        default="sum",
+        metadata=cli(
+            "sum: lambda * ||w - w0||^2, as the paper's code; half: lambda/2 * ||w - w0||^2.",
+            choices=L2SP_FORMS,
         ),
     )
     ema: float | None = field(
@@ -300,6 +350,21 @@ class TrainConfig:
             metavar="N",
         ),
     )
+    early_stopping: str | None = field(
+        default=None,
+        metadata=cli(
+            "Stop when this --eval-every metric has not improved for --patience scores, and "
+            "save the best step's weights, e.g. ppl/sk/ppl or belebele/acc:max.",
+            metavar="METRIC[:min|max]",
+        ),
+    )
+    patience: int = field(
+        default=6, metadata=cli("Scores without improvement before --early-stopping stops.")
+    )
+    early_stopping_threshold: float = field(
+        default=0.005,
+        metadata=cli("Least change that counts as an improvement for --early-stopping."),
+    )
     # Given on the command line by the eval wrapper's own -t/--task option (see cli.py).
     eval_tasks: Sequence[str] = field(default=(), metadata=cli(hidden=True))
     extra_args: dict = field(default_factory=dict, metadata=cli(hidden=True))
@@ -328,6 +393,7 @@ class TrainConfig:
         frozen = tuple(parse_layer_spec(self.freeze, num_layers)) if self.freeze else ()
         l2sp = _parse_l2sp(self.l2sp, num_layers) if self.l2sp else None
         lora = parse_lora(self.lora) if self.lora else None
+        early = self._early_stopping()
         if lora is not None and (l2sp is not None or self.ema is not None):
             raise TrainConfigError("--lora is a baseline on its own: drop --l2sp and --ema")
         groups = drift_groups(self.drift_groups, num_layers, frozen, l2sp)
@@ -341,11 +407,26 @@ class TrainConfig:
             frozen_layers=frozen,
             l2sp=l2sp,
             lora=lora,
+            early_stopping=early,
             drift_groups=groups,
             resume_from=resume_from,
             discard_checkpoints=self.force and not self.resume,
             dtype=_training_dtype(self.dtype),
             block_size=_block_size(self.block_size, layout.config),
+        )
+
+    def _early_stopping(self) -> EarlyStop | None:
+        if self.early_stopping is None:
+            return None
+        if self.eval_every is None:
+            raise TrainConfigError("--early-stopping needs --eval-every N with -t TASK")
+        if self.ema is not None and self.eval_every % self.ema_every:
+            # Scored (and saved) steps must be averaged ones, or the best would be raw weights.
+            raise TrainConfigError(
+                "--early-stopping with --ema: --eval-every must be a multiple of --ema-every"
+            )
+        return parse_early_stopping(
+            self.early_stopping, self.patience, self.early_stopping_threshold
         )
 
     def _check_numbers(self) -> None:
@@ -377,6 +458,10 @@ class TrainConfig:
         if self.mixed_precision not in MIXED_PRECISION:
             raise TrainConfigError(
                 f"mixed precision {self.mixed_precision!r}: choose {', '.join(MIXED_PRECISION)}"
+            )
+        if self.l2sp_form not in L2SP_FORMS:
+            raise TrainConfigError(
+                f"--l2sp-form {self.l2sp_form!r}: choose {' or '.join(L2SP_FORMS)}"
             )
         if not self.data:
             raise TrainConfigError("no training data: give at least one --data")

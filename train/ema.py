@@ -107,8 +107,10 @@ class EMACallback(TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
     ) -> None:
-        """Take the last average when the run ends between two averaging steps."""
-        if state.global_step % self.ema.every != 0:
+        """Take the last average when the run ends between two averaging steps (not when
+        `--early-stopping` reloaded the best step's weights, an averaged step)."""
+        reloaded = args.load_best_model_at_end and state.best_model_checkpoint is not None
+        if state.global_step % self.ema.every != 0 and not reloaded:
             self.ema.update()
 
     def on_save(

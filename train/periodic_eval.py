@@ -43,6 +43,15 @@ class PeriodicEval(TrainerCallback):
         self.trainer = trainer
         self.score = score
         self.every = every
+        self._last: tuple[int, dict[str, float]] = (-1, {})
+        trainer.scores_of_step = self.scores_of_step
+
+    def scores_of_step(self) -> dict[str, float]:
+        """The scores of the trainer's current step: those measured at its end, else now."""
+        step = self.trainer.state.global_step
+        if self._last[0] != step:
+            self._last = (step, self.measure())
+        return self._last[1]
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs
@@ -56,6 +65,7 @@ class PeriodicEval(TrainerCallback):
             return
         start = time.perf_counter()
         metrics = self.measure()
+        self._last = (state.global_step, metrics)
         # Scoring time is not training time: keep it out of the next tokens_per_second.
         self.trainer.exclude_from_rate(time.perf_counter() - start)
         if control.should_log:

@@ -1,7 +1,12 @@
-"""L2-SP: a pull toward the starting point, lambda / 2 * ||w - w0||^2 per parameter.
+"""L2-SP: a pull toward the starting point, lambda * ||w - w0||^2 per parameter.
 
-The 1/2 is included, so a parameter's gradient gains lambda * (w - w0) and lambda reads like a
-weight-decay coefficient toward w0 (AdamW's decay toward zero without the decoupling).
+Two forms (`--l2sp-form`):
+- `sum` (the default): lambda * ||w - w0||^2, as the paper's public code adds it to the loss
+  (`LayerRangeL2SPRegularizer.penalty`: sum_p lambda_p * sum (w - w0)^2, no 1/2); a parameter's
+  gradient gains 2 * lambda * (w - w0).
+- `half`: the textbook lambda / 2 * ||w - w0||^2; the gradient gains lambda * (w - w0), so lambda
+  reads like a weight-decay coefficient toward w0 (AdamW's decay toward zero without the
+  decoupling). The same lambda pulls half as hard as in `sum`.
 
 The gradient is added directly, once per optimizer step, after the last micro-batch's backward
 pass: by then data parallelism has averaged the data gradients across ranks and gradient
@@ -28,6 +33,9 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+# `sum`: lambda * ||w - w0||^2 (the paper's code); `half`: lambda / 2 * ||w - w0||^2.
+L2SP_FORMS = ("sum", "half")
+
 
 @dataclass
 class _Term:
@@ -44,13 +52,22 @@ class L2SP:
     this rank's shard only under FSDP2).
     """
 
-    def __init__(self, terms: list[_Term]) -> None:
+    def __init__(self, terms: list[_Term], form: str = "sum") -> None:
+        if form not in L2SP_FORMS:
+            raise ValueError(f"L2-SP form {form!r}: choose {' or '.join(L2SP_FORMS)}")
         self.terms = terms
+        self.form = form
+        # Penalty factor * lambda * ||w - w0||^2, gradient 2 * factor * lambda * (w - w0).
+        self.factor = 1.0 if form == "sum" else 0.5
         self.sharded = any(is_sharded(t.param) for t in terms)
 
     @classmethod
     def from_model(
-        cls, model: nn.Module, values: LayerValues, layers: Mapping[str, int | None]
+        cls,
+        model: nn.Module,
+        values: LayerValues,
+        layers: Mapping[str, int | None],
+        form: str = "sum",
     ) -> L2SP:
         """Snapshot the reference w0 of every trainable parameter with lambda > 0.
 
@@ -58,6 +75,7 @@ class L2SP:
             model: the model holding the base weights (on its training device).
             values: lambda per layer; `default` for other layers and tensors outside the stack.
             layers: each parameter name's layer (see `freezing.layer_map`).
+            form: "sum" (lambda * ||w - w0||^2) or "half" (lambda / 2 * ||w - w0||^2).
 
         Returns:
             The regularizer.
@@ -68,21 +86,21 @@ class L2SP:
             if param.requires_grad and strength:
                 reference = local(param.detach()).clone()
                 terms.append(_Term(name, param, reference, float(strength)))
-        return cls(terms)
+        return cls(terms, form)
 
     def __len__(self) -> int:
         return len(self.terms)
 
     def penalty(self) -> float:
-        """sum over parameters of lambda / 2 * ||w - w0||^2 (for logging; a collective when
-        sharded: every rank must call it)."""
+        """sum over parameters of lambda * ||w - w0||^2 (times 1/2 in the `half` form), for
+        logging; a collective when sharded: every rank must call it."""
         import torch
 
         with torch.no_grad():
             total = torch.zeros((), dtype=torch.float64, device=self._device())
             for t in self.terms:
                 delta = local(t.param.detach()).float() - t.reference.float()
-                total += 0.5 * t.strength * delta.square().sum(dtype=torch.float64)
+                total += self.factor * t.strength * delta.square().sum(dtype=torch.float64)
             # One number crosses to the host (and over the ranks), not the weights.
             return all_reduce_sum([float(total)], self.sharded)[0]
 
@@ -92,7 +110,8 @@ class L2SP:
         return self.terms[0].reference.device if self.terms else torch.device("cpu")
 
     def add_gradient(self, scale: float = 1.0) -> None:
-        """Add `scale * lambda * (w - w0)` to each regularized parameter's gradient.
+        """Add the penalty's gradient, `scale * 2 * factor * lambda * (w - w0)`, to each
+        regularized parameter's gradient.
 
         Args:
             scale: the loss scale of fp16 mixed precision (the gradients are still scaled).
@@ -102,7 +121,7 @@ class L2SP:
         with torch.no_grad():
             for term in self.terms:
                 weights = local(term.param.detach())
-                delta = (weights - term.reference).mul_(term.strength * scale)
+                delta = (weights - term.reference).mul_(2 * self.factor * term.strength * scale)
                 if term.param.grad is None:
                     # No data gradient reached it (an unused parameter): the penalty's alone.
                     term.param.grad = _like(term.param, delta.to(weights.dtype))

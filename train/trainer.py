@@ -33,6 +33,8 @@ class SurgeryTrainer(Trainer):
         self.held_bytes: dict[str, int] = {}
         # Values the next loss log carries (held-out scores of the same step).
         self.pending_logs: dict[str, float] = {}
+        # The periodic scores of the current step (set by PeriodicEval), for `evaluate`.
+        self.scores_of_step: Callable[[], dict[str, float]] | None = None
         # (time, step) of the last log; set at the first step so startup does not count.
         self._last_log: tuple[float, int] | None = None
 
@@ -74,6 +76,20 @@ class SurgeryTrainer(Trainer):
             scaler = getattr(self.accelerator, "scaler", None)
             self.l2sp.add_gradient(scale=scaler.get_scale() if scaler is not None else 1.0)
         return loss
+
+    def evaluate(
+        self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"
+    ) -> dict[str, float]:
+        """The Trainer's evaluation (for `--early-stopping`'s best-model machinery) is the
+        periodic scorer's: this step's scores (measured now if the step had none), named
+        `eval_<metric>` as the Trainer expects, handed to the callbacks (EarlyStoppingCallback).
+        They were logged already, as `eval/<metric>`."""
+        scores = self.scores_of_step() if self.scores_of_step is not None else {}
+        metrics = {f"{metric_key_prefix}_{k.removeprefix('eval/')}": v for k, v in scores.items()}
+        self.control = self.callback_handler.on_evaluate(
+            self.args, self.state, self.control, metrics
+        )
+        return metrics
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add tokens per second, the L2-SP penalty, per-group drift and the step's held-out

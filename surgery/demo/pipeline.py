@@ -380,7 +380,7 @@ def run_demo(
     runs = {
         "dense": {},
         "freeze": {"freeze": size.middle},
-        "l2sp": {"l2sp": f"{size.middle}=1.0,*=0.01"},
+        "l2sp": {"l2sp": f"{size.middle}=0.5,*=0.005"},
         "ema": {"ema": 0.92},
     }
     for name, extra in runs.items():
@@ -536,7 +536,7 @@ EXPLAIN = {
     "Layer-range L2-SP": (
         "dense CPT with an L2 pull toward the base, strong (1.0) on the middle layers and weak "
         "(0.01) elsewhere.",
-        'surgery train {m}/base {m}/l2sp {data} --l2sp "{middle}=1.0,*=0.01"',
+        'surgery train {m}/base {m}/l2sp {data} --l2sp "{middle}=0.5,*=0.005"',
     ),
     "EMA": (
         "dense CPT where every step the weights are averaged back toward the previous ones "

@@ -62,9 +62,19 @@ def describe_operation(recipe: dict) -> str:
         return (
             f"Continued pretraining of {roles.get('base')}: {recipe.get('steps', '?')} optimizer "
             f"steps on {recipe.get('tokens', '?')} tokens, saved in the base's exact layout "
-            "(tensor names, shapes, dtypes and shard files)."
+            "(tensor names, shapes, dtypes and shard files)." + _l2sp_sentence(recipe)
         )
     return f"Made by the `{operation}` operation."
+
+
+def _l2sp_sentence(recipe: dict) -> str:
+    """What the L2-SP lambdas of a training run mean (their form), when it used L2-SP."""
+    config = recipe.get("config") or {}
+    if not config.get("l2sp"):
+        return ""
+    half = config.get("l2sp_form") == "half"
+    penalty = "lambda / 2 * ||w - w0||^2" if half else "lambda * ||w - w0||^2"
+    return f" L2-SP toward the base: `{config['l2sp']}`, penalty {penalty} per optimizer step."
 
 
 def _front_matter(recipe: dict) -> str:
