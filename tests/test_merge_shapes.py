@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS
 from surgery.engine.ops.merge.dare import Dare
+from surgery.engine.ops.merge.spec import MergeConfigError
 from tests.support import tiny_models
 from tests.support.checks import assert_valid_output, load_state, ulp_distance
 from tests.test_merge import mergekit_run, models, surgery_run
@@ -158,3 +159,12 @@ def test_sparsified_merges_of_multidimensional_tensors_match_mergekit(
         return
     ulps = {k: ulp_distance(ours[k], v) for k, v in theirs.items()}
     assert max(ulps.values()) <= 1, {k: u for k, u in ulps.items() if u > 1}
+
+
+def test_della_refuses_tensors_of_three_dimensions(moe, tmp_path):
+    # DELLA ranks within rows; mergekit ranks a 3-D tensor along its second dimension instead.
+    params = [{"weight": 0.5, "density": 0.5}, {"weight": 0.5, "density": 0.5}]
+    config = {"merge_method": "della", **models(moe, params)}
+    with pytest.raises(MergeConfigError, match="DELLA ranks rows of 1-D or 2-D tensors"):
+        surgery_run(config, tmp_path)
+    assert not (tmp_path / "ours").exists()
