@@ -290,7 +290,9 @@ def _check_index_names(index_path: Path, weight_map: dict[str, str]) -> None:
     for name, file in weight_map.items():
         for text in (name, file):
             if not is_utf8(text):
-                raise _fail(index_path, f"index holds {text[:60]!r}, a lone surrogate, not text")
+                raise _fail(
+                    index_path, f"index name {text[:60]!r} holds a lone surrogate (not text)"
+                )
         if "\0" in file:
             raise _fail(index_path, f"index names {file[:60]!r}, not a file name (a NUL byte)")
 

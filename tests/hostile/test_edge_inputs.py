@@ -92,8 +92,8 @@ def _indexed(folder: Path, files: dict[str, str]) -> Path:
 GOOD = {"a": '"s0.safetensors"', "b": '"s1.safetensors"'}
 BAD_INDEXES = [
     (GOOD | {"b": '"s1\\u0000.safetensors"'}, "not a file name (a NUL byte)"),
-    (GOOD | {"b": '"s1\\ud800.safetensors"'}, "a lone surrogate, not text"),
-    (GOOD | {"b": '"s1\\udc80.safetensors"'}, "a lone surrogate, not text"),
+    (GOOD | {"b": '"s1\\ud800.safetensors"'}, "holds a lone surrogate (not text)"),
+    (GOOD | {"b": '"s1\\udc80.safetensors"'}, "holds a lone surrogate (not text)"),
 ]
 
 
@@ -121,7 +121,7 @@ def test_index_keys_with_a_lone_surrogate_are_one_line(tmp_path):
     index = bad / "model.safetensors.index.json"
     index.write_text(index.read_text().replace('"model.layers.1.b"', '"model.layers.1.\\ud800"'))
     result = invoke("revert", "--layers", "0", base, bad, tmp_path / "out")
-    assert_refused(result, tmp_path / "out", message="a lone surrogate, not text")
+    assert_refused(result, tmp_path / "out", message="holds a lone surrogate (not text)")
     assert json.loads(index.read_text())  # Python's json accepts it: the reader must not
 
 
