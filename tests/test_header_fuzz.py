@@ -10,13 +10,16 @@ safetensors refuses, and must accept everything safetensors accepts.
 import json
 import struct
 
+import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
+from safetensors.torch import save_file
 
 from surgery.core.dtypes import DTYPES, bits
 from surgery.core.errors import CheckpointError
-from surgery.engine.reader import read_shard
+from surgery.engine.reader import INDEX_NAME, open_checkpoint, read_shard
 
 
 class Raw(str):
@@ -159,3 +162,74 @@ def test_reader_agrees_with_safetensors(tmp_path, case):
     assert theirs, (header, detail)
     assert {t.name for t in shard.tensors} == detail
     assert shard.metadata == metadata
+
+
+# Indexes: the reader opens a folder through its model.safetensors.index.json, whose names are
+# paths. Whatever the index holds, opening the folder gives the checkpoint or a CheckpointError
+# whose message can be printed (UTF-8), never another exception.
+_FILES = ("s1.safetensors", "s2.safetensors")
+_NAMES = ("a", "b")
+odd_files = st.sampled_from(
+    [
+        Raw('"s1\\u0000.safetensors"'),
+        Raw('"\\ud800.safetensors"'),
+        Raw('"s2\\udc80.safetensors"'),
+        "../s1.safetensors",
+        "/etc/hostname",
+        "",
+        ".",
+        "./s1.safetensors",
+        "s1.safetensors/",
+        "x" * 300,
+        "é.safetensors",
+        Raw("null"),
+        Raw("3"),
+        Raw("[]"),
+    ]
+)
+odd_keys = st.sampled_from([Raw('"\\ud800"'), Raw('"a\\udc00"'), Raw('"a\\u0000"'), "", "c"])
+
+
+@st.composite
+def indexes(draw):
+    """Index file bytes: mostly a valid weight_map of the two shards, with mutations."""
+    pairs = [
+        (
+            pick(draw, st.just(name), st.one_of(odd_keys, st.text(max_size=3)), 10),
+            pick(draw, st.just(file), st.one_of(odd_files, st.text(max_size=3)), 10),
+        )
+        for name, file in zip(_NAMES, _FILES, strict=True)
+    ]
+    if draw(st.integers(0, 9)) == 0:
+        pairs.append(draw(st.sampled_from(pairs)))  # a duplicate key
+    weight_map = pick(draw, st.just(tuple(pairs)), st.sampled_from([Raw("null"), [], ()]), 5)
+    root = [("metadata", (("total_size", 32),)), ("weight_map", weight_map)]
+    text = pick(draw, st.just(dump(tuple(root))), st.sampled_from(["[]", "{", '"x"']), 3)
+    raw = text.encode("utf-8", "surrogatepass")
+    return pick(draw, st.just(raw), st.sampled_from([b"\xff" + raw, b"\xef\xbb\xbf" + raw]), 3)
+
+
+@pytest.fixture(scope="module")
+def two_shards(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("indexed")
+    for name, file in zip(_NAMES, _FILES, strict=True):
+        save_file({name: torch.ones(4)}, folder / file)
+    return folder
+
+
+@settings(
+    max_examples=1000,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(indexes())
+def test_any_index_opens_or_is_one_checkpoint_error(two_shards, index):
+    (two_shards / INDEX_NAME).write_bytes(index)
+    try:
+        checkpoint = open_checkpoint(two_shards)
+    except CheckpointError as error:
+        str(error).encode("utf-8")  # printable: no lone surrogate reaches the message
+        return
+    assert {t.name for t in checkpoint} == set(_NAMES)

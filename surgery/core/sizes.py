@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from surgery.core.errors import SurgeryError
 
 _UNITS = {
@@ -19,7 +21,7 @@ _UNITS = {
 
 
 class SizeError(SurgeryError, ValueError):
-    """A size that does not parse or is not positive."""
+    """A size that does not parse, is not finite or is under one byte."""
 
 
 def parse_size(text: str | int) -> int:
@@ -28,7 +30,8 @@ def parse_size(text: str | int) -> int:
     Decimal units (KB, MB, GB, TB) are powers of 1000, binary ones (KiB, MiB, GiB, TiB) of 1024.
 
     Raises:
-        SizeError: an unknown unit, a number that does not parse, or a size <= 0.
+        SizeError: an unknown unit, a number that does not parse or is not finite (`inf`,
+            `1e400`), or a size below one byte (`0.4` is not 0 bytes).
     """
     if isinstance(text, int):
         if text <= 0:
@@ -41,9 +44,13 @@ def parse_size(text: str | int) -> int:
         value = float(number)
     except ValueError:
         value = -1.0
-    if unit not in _UNITS or not value > 0:
+    size = value * _UNITS[unit] if unit in _UNITS else -1.0
+    if not 0 < size < math.inf:  # NaN compares false; inf, 1e400 or 1e300GB cannot be counted
         raise SizeError(f"cannot parse size {text!r}; write e.g. 5GB, 500MB or 2GiB")
-    return int(value * _UNITS[unit])
+    count = int(size)
+    if count < 1:
+        raise SizeError(f"size {text!r} is less than one byte")
+    return count
 
 
 def format_size(count: float) -> str:

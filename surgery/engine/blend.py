@@ -15,7 +15,7 @@ inputs) rounds the product before adding it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -184,11 +184,8 @@ class ChunkBlender:
                 acc[:] = wide
         if divisor != 1.0:
             acc /= work(divisor)
-        if not may_overflow(acc, tensor.dtype):
-            return encode(acc, tensor.dtype, finite=True)
-        out = encode(acc, tensor.dtype)
-        _check_rounded(tensor, out, chunks)
-        return out
+        inputs = lambda: (decode(raw, dtype, np.float64) for raw, dtype, _ in chunks)  # noqa: E731
+        return encode_checked(tensor, acc, inputs)
 
     def _buffer(self, role: str, work: type, count: int) -> np.ndarray:
         buffer = self._buffers.get((role, work))
@@ -197,22 +194,41 @@ class ChunkBlender:
         return buffer[:count]
 
 
-def _check_rounded(
-    tensor: object, out: np.ndarray, chunks: Sequence[tuple[memoryview, str, float]]
-) -> None:
-    """`check_finite` on a numpy chunk: count values that are not finite in `out` (encoded
-    bytes) but finite in every input."""
+def encode_checked(
+    tensor: object, values: np.ndarray, inputs: Callable[[], Iterable[np.ndarray]]
+) -> np.ndarray:
+    """`values` (a float32 or float64 chunk of `tensor`) rounded once to `tensor.dtype` by
+    `encode`, refusing inf or NaN where every input value was finite: `check_finite`'s rule for
+    numpy chunks, shared by the blends and the merge kernels.
+
+    Args:
+        tensor: the output tensor being written (its `name` and `dtype` go in the message).
+        values: the chunk's result before its one rounding.
+        inputs: gives the chunk's input values (arrays as long as `values`); called only when
+            the rounded chunk is not finite.
+
+    Returns:
+        The rounded chunk, as an array of its bytes' dtype (`encode`'s).
+
+    Raises:
+        SurgeryError: the rounded chunk has inf or NaN where every input was finite.
+    """
+    if not may_overflow(values, tensor.dtype):
+        return encode(values, tensor.dtype, finite=True)
+    out = encode(values, tensor.dtype)
+    # Count in the encoded bytes: what the file will hold, whatever rounding led there.
     new = ~np.isfinite(decode(memoryview(out).cast("B"), tensor.dtype, np.float64))
-    if not new.any():
-        return
-    for raw, dtype, _ in chunks:
-        new &= np.isfinite(decode(raw, dtype, np.float64))
-    _refuse_overflow(tensor, int(new.sum()))
+    if new.any():
+        for array in inputs():
+            new &= np.isfinite(array)
+        _refuse_overflow(tensor, int(new.sum()))
+    return out
 
 
 def _refuse_overflow(tensor: object, count: int) -> None:
     if count:
         raise SurgeryError(
             f"{tensor.name!r}: {count} value(s) overflow {tensor.dtype} (inf or NaN from finite "
-            "inputs); choose a wider --dtype or smaller weights/alphas"
+            "inputs); choose a wider output dtype (--dtype, a merge's out_dtype) or smaller "
+            "weights/alphas"
         )

@@ -52,9 +52,12 @@ def encode(values: np.ndarray, dtype: str, *, finite: bool = False) -> np.ndarra
     check)."""
     if dtype == "F64":
         return values.astype(np.float64, copy=False)
-    single = values.astype(np.float32, copy=False)  # float64 -> 16 bits goes through float32
-    if dtype != "BF16":
-        return single.astype(NUMPY[dtype], copy=False)
+    # Values beyond the dtype's range become inf without numpy's warning lines: refusing an
+    # overflow is the caller's check (`surgery.engine.blend.encode_checked`).
+    with np.errstate(over="ignore", invalid="ignore"):
+        single = values.astype(np.float32, copy=False)  # float64 -> 16 bits goes via float32
+        if dtype != "BF16":
+            return single.astype(NUMPY[dtype], copy=False)
     bits = single.view(np.uint32)
     rounded = bits >> 16
     rounded &= 1
@@ -70,15 +73,22 @@ def encode(values: np.ndarray, dtype: str, *, finite: bool = False) -> np.ndarra
 
 
 def _surely_finite(values: np.ndarray) -> bool:
-    return bool(np.isfinite(np.add.reduce(values, dtype=values.dtype)))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum just says "no"
+        return bool(np.isfinite(np.add.reduce(values, dtype=values.dtype)))
 
 
 def may_overflow(values: np.ndarray, dtype: str) -> bool:
-    """Whether rounding `values` to `dtype` might give an infinity or NaN: some value is not
-    finite or lies at or beyond the dtype's overflow threshold. Two reductions, no allocation;
-    False means the rounded values are surely finite."""
+    """Whether rounding `values` to `dtype` (as `encode` rounds them) might give an infinity or
+    NaN: some value is not finite or lies at or beyond the dtype's overflow threshold. Two
+    reductions, no allocation; False means the rounded values are surely finite."""
     if not len(values):
         return False
     limit = _OVERFLOW[dtype]
     low, high = np.minimum.reduce(values), np.maximum.reduce(values)
+    if values.dtype == np.float64 and dtype in ("F16", "BF16"):
+        # `encode` rounds float64 to float32 first, and the 16-bit threshold applies to that
+        # float32 (65519.999 becomes 65520.0, then inf). Rounding is monotonic, so the rounded
+        # extremes are the extremes of the rounded values.
+        with np.errstate(over="ignore"):
+            low, high = np.float32(low), np.float32(high)
     return not (-limit < low and high < limit)  # NaN compares false: "might"

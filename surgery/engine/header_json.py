@@ -66,16 +66,24 @@ def _parse_constant(text: str) -> None:
     raise HeaderError(f"{text} is not a JSON number")
 
 
+def is_utf8(text: str) -> bool:
+    """Whether `text` is valid Unicode text, encodable as UTF-8: JSON's `\\ud800` escapes give
+    Python strings with lone surrogates, which no UTF-8 file name or header can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_strings_and_depth(root: object) -> None:
     """Refuse lone surrogates in any string and nesting deeper than serde_json allows."""
     stack = [(root, 1)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise HeaderError(f"string {value[:40]!r} holds a lone surrogate") from None
+            if not is_utf8(value):
+                raise HeaderError(f"string {value[:40]!r} holds a lone surrogate")
         elif isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
                 raise HeaderError(f"nested deeper than {MAX_DEPTH} levels")

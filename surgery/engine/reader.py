@@ -21,7 +21,7 @@ from pathlib import Path
 from surgery.core.dtypes import bits, is_float, is_known, nbytes
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import Stack, find_stacks
-from surgery.engine.header_json import USIZE_LIMIT, HeaderError, parse_header
+from surgery.engine.header_json import USIZE_LIMIT, HeaderError, is_utf8, parse_header
 from surgery.engine.source import ByteSource, LocalFile, Opener
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -279,7 +279,22 @@ def load_index(index_path: Path) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
     ):
         raise _fail(index_path, "index has no valid weight_map (name -> shard file)")
+    _check_index_names(index_path, weight_map)
     return weight_map
+
+
+def _check_index_names(index_path: Path, weight_map: dict[str, str]) -> None:
+    """Refuse what no shard header or file name can hold, before any path is built from it: a
+    lone surrogate in a name or file (not text; safetensors refuses them in headers), a NUL
+    byte in a file name."""
+    for name, file in weight_map.items():
+        for text in (name, file):
+            if not is_utf8(text):
+                raise _fail(
+                    index_path, f"index name {text[:60]!r} holds a lone surrogate (not text)"
+                )
+        if "\0" in file:
+            raise _fail(index_path, f"index names {file[:60]!r}, not a file name (a NUL byte)")
 
 
 def index_problems(weight_map: dict[str, str], shards: list[Shard]) -> list[str]:
@@ -340,6 +355,15 @@ def openers(checkpoints: Iterable[Checkpoint]) -> dict[Path, Opener]:
     return {path: opener for ckpt in checkpoints for path, opener in ckpt.openers.items()}
 
 
+def _present(path: Path, remote: Mapping[Path, Opener]) -> bool:
+    """Whether a shard file is there (on disk or remote); an unusable name (too long, say) is
+    an error here, not a traceback from `Path.exists`."""
+    try:
+        return path in remote or path.exists()
+    except OSError as error:
+        raise _fail(path, f"cannot read: {error.strerror}") from None
+
+
 def _shard_files(
     folder: Path, remote: Mapping[Path, Opener], root: Path | None = None
 ) -> tuple[list[Path], dict[str, str] | None]:
@@ -356,9 +380,7 @@ def _shard_files(
             raise _fail(index_path, "the index's weight_map is empty (it maps no tensor)")
         files = sorted(set(weight_map.values()))
         paths = [member(folder, f, root or folder) for f in files]
-        missing = [
-            f for f, p in zip(files, paths, strict=True) if not p.exists() and p not in remote
-        ]
+        missing = [f for f, p in zip(files, paths, strict=True) if not _present(p, remote)]
         if missing:
             raise _fail(folder, f"index names shard(s) that are missing: {', '.join(missing)}")
         return paths, weight_map

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from functools import partial
 
 import numpy as np
 
 from surgery.core.dtypes import itemsize
-from surgery.engine.float_codec import CODEC_DTYPES, decode, encode
+from surgery.engine.blend import encode_checked
+from surgery.engine.float_codec import CODEC_DTYPES, decode
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.reader import TensorInfo
 from surgery.engine.shard_hash import OrderedHash
@@ -41,6 +43,10 @@ class Inputs:
         """Elements [start, stop) of input `index`."""
         return decode(self.bytes[index][start:stop], self.tensors[index].dtype, self.work)
 
+    def all(self, start: int, stop: int) -> list[np.ndarray]:
+        """Elements [start, stop) of every input."""
+        return [self.chunk(i, start, stop) for i in range(len(self.tensors))]
+
     def chunks(
         self, step: int = CHUNK_ELEMENTS, part: range | None = None
     ) -> Iterator[tuple[int, list[np.ndarray]]]:
@@ -49,21 +55,34 @@ class Inputs:
         part = range(self.numel) if part is None else part
         for start in range(part.start, part.stop, step):
             stop = min(start + step, part.stop)
-            yield start, [self.chunk(i, start, stop) for i in range(len(self.tensors))]
+            yield start, self.all(start, stop)
 
 
 class Output:
-    """Writes chunks of one output tensor at its place in an open shard."""
+    """Writes chunks of one output tensor (`name`, `dtype`) at its place in an open shard."""
 
     def __init__(
-        self, fd: int, offset: int, dtype: str, progress: object, hasher: OrderedHash
+        self,
+        fd: int,
+        offset: int,
+        name: str,
+        dtype: str,
+        inputs: Inputs,
+        progress: object,
+        hasher: OrderedHash,
     ) -> None:
-        self.fd, self.offset, self.dtype, self.progress = fd, offset, dtype, progress
-        self.hasher = hasher
+        self.fd, self.offset, self.name, self.dtype = fd, offset, name, dtype
+        self.inputs, self.progress, self.hasher = inputs, progress, hasher
 
     def put(self, start: int, values: np.ndarray) -> None:
-        """Round `values` once to the output dtype and write them at element `start`."""
-        data = memoryview(encode(values, self.dtype)).cast("B")
+        """Round `values` once to the output dtype and write them at element `start`.
+
+        Raises:
+            SurgeryError: the rounding overflows (inf or NaN from finite inputs), as a blend's.
+        """
+        stop = start + len(values)
+        rounded = encode_checked(self, values, partial(self.inputs.all, start, stop))
+        data = memoryview(rounded).cast("B")
         position = self.offset + start * itemsize(self.dtype)
         self.hasher.add(position, data)  # copied if early: bounded by the hash's pending limit
         total = len(data)

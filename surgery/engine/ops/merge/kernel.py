@@ -55,10 +55,13 @@ class Kernel(ABC):
         """Compute the tensor, or the elements in `part` given `prepare`'s `state`, and write
         them at byte `offset` of the open shard `fd`, feeding the bytes written to `hasher`."""
         inputs = self.open(pool)
-        out = Output(fd, offset, self.out_dtype, progress, hasher)
-        if part is None:
-            part, state = range(inputs.numel), self.prepare(inputs)
-        self.map_part(inputs, out, part, state)
+        out = Output(fd, offset, self.name, self.out_dtype, inputs, progress, hasher)
+        # An overflow in the arithmetic is refused where the chunk is rounded (`Output.put`);
+        # numpy's warnings would only add lines to the one-line error.
+        with np.errstate(over="ignore", invalid="ignore"):
+            if part is None:
+                part, state = range(inputs.numel), self.prepare(inputs)
+            self.map_part(inputs, out, part, state)
 
     def prepare(self, inputs: Inputs) -> object:
         """The reduction passes (norms, thresholds, rescaling factors); none by default."""

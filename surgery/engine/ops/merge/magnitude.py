@@ -34,7 +34,8 @@ class Magnitude(Sparsifier):
         self.range = RankRange(keys, width, lo, hi, self.numel)
 
     def _is_double(self) -> bool:
-        return next(self.deltas())[1].dtype == np.float64
+        first = next(self.deltas(), None)  # None: an empty tensor, no chunks (any width works)
+        return first is not None and first[1].dtype == np.float64
 
     def reset(self) -> None:
         """Restart the tie counters."""

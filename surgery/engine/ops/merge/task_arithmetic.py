@@ -50,9 +50,11 @@ VARIANTS = (
 
 
 def _row_length(job: TensorJob) -> int:
+    """DELLA's row: the last dimension, or a whole 1-D tensor (at least 1: an empty tensor has
+    no chunks, but the chunk step must stay a positive multiple of it)."""
     if len(job.shape) > 2:
         raise MergeConfigError(f"DELLA ranks rows of 1-D or 2-D tensors; {job.name!r} is not")
-    return job.shape[-1] if len(job.shape) == 2 else max(1, int(np.prod(job.shape)))
+    return max(1, job.shape[-1] if len(job.shape) == 2 else int(np.prod(job.shape)))
 
 
 class TaskArithmetic(Kernel):
@@ -64,8 +66,8 @@ class TaskArithmetic(Kernel):
         self.base, self.others = job.base, job.non_base
         self.weights = [float(job.per_input[i]["weight"]) for i in self.others]
         if variant.sparsify == "della_magprune":
-            row = _row_length(job)
-            self.step = max(row, CHUNK_ELEMENTS // row * row)  # whole rows per chunk
+            self.row = _row_length(job)  # only DELLA has rows; the others see a flat tensor
+            self.step = max(self.row, CHUNK_ELEMENTS // self.row * self.row)  # whole rows
 
     def _deltas(self, inputs: Inputs, index: int) -> Deltas:
         def passes() -> Iterator[tuple[int, np.ndarray]]:
@@ -84,16 +86,14 @@ class TaskArithmetic(Kernel):
         if method is None or density >= 1:
             return KeepAll(deltas, numel)
         key = (self.job.seed, self.name, position)
+        if method == "della_magprune":  # the one method with rows (set up in __init__)
+            epsilon = float(params.get("epsilon", 0))
+            return Della(deltas, numel, rescale, density, epsilon, self.row, key)
+        # TIES, DARE and Breadcrumbs see the tensor flat, whatever its shape, as mergekit does.
         make: Callable[..., Sparsifier] = {
             "magnitude": Magnitude,
             "magnitude_outliers": partial(Breadcrumbs, gamma=float(params.get("gamma", 0))),
             "random": partial(Dare, key=key),
-            "della_magprune": partial(
-                Della,
-                epsilon=float(params.get("epsilon", 0)),
-                row=_row_length(self.job),
-                key=key,
-            ),
         }[method]
         return make(deltas, numel, rescale, density)
 
