@@ -14,6 +14,7 @@ import click
 
 from eval.options import eval_options
 from eval.tasks import kinds_help
+from surgery.core.cli_paths import OutputFile
 
 HELP = """Score CHECKPOINT (a causal LM folder) on one or more tasks.
 
@@ -42,12 +43,17 @@ Examples:
 )
 @click.argument("checkpoint")
 @eval_options
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="JSON file.")
+@click.option("-o", "--out", type=OutputFile(path_type=Path), help="JSON file.")
 @click.option("--tokenizer", help="Tokenizer folder, if not in CHECKPOINT.")
 @click.option(
     "--log-samples",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputFile(path_type=Path),
     help="JSONL file: one line per scored item (context, choices, log-likelihoods, prediction).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace existing -o/--log-samples files, or write them inside a checkpoint folder.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def eval_command(
@@ -57,14 +63,18 @@ def eval_command(
     out: Path | None,
     tokenizer: str | None,
     log_samples: Path | None,
+    force: bool,
     quiet: bool,
 ) -> None:
     """Run the tasks (see HELP)."""
     from eval.api import evaluate, load_tasks
     from eval.model_loading import load_model
+    from surgery.engine.output_paths import check_output_files
 
     if not tasks:
         raise click.UsageError("give at least one task with -t/--task, e.g. -t copain")
+    inputs = [checkpoint] if tokenizer is None else [checkpoint, tokenizer]
+    check_output_files([out, log_samples], inputs, force)
     options = dict(eval_options)
     device, dtype = options.pop("device"), options.pop("dtype")
     loaded = load_tasks(list(tasks))
