@@ -70,10 +70,13 @@ def eval_command(
     from eval.api import evaluate, load_tasks
     from eval.model_loading import load_model
     from surgery.engine.output_paths import check_output_files
+    from surgery.hub.resolve import check_input
 
     if not tasks:
         raise click.UsageError("give at least one task with -t/--task, e.g. -t copain")
     inputs = [checkpoint] if tokenizer is None else [checkpoint, tokenizer]
+    for spec in inputs:
+        check_input(spec)  # a mistyped folder fails now, not after the data or the network
     check_output_files([out, log_samples], inputs, force)
     options = dict(eval_options)
     device, dtype = options.pop("device"), options.pop("dtype")
