@@ -114,18 +114,24 @@ def test_every_output_refuses_a_checkpoint_of_an_input(pair, tmp_path, where):
         assert not list(tmp_path.rglob(".*")), argv  # no staging folder left either
 
 
-def test_a_file_option_never_replaces_weights_even_with_force(pair, tmp_path):
+def test_no_output_replaces_weights_even_with_force(pair, tmp_path):
+    """The shard of an input or of another checkpoint, with --force where the command has it."""
     base, trained = pair
-    shard = sorted(trained.glob("*.safetensors"))[0]
     other = tmp_path / "other"
     shutil.copytree(trained, other)
-    before = _snapshot(tmp_path)
-    for target in (shard, sorted(other.glob("*.safetensors"))[0]):
-        for option in ("--csv", "--plot"):
-            result = _run("drift", base, trained, option, target, "--force")
-            assert result.exit_code == 2 and "weights file" in result.stderr, result.output
-            assert "--force" not in result.stderr
-    assert _snapshot(tmp_path) == before
+    for target in (
+        sorted(trained.glob("*.safetensors"))[0],
+        sorted(other.glob("*.safetensors"))[0],
+    ):
+        for command, param in _output_params():
+            argv = _argv(command, param, target, base, trained, tmp_path)
+            if any(p.name == "force" for p in cli.commands[command].params):
+                argv.append("--force")
+            before = _snapshot(tmp_path)
+            result = _run(*argv)
+            assert result.exit_code == 2, (argv, result.output)
+            assert str(target) in result.stderr and "--force" not in result.stderr, argv
+            assert _snapshot(tmp_path) == before, argv
 
 
 def test_a_file_inside_a_checkpoint_or_over_a_file_needs_force(pair, tmp_path):
@@ -178,6 +184,16 @@ def test_an_existing_out_that_holds_weights_is_named_before_force(pair, tmp_path
     assert f"already exists and is {kind}" in result.stderr
     assert "check the order of the arguments" in result.stderr
     assert _snapshot(out) == before
+
+
+def test_an_existing_out_holding_checkpoints_says_so(pair, tmp_path):
+    base, trained = pair
+    models = tmp_path / "models"
+    for name in ("a", "b", "c", "d"):
+        shutil.copytree(trained, models / name)
+    result = _run("interpolate", "--alpha", "0.5", base, trained, models)
+    assert result.exit_code == 2
+    assert "already exists and holds checkpoints (a, b, c, ...)" in result.stderr
 
 
 def test_train_names_an_existing_checkpoint_out(pair, tmp_path):

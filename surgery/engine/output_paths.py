@@ -73,6 +73,16 @@ def _enclosing_checkpoint(target: Path, inputs: Sequence[Path]) -> tuple[Path, s
     return (target.parent, kind) if kind is not None else None
 
 
+def _checkpoints_in(folder: Path, shown: int = 3) -> list[str]:
+    """Names of the first `shown` subfolders of `folder` that are checkpoints ("..." if more)."""
+    try:
+        subfolders = sorted(entry.path for entry in os.scandir(folder) if entry.is_dir())
+    except OSError:
+        return []
+    held = [Path(path).name for path in subfolders if checkpoint_kind(Path(path))]
+    return held[:shown] + (["..."] if len(held) > shown else [])
+
+
 def existing_output(out: Path, alternatives: str = "") -> str:
     """The refusal for an existing output folder `out`, naming what it is when it holds weights
     (TRAINED and OUT swapped must not read as an invitation to --force).
@@ -82,7 +92,13 @@ def existing_output(out: Path, alternatives: str = "") -> str:
     """
     kind = checkpoint_kind(out)
     if kind is None:
-        return f"output {out} already exists; pass --force to replace it{alternatives}"
+        held = _checkpoints_in(out)
+        if not held:
+            return f"output {out} already exists; pass --force to replace it{alternatives}"
+        return (
+            f"output {out} already exists and holds checkpoints ({', '.join(held)}); "
+            f"--force would replace it with all of them{alternatives}"
+        )
     return (
         f"output {out} already exists and is {kind}: check the order of the arguments; "
         f"--force would replace it and lose what it holds{alternatives}"
@@ -103,11 +119,18 @@ def check_output(out: Path, inputs: Sequence[Path], force: bool) -> None:
             raise OutputError(f"output {out} is or lies inside the input {given}; choose another")
         if _is_within(source, target):
             raise OutputError(f"output {out} contains the input {given}; choose another")
+    _refuse_weights_file(out, target)
     if force:
         return
     if target.exists():
         raise OutputError(existing_output(out))
     _refuse_inside_checkpoint(out, target, sources)
+
+
+def _refuse_weights_file(out: Path, target: Path) -> None:
+    """Never replace a weights file, whatever the flags (nothing asks for a shard to go)."""
+    if target.suffix.lower() in WEIGHT_SUFFIXES and target.is_file():
+        raise OutputError(f"output {out} is a weights file; choose another path")
 
 
 def _refuse_inside_checkpoint(out: Path, target: Path, sources: Sequence[Path]) -> None:
@@ -139,8 +162,7 @@ def check_output_file(path: Path, inputs: Sequence[Path] = (), force: bool = Fal
         raise OutputError(f"output {path} is a folder; give a file name")
     if any(target == source for source in sources):
         raise OutputError(f"output {path} is an input of this command; choose another path")
-    if target.suffix.lower() in WEIGHT_SUFFIXES and target.exists():
-        raise OutputError(f"output {path} is a weights file; choose another path")
+    _refuse_weights_file(path, target)
     if force:
         return
     if target.exists():
