@@ -67,8 +67,6 @@ def eval_command(
     quiet: bool,
 ) -> None:
     """Run the tasks (see HELP)."""
-    from eval.api import evaluate, load_tasks
-    from eval.model_loading import load_model
     from surgery.engine.output_paths import check_output_files
     from surgery.hub.resolve import check_input
 
@@ -76,8 +74,11 @@ def eval_command(
         raise click.UsageError("give at least one task with -t/--task, e.g. -t copain")
     inputs = [checkpoint] if tokenizer is None else [checkpoint, tokenizer]
     for spec in inputs:
-        check_input(spec)  # a mistyped folder fails now, not after the data or the network
+        check_input(spec)  # a mistyped folder fails now, before torch, the data or the network
     check_output_files([out, log_samples], inputs, force)
+    from eval.api import evaluate, load_tasks
+    from eval.model_loading import load_model
+
     options = dict(eval_options)
     device, dtype = options.pop("device"), options.pop("dtype")
     loaded = load_tasks(list(tasks))
