@@ -52,6 +52,7 @@ import click  # noqa: E402
 
 from eval.options import eval_options  # noqa: E402
 from surgery import __version__  # noqa: E402
+from surgery.core.cli_paths import OutputFile, OutputFolder  # noqa: E402
 from surgery.core.errors import SurgeryError  # noqa: E402
 
 
@@ -242,7 +243,7 @@ extrapolate_option = click.option(
 base_trained_out = options(
     click.argument("base", type=click.Path()),
     click.argument("trained", type=click.Path()),
-    click.argument("out", type=click.Path()),
+    click.argument("out", type=OutputFolder()),
 )
 
 
@@ -279,7 +280,7 @@ def revert(
 @write_options
 @download_option
 @click.argument("experts", nargs=-1, required=True, type=click.Path())
-@click.argument("out", type=click.Path())
+@click.argument("out", type=OutputFolder())
 def soup(weights, dtype, max_shard_size, force, push_to, quiet, download, experts, out):
     """Average EXPERTS (two or more) into OUT: sum(w_i * expert_i) / sum(w_i).
 
@@ -355,7 +356,7 @@ def interpolate(
 @options(shard_option, force_option, push_option, quiet_option)
 @download_option
 @click.argument("config", type=click.Path())
-@click.argument("out", type=click.Path())
+@click.argument("out", type=OutputFolder())
 def merge(seed, max_shard_size, force, push_to, quiet, download, config, out):
     """Run a mergekit YAML CONFIG on the streaming engine; write the result to OUT.
 
@@ -443,7 +444,7 @@ def verify(values, quiet, checkpoint):
 @options(shard_option, force_option, quiet_option)
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
-@click.argument("out_dir", type=click.Path())
+@click.argument("out_dir", type=OutputFolder())
 def sweep(
     grid,
     layers,
@@ -499,13 +500,16 @@ def sweep(
 
 @cli.command()
 @stack_option
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Per-tensor rows as CSV.")
-@click.option("--plot", type=click.Path(dir_okay=False), help="PNG bar chart of drift over layers.")
+@click.option("--csv", "csv_path", type=OutputFile(), help="Per-tensor rows as CSV.")
+@click.option(
+    "--plot", type=OutputFile(), help="Bar chart of drift over layers (.png, .pdf or .svg)."
+)
+@click.option("--force", is_flag=True, help="Replace existing --csv/--plot files (never an input).")
 @quiet_option
 @download_option
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
-def drift(stack, csv_path, plot, quiet, download, base, trained):
+def drift(stack, csv_path, plot, force, quiet, download, base, trained):
     """How far TRAINED moved from BASE: relative L2 and cosine per layer and module kind.
 
     Streamed: the models are never loaded whole.
@@ -518,8 +522,14 @@ def drift(stack, csv_path, plot, quiet, download, base, trained):
     from surgery.api import warn_if_swapped
     from surgery.diagnostics.drift import drift as run
     from surgery.diagnostics.drift import format_drift, plot_drift, write_drift_csv
+    from surgery.diagnostics.plots import check_plot_path
+    from surgery.engine.output_paths import check_output_files
     from surgery.hub.resolve import open_input
 
+    # Before any input is read: a bad output path costs nothing and writes nothing.
+    check_output_files([csv_path, plot], [base, trained], force)
+    if plot:
+        check_plot_path(plot)
     base_ckpt, trained_ckpt = (
         open_input(spec, ranges=not download, companions=False) for spec in (base, trained)
     )
@@ -548,7 +558,7 @@ def drift(stack, csv_path, plot, quiet, download, base, trained):
     "--out-dir",
     default="localize",
     show_default=True,
-    type=click.Path(),
+    type=OutputFolder(),
     help="Where localize.csv/.json/.png go.",
 )
 @click.option("--force", is_flag=True, help="Replace --out-dir if it exists (never an input).")
@@ -592,7 +602,7 @@ def localize(
 
 
 @cli.command()
-@click.argument("out_dir", default="surgery-demo", type=click.Path())
+@click.argument("out_dir", default="surgery-demo", type=OutputFolder())
 @click.option("--quick", is_flag=True, help="A smaller run: about 50 seconds on 2 idle CPU cores.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--device", default=None, help="cpu or cuda [default: cuda when available].")

@@ -14,6 +14,7 @@ import click
 
 from eval.options import eval_options
 from eval.tasks import kinds_help
+from surgery.core.cli_paths import OutputFile
 
 HELP = """Score CHECKPOINT (a causal LM folder) on one or more tasks.
 
@@ -56,7 +57,7 @@ to continue an interrupted run; under torchrun the units are shared out across r
 @click.option(
     "-o",
     "--out",
-    type=click.Path(path_type=Path),
+    type=OutputFile(path_type=Path),
     help="JSON file (with --suite: the results folder).",
 )
 @click.option(
@@ -77,8 +78,13 @@ to continue an interrupted run; under torchrun the units are shared out across r
 @click.option("--tokenizer", help="Tokenizer folder, if not in CHECKPOINT.")
 @click.option(
     "--log-samples",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputFile(path_type=Path),
     help="JSONL file: one line per scored item (context, choices, log-likelihoods, prediction).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace existing -o/--log-samples files, or write them inside a checkpoint folder.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def eval_command(
@@ -88,17 +94,20 @@ def eval_command(
     out: Path | None,
     tokenizer: str | None,
     log_samples: Path | None,
+    force: bool,
     quiet: bool,
     suite: Path | None,
     fewshot_seeds: tuple[int, ...],
     allow_missing: bool,
 ) -> None:
     """Run the tasks (see HELP)."""
-    from eval.api import evaluate, load_tasks
-    from eval.model_loading import load_model
+    from surgery.engine.output_paths import check_output_files, check_resumable_folder
+    from surgery.hub.resolve import check_input
 
     if suite is not None:
         _check_suite_options(tasks, out, log_samples)
+        check_input(checkpoint)
+        check_resumable_folder(out)  # a results folder a rerun continues, never in a checkpoint
         _run_suite(
             checkpoint, suite, out, eval_options, tokenizer, quiet, fewshot_seeds, allow_missing
         )
@@ -107,6 +116,13 @@ def eval_command(
         raise click.UsageError("--fewshot-seeds and --allow-missing go with --suite")
     if not tasks:
         raise click.UsageError("give at least one task with -t/--task, e.g. -t copain")
+    inputs = [checkpoint] if tokenizer is None else [checkpoint, tokenizer]
+    for spec in inputs:
+        check_input(spec)  # a mistyped folder fails now, before torch, the data or the network
+    check_output_files([out, log_samples], inputs, force)
+    from eval.api import evaluate, load_tasks
+    from eval.model_loading import load_model
+
     options = dict(eval_options)
     device, dtype = options.pop("device"), options.pop("dtype")
     loaded = load_tasks(list(tasks))

@@ -84,11 +84,12 @@ def load_model(
     """Load a causal LM checkpoint and its tokenizer for scoring.
 
     Args:
-        path: a checkpoint folder (or Hub id already in the local cache).
+        path: a checkpoint folder, or a Hub id (`org/name[@revision]`, downloaded through the
+            cache).
         device: "cpu", "cuda", "cuda:1", ...
         dtype: bf16, fp16, fp32 (or bfloat16, float16, float32), a torch dtype, or None
             (float32 on CPU, bfloat16 elsewhere).
-        tokenizer: where the tokenizer lives, if not next to the weights.
+        tokenizer: where the tokenizer lives (a folder or Hub id), if not next to the weights.
         progress: show transformers' loading bar.
 
     Returns:
@@ -101,8 +102,13 @@ def load_model(
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from surgery.core.errors import CheckpointError
+    from surgery.hub.resolve import resolve
 
     check_device(device)
+    # As every command opens a checkpoint: a local path, or a Hub id fetched through the cache
+    # with timeouts; a mistyped folder is "no such file or folder", never a Hub request.
+    path = resolve(path)[0]
+    tokenizer = resolve(tokenizer)[0] if tokenizer is not None else None
     torch_dtype = resolve_dtype(dtype, device)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)

@@ -166,3 +166,34 @@ def test_failed_final_save_leaves_nothing(families, tmp_path):
     assert "error: cannot write" in result.stderr and "file too large" in result.stderr
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("saved", [False, True], ids=["before-a-checkpoint", "after-checkpoint-1"])
+def test_ctrl_c_while_training_leaves_no_empty_checkpoints_folder(families, tmp_path, saved):
+    """Ctrl-C during training: no OUT (not even the Trainer's empty OUT/checkpoints, which made
+    the same command refuse to run), or, once a resumable checkpoint is saved, OUT/checkpoints
+    with it and a line saying --resume continues."""
+    corpus = write_corpus(tmp_path / "sk.jsonl", docs=20)
+    base, out = families("llama")["base"], tmp_path / "work" / "out"
+    out.parent.mkdir()
+    command = _command(base, out, corpus)
+    command[command.index("--max-steps") + 1] = "1000000"  # still training when interrupted
+    command += ["--save-steps", "1", "--save-total-limit", "1"] if saved else []
+    process = subprocess.Popen(
+        command, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    ready = out / "checkpoints" / "checkpoint-1" if saved else out / "checkpoints"
+    while not ready.is_dir() and process.poll() is None:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=120)[1]
+
+    assert process.returncode == 2, stderr[-2000:]
+    assert "error: interrupted by SIGINT" in stderr and "Traceback" not in stderr
+    if saved:
+        assert sorted(p.name for p in out.iterdir()) == ["checkpoints"]
+        assert "continue with --resume" in stderr
+    else:
+        assert not out.exists(), list(out.rglob("*"))
+        assert list(out.parent.iterdir()) == []

@@ -272,7 +272,23 @@ def _discard_old_checkpoints(plan: TrainPlan) -> None:
 def run(
     plan: TrainPlan, callbacks: Sequence[TrainerCallback] = (), score: Scorer | None = None
 ) -> Path:
-    """Train a validated plan; see `train`."""
+    """Train a validated plan; see `train`. A run that fails or is interrupted (Ctrl-C, SIGTERM)
+    leaves no empty OUT/checkpoints (which would make the same command refuse to run), only the
+    resumable checkpoints it saved, and says so."""
+    try:
+        return _run(plan, callbacks, score)
+    except BaseException:
+        if os.environ.get("RANK", "0") == "0":
+            _remove_empty_folders(plan)
+            if plan.checkpoints_dir.is_dir():
+                logger.warning(
+                    "kept %s (resumable checkpoints of this run): continue with --resume",
+                    plan.checkpoints_dir,
+                )
+        raise
+
+
+def _run(plan: TrainPlan, callbacks: Sequence[TrainerCallback], score: Scorer | None) -> Path:
     logger.info("%s", strategies(plan.config))
     from transformers import AutoTokenizer, default_data_collator, set_seed
 
@@ -368,15 +384,21 @@ def _carried_entries(plan: TrainPlan) -> list[str]:
     leaves no OUT, or OUT exactly as a resumable interrupted run.
     """
     checkpoints, out = plan.checkpoints_dir, plan.output
-    for folder in (checkpoints, out):
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
+    _remove_empty_folders(plan)
     if not out.is_dir():
         return []
     keep = plan.config.keep_checkpoints
     if plan.config.force:
         return [checkpoints.name] if keep and checkpoints.is_dir() else []
     return sorted(p.name for p in out.iterdir() if keep or p.name != checkpoints.name)
+
+
+def _remove_empty_folders(plan: TrainPlan) -> None:
+    """Remove OUT/checkpoints when the Trainer left it empty, then OUT when that leaves it empty
+    (never anything that holds a file)."""
+    for folder in (plan.checkpoints_dir, plan.output):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def _save(plan: TrainPlan, trainer: SurgeryTrainer, tokens: int) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from surgery.core.cli_paths import OutputFolder
 from train.options import SIZE, config_options
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def build_train_command(evaluation: EvalHook | None = None) -> click.Command:
 
     @click.command(context_settings={"show_default": True})
     @click.argument("base")
-    @click.argument("out", type=click.Path(file_okay=False))
+    @click.argument("out", type=OutputFolder(file_okay=False))
     @config_options
     @click.option(
         "--dry-run",

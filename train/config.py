@@ -18,6 +18,7 @@ from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype
 from surgery.core.errors import OutputError, SurgeryError
 from surgery.core.layers import LayerValues, format_layers, parse_layer_spec, parse_layer_values
 from surgery.engine.output_dir import check_output
+from surgery.engine.output_paths import existing_output
 from train.checkpoint_io import CheckpointLayout, open_layout
 from train.errors import TrainConfigError
 from train.regularizers import L2SP_FORMS
@@ -386,9 +387,10 @@ class TrainConfig:
         resume_from = _check_output(output, self.resume, self.force)
         sources = self._resolve_sources()
         layout = open_layout(self.base)
-        # Never BASE or a local data source, never inside one or holding one (even with --force).
+        # Never BASE or a local data source, never inside one or holding one (even with --force);
+        # a new OUT inside another checkpoint only with --force (an existing OUT: judged above).
         local = [Path(s.location) for s in sources if not s.hub]
-        check_output(output, [layout.folder, *local], force=True)
+        check_output(output, [layout.folder, *local], force=self.force or output.exists())
         num_layers = layout.text_stack.num_layers
         frozen = tuple(parse_layer_spec(self.freeze, num_layers)) if self.freeze else ()
         l2sp = _parse_l2sp(self.l2sp, num_layers) if self.l2sp else None
@@ -529,10 +531,8 @@ def _check_output(output: Path, resume: bool, force: bool) -> Path | None:
     if not entries or (force and not resume):
         return None
     if not resume:
-        raise OutputError(
-            f"output {output} already exists; choose a new path, pass --force to replace it, or "
-            "--resume to continue an interrupted run"
-        )
+        resume_hint = ", or --resume to continue an interrupted run"
+        raise OutputError(existing_output(output, resume_hint))
     if entries != [CHECKPOINTS_DIR] and not force:
         raise OutputError(
             f"output {output} holds more than an interrupted run ({', '.join(entries[:5])}); "

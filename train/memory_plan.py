@@ -144,6 +144,9 @@ def read_config(base: str) -> tuple[Path, dict]:
             raise CheckpointError(f"base checkpoint {base!r} is not a folder or a Hub id")
         from huggingface_hub import hf_hub_download
 
+        from surgery.hub.timeouts import bound_requests
+
+        bound_requests()
         try:
             path = Path(hf_hub_download(parsed[0], "config.json", revision=parsed[1]))
         except Exception as error:  # offline, unknown, gated: all mean "no config to read"

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from surgery.demo.world import FAMILIES, WorldFiles, build_languages, write_world
 from surgery.diagnostics.localize import noise
+from surgery.engine.output_paths import check_resumable_folder
 
 
 @dataclass(frozen=True)
@@ -344,9 +345,10 @@ def run_demo(
     out_dir: str | Path, *, quick: bool = False, seed: int = 0, device: str | None = None
 ) -> Path:
     """Run (or resume) the whole demo into `out_dir`; returns the report's path."""
+    out = Path(out_dir)
+    check_resumable_folder(out)  # before the first stage writes anything
     _quiet_libraries()
     size = QUICK if quick else FULL
-    out = Path(out_dir)
     models, scores_dir = out / "models", out / "scores"
     device = device or _default_device()
     stages = Stages(total=4 + len(FAMILIES) * 2 + 3 + 3 + 1 + 1)

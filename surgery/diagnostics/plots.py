@@ -9,6 +9,22 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from surgery.core.errors import OutputError
+
+# What a plot option may be called: formats matplotlib's Agg backend writes, chosen by suffix.
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def check_plot_path(path: str | Path) -> None:
+    """Refuse a plot file name whose suffix is not a format the plots are written in (a missing
+    suffix included: matplotlib would silently add .png), before any work.
+
+    Raises:
+        OutputError: with the suffixes allowed.
+    """
+    if Path(path).suffix.lower() not in PLOT_SUFFIXES:
+        raise OutputError(f"plot {path}: give a file name ending in {', '.join(PLOT_SUFFIXES)}")
+
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend (no display needed)."""

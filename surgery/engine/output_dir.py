@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from surgery.core.errors import OutputError
+from surgery.engine.output_paths import check_output as check_output  # its callers import it here
 from surgery.engine.progress import notice
 
 _AT_FDCWD = -100
@@ -25,27 +26,6 @@ _RENAME_NOREPLACE = 1
 # previous OUT during a --force swap).
 _SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?P<pid>\d+)$")
 _NAME_MAX = 255
-
-
-def _is_within(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
-def check_output(out: Path, inputs: Sequence[Path], force: bool) -> None:
-    """Refuse an OUT that is, lies inside, or contains an input, and an existing OUT unless forced.
-
-    Raises:
-        OutputError: with the reason.
-    """
-    target = out.resolve()
-    for given in inputs:
-        source = Path(given).resolve()
-        if _is_within(target, source):
-            raise OutputError(f"output {out} is or lies inside the input {given}; choose another")
-        if _is_within(source, target):
-            raise OutputError(f"output {out} contains the input {given}; choose another")
-    if target.exists() and not force:
-        raise OutputError(f"output {out} already exists; pass --force to replace it")
 
 
 def _remove(path: Path, *, quietly: bool = False) -> None:

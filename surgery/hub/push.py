@@ -9,6 +9,7 @@ from surgery.checks.verify import verify
 from surgery.core.errors import SurgeryError
 from surgery.engine.reader import CARD_NAME
 from surgery.hub.model_card import card_for_folder
+from surgery.hub.timeouts import bound_requests
 
 
 class PushError(SurgeryError):
@@ -132,6 +133,7 @@ def _upload(folder, repo_id, files, card, private, revision, commit_message) -> 
     ]
     if card is not None:
         operations.append(CommitOperationAdd(CARD_NAME, card.encode()))
+    bound_requests()
     api = HfApi()
     try:
         # None, not False, without --private: an organization that defaults to private stays so.

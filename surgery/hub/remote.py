@@ -19,6 +19,7 @@ from surgery.core.errors import CheckpointError
 from surgery.engine.reader import INDEX_NAME, Checkpoint, HubRef, open_checkpoint
 from surgery.hub.errors import hub_errors
 from surgery.hub.range_source import HeadBytes, HubRangeFile, RemoteFile
+from surgery.hub.timeouts import bound_requests
 
 # HEAD requests sent at once when a checkpoint is opened (one per shard not in the cache).
 _PARALLEL_HEADS = 8
@@ -92,6 +93,7 @@ def open_remote(
 
     if constants.is_offline_mode():
         return None
+    bound_requests()
     with hub_errors(spec, revision):
         try:
             info = HfApi().model_info(repo_id, revision=revision)

@@ -18,6 +18,7 @@ from pathlib import Path
 from surgery.core.errors import CheckpointError
 from surgery.engine.reader import Checkpoint, HubRef, open_checkpoint
 from surgery.hub.errors import hub_errors
+from surgery.hub.timeouts import bound_requests
 
 # Shards, index, configs, tokenizer files; never pickled weights or other formats.
 ALLOW_PATTERNS = [
@@ -39,20 +40,30 @@ def parse_hub_id(spec: str) -> tuple[str, str | None] | None:
     return match["repo"], match["revision"]
 
 
+def check_input(spec: str | Path) -> None:
+    """Refuse at once a checkpoint argument that is neither an existing local path nor spelled
+    as a Hub id (`org/name[@revision]`): a mistyped folder never goes to the network.
+
+    Raises:
+        CheckpointError: `SPEC: no such file or folder`.
+    """
+    if not Path(spec).exists() and parse_hub_id(str(spec)) is None:
+        raise CheckpointError(f"{spec}: no such file or folder")
+
+
 def resolve(spec: str | Path) -> tuple[Path, HubRef | None]:
     """A local path as it is, or a Hub id downloaded (or found in the cache) to a local snapshot.
 
     Raises:
         CheckpointError: neither a local path nor a reachable Hub repository, with the reason
-            (not found or private, unknown revision, offline with nothing cached).
+            (no such file or folder, not found or private, unknown revision, offline with
+            nothing cached).
     """
+    check_input(spec)
     path = Path(spec)
     if path.exists():
         return path, None
-    parsed = parse_hub_id(str(spec))
-    if parsed is None:
-        raise CheckpointError(f"{spec}: no such file or folder")
-    repo_id, revision = parsed
+    repo_id, revision = parse_hub_id(str(spec))
     folder = _download(str(spec), repo_id, revision)
     # The cache layout is .../snapshots/<commit sha>: the exact revision used, for the recipe.
     return folder, HubRef(repo_id, folder.name)
@@ -61,6 +72,7 @@ def resolve(spec: str | Path) -> tuple[Path, HubRef | None]:
 def _download(spec: str, repo_id: str, revision: str | None) -> Path:
     from huggingface_hub import snapshot_download
 
+    bound_requests()
     with hub_errors(spec, revision):
         folder = snapshot_download(repo_id, revision=revision, allow_patterns=ALLOW_PATTERNS)
     return Path(folder)

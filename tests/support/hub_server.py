@@ -324,3 +324,20 @@ class FakeHub:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class SilentHub:
+    """An endpoint that accepts connections and never answers (a hung proxy or server): the
+    socket listens, the kernel completes each connection, nothing is ever read or sent."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+
+    def __enter__(self) -> SilentHub:
+        self.socket.listen(128)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.socket.close()
