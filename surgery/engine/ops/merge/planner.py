@@ -4,19 +4,19 @@ parameters, and the method's kernel for it.
 A `models:` merge keeps every tensor name; the parameter gradient position `t` of a layer is
 layer / (layers - 1) in its stack (0 outside stacks). A `slices:` merge renumbers the text stack's
 layers slice after slice (t runs 0 to 1 within a slice); tensors outside the stack come from the
-first slice's models when they are embeddings, from the last slice's otherwise, as mergekit
-takes its architectures' "pre" and "post" weights.
+first slice's models when they are mergekit's "pre" weights (embeddings), from the last slice's
+otherwise ("post" weights: final norm, head; see `architectures`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from surgery.core.errors import MismatchError
 from surgery.core.layers import Stack, layer_of, select_stack
 from surgery.engine.ops.merge import registry
+from surgery.engine.ops.merge.architectures import is_pre_weight
 from surgery.engine.ops.merge.method import REQUIRED, Base, Method, Param, Scope, TensorJob
 from surgery.engine.ops.merge.spec import (
     MergeConfigError,
@@ -30,9 +30,6 @@ from surgery.engine.plan import OutputTensor, Plan, copy_of, require_equal_non_f
 from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
 from surgery.engine.source import SourcePool
-
-# Tensors before the layer stack (mergekit's "pre" weights): embeddings.
-_PRE = re.compile(r"embed|wte|wpe|position|token_type")
 
 
 @dataclass(frozen=True)
@@ -157,7 +154,7 @@ def _sliced_tensors(
     reference = ckpts[first.sources[0].model]
     outside = [n for n in reference.tensors if layer_of(n) is None or not _in(n, stacks)]
     for name in outside:
-        if _PRE.search(name):
+        if is_pre_weight(name):
             yield _Tensor(name, [(s, name) for s in first.sources], first, 0.0)
     out_layer = 0
     out_prefix = stacks[first.sources[0].model].prefix
@@ -177,7 +174,7 @@ def _sliced_tensors(
                 yield _Tensor(name, inputs, out_slice, t)
             out_layer += 1
     for name in outside:
-        if not _PRE.search(name):
+        if not is_pre_weight(name):
             yield _Tensor(name, [(s, name) for s in last.sources], last, 0.0)
 
 
