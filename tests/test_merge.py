@@ -255,6 +255,38 @@ def test_passthrough_slices_renumber_layers_and_update_config(llama, tmp_path):
     assert all(same_bits(ours[k], theirs[k]) for k in ours)
 
 
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("task_arithmetic", {"weight": 0.5}),
+        ("ties", {"weight": 0.5, "density": 0.5}),
+        ("dare_linear", {"weight": 0.5, "density": 0.5}),
+        ("breadcrumbs_ties", {"weight": 0.5, "density": 0.5}),
+        ("della", {"weight": 0.5, "density": 0.5, "epsilon": 0.1}),
+    ],
+)
+def test_a_slice_whose_only_source_is_the_base_is_the_base(llama, tmp_path, method, params):
+    # Nothing to add to the base: mergekit returns it (cast to out_dtype), not an error.
+    base, trained = str(llama["base"]), str(llama["trained"])
+    config = {
+        "merge_method": method,
+        "base_model": base,
+        "out_dtype": "float32",
+        "parameters": params,
+        "slices": [
+            {"sources": [{"model": s, "layer_range": [0, 2]} for s in (base, trained)]},
+            {"sources": [{"model": base, "layer_range": [2, 4]}]},
+        ],
+    }
+    ours = assert_valid_output(surgery_run(config, tmp_path))
+    expected = load_state(llama["base"])["model.layers.3.mlp.up_proj.weight"].float()
+    assert same_bits(ours["model.layers.3.mlp.up_proj.weight"], expected)
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    assert set(ours) == set(theirs)
+    names = [k for k in ours if k.startswith(("model.layers.2.", "model.layers.3."))]
+    assert names and all(same_bits(ours[k], theirs[k]) for k in names)
+
+
 @pytest.fixture(scope="module")
 def gpt_neox(tmp_path_factory) -> dict:
     family = tiny_models.build_family("gpt_neox", tmp_path_factory.mktemp("gpt_neox"), experts=0)
