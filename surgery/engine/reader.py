@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from surgery.core.dtypes import bits, is_float, is_known, nbytes
+from surgery.core.dtypes import bits, is_float, is_known, nbytes, require_little_endian
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import Stack, find_stacks
 from surgery.engine.header_json import USIZE_LIMIT, HeaderError, parse_header
@@ -176,7 +176,9 @@ def read_shard(path: Path, source: ByteSource | None = None) -> Shard:
     Raises:
         CheckpointError: unreadable, truncated, corrupt header, unknown dtype, a byte length that
             does not match the shape, or offsets that overlap, leave gaps, or pass the file's end.
+        SurgeryError: a big-endian host (every operation reads its inputs here first).
     """
+    require_little_endian()
     path = Path(path)
     header, data_start, size = _read_header_json(path, source)
     metadata = header.pop("__metadata__")

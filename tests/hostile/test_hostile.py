@@ -345,3 +345,21 @@ def test_verify_catches_flips_swaps_and_edits(families, tmp_path):
     for case, expected in (("flip", "sha256"), ("swap", "sha256"), ("edit", "recipe")):
         result = invoke("verify", cases[case])
         assert result.exit_code == 1 and expected in result.output, (case, result.output)
+
+
+# 9. Byte order: safetensors values are little-endian; a big-endian host is refused, not misread.
+@pytest.mark.parametrize("command", ["soup", "revert", "inspect"])
+def test_a_big_endian_host_is_refused(llama, tmp_path, monkeypatch, command):
+    from surgery.core import dtypes
+
+    base, trained = llama
+    before = fingerprint(base), fingerprint(trained)
+    monkeypatch.setattr(dtypes, "HOST_BYTE_ORDER", "big")
+    out = tmp_path / "out"
+    args = {
+        "soup": ["soup", "-q", base, trained, out],
+        "revert": ["revert", "-q", "--layers", "0", base, trained, out],
+        "inspect": ["inspect", base],
+    }[command]
+    assert_refused(invoke(*args), out, message="this host is big-endian")
+    assert (fingerprint(base), fingerprint(trained)) == before
