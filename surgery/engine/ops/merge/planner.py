@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from surgery.core.errors import MismatchError
-from surgery.core.layers import Stack, layer_of, select_stack
+from surgery.core.layers import Stack, select_stack, stack_layer
 from surgery.engine.ops.merge import registry
 from surgery.engine.ops.merge.architectures import is_pre_weight
 from surgery.engine.ops.merge.method import REQUIRED, Base, Method, Param, Scope, TensorJob
@@ -136,13 +136,12 @@ def _text_stack(checkpoint: Checkpoint, label: str) -> Stack:
 
 def _full_model_tensors(spec: MergeSpec, ckpts: Sequence[Checkpoint], out_slice: OutputSlice):
     reference = ckpts[out_slice.sources[0].model]
-    stacks = {s.prefix: s for s in reference.stacks}
     for name in reference.tensors:
-        ref = layer_of(name)
         t = 0.0
-        if ref is not None and ref[0] in stacks:
-            layers = stacks[ref[0]].num_layers
-            t = ref[1] / (layers - 1) if layers > 1 else 1.0
+        for stack in reference.stacks:
+            layer = stack_layer(name, stack)
+            if layer is not None:
+                t = layer / (stack.num_layers - 1) if stack.num_layers > 1 else 1.0
         yield _Tensor(name, [(s, name) for s in out_slice.sources], out_slice, t)
 
 
@@ -152,7 +151,7 @@ def _sliced_tensors(
     stacks = {m: _text_stack(ckpts[m], _label(spec, m)) for s in slices for m in _models(s)}
     first, last = slices[0], slices[-1]
     reference = ckpts[first.sources[0].model]
-    outside = [n for n in reference.tensors if layer_of(n) is None or not _in(n, stacks)]
+    outside = [n for n in reference.tensors if not _in(n, stacks)]
     for name in outside:
         if is_pre_weight(name):
             yield _Tensor(name, [(s, name) for s in first.sources], first, 0.0)
@@ -184,8 +183,7 @@ def _models(out_slice: OutputSlice) -> list[int]:
 
 
 def _in(name: str, stacks: dict[int, Stack]) -> bool:
-    ref = layer_of(name)
-    return ref is not None and any(ref[0] == s.prefix for s in stacks.values())
+    return any(stack_layer(name, s) is not None for s in stacks.values())
 
 
 def _layer_suffixes(ckpts, stacks, source: SliceSource, layer: int) -> list[str]:
