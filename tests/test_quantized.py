@@ -122,3 +122,32 @@ def test_dtype_on_fp8_with_scales_is_refused(weights, tmp_path, command):
     out = tmp_path / "out"
     result = invoke(*command, "-q", "--dtype", "bf16", *experts, out)
     assert_refused(result, out, message="would cast FP8 values without their scales")
+
+
+def _linear(tmp_path, experts, out: str, **extra):
+    import yaml
+
+    models = [{"model": str(e), "parameters": {"weight": 1.0}} for e in experts]
+    config = {"merge_method": "linear", "models": models, **extra}
+    path = tmp_path / f"{out}.yml"
+    path.write_text(yaml.safe_dump(config))
+    return invoke("merge", "-q", path, tmp_path / out)
+
+
+def test_linear_merges_of_fp8_follow_the_same_rules(weights, tmp_path):
+    shared = block_scales(list(weights))
+    same = [fp8_checkpoint(tmp_path / f"s{i}", w, shared) for i, w in enumerate(weights)]
+    result = _linear(tmp_path, same, "merged")
+    assert result.exit_code == 0, result.output
+    merged = load_file(tmp_path / "merged" / "model.safetensors")
+    assert invoke("soup", "-q", *same, tmp_path / "soup").exit_code == 0
+    assert all(
+        torch.equal(t.view(torch.uint8), merged[k].view(torch.uint8))
+        for k, t in load_file(tmp_path / "soup" / "model.safetensors").items()
+    )
+    apart = [
+        fp8_checkpoint(tmp_path / f"a{i}", w, block_scales([w])) for i, w in enumerate(weights)
+    ]
+    assert_refused(_linear(tmp_path, apart, "a"), tmp_path / "a", message="different scales")
+    result = _linear(tmp_path, same, "b", dtype="bfloat16")
+    assert_refused(result, tmp_path / "b", message="without their scales")

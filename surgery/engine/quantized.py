@@ -14,7 +14,7 @@ from collections.abc import Container, Sequence
 
 from surgery.core.errors import MismatchError, SurgeryError
 from surgery.engine.plan import tensors_equal
-from surgery.engine.reader import Checkpoint
+from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.source import SourcePool
 
 # Names of a weight's scale tensor: `X.weight_scale_inv` (DeepSeek-V3, Qwen3-FP8: multiply) and
@@ -22,16 +22,27 @@ from surgery.engine.source import SourcePool
 SCALE_SUFFIXES = ("_scale_inv", "_scale")
 
 
+def scale_of(checkpoint: Checkpoint, name: str) -> str | None:
+    """The name of the scale tensor of the FP8 tensor `name`, if it is one and has a scale."""
+    tensor = checkpoint.tensors.get(name)
+    if tensor is None or not tensor.dtype.startswith("F8_"):
+        return None
+    return next((name + s for s in SCALE_SUFFIXES if name + s in checkpoint.tensors), None)
+
+
+def weight_of(checkpoint: Checkpoint, name: str) -> str | None:
+    """The FP8 weight whose scale tensor is `name`, if `name` is one."""
+    for suffix in SCALE_SUFFIXES:
+        weight = name.removesuffix(suffix)
+        if weight != name and scale_of(checkpoint, weight) == name:
+            return weight
+    return None
+
+
 def scale_pairs(checkpoint: Checkpoint) -> dict[str, str]:
     """Each FP8 tensor that has a scale tensor beside it -> the scale tensor's name."""
-    pairs = {}
-    for name, tensor in checkpoint.tensors.items():
-        if not tensor.dtype.startswith("F8_"):
-            continue
-        scales = [name + s for s in SCALE_SUFFIXES if name + s in checkpoint.tensors]
-        if scales:
-            pairs[name] = scales[0]
-    return pairs
+    pairs = {name: scale_of(checkpoint, name) for name in checkpoint.tensors}
+    return {name: scale for name, scale in pairs.items() if scale is not None}
 
 
 def refuse_cast(pairs: dict[str, str], dtype: str | None) -> None:
@@ -88,11 +99,22 @@ def _require_equal(
     labels: Sequence[str],
     pool: SourcePool,
 ) -> None:
-    first = checkpoints[0].tensors[scale]
-    for other, label in zip(checkpoints[1:], labels[1:], strict=True):
-        if not tensors_equal(first, other.tensors[scale], pool):
+    scales = [c.tensors[scale] for c in checkpoints]
+    require_equal_scales(weight, scales, labels, pool)
+
+
+def require_equal_scales(
+    weight: str, scales: Sequence[TensorInfo], labels: Sequence[str], pool: SourcePool
+) -> None:
+    """The scales of one FP8 weight in every input of a blend must be byte-identical.
+
+    Raises:
+        MismatchError: naming the weight and the first input that differs.
+    """
+    for other, label in zip(scales[1:], labels[1:], strict=True):
+        if not tensors_equal(scales[0], other, pool):
             raise MismatchError(
-                f"FP8 weight {weight!r} has different scales ({scale!r}) in {labels[0]} and "
-                f"{label}: blending the values and the scales apart would not blend the "
-                "weights; only FP8 checkpoints with identical scales are blended"
+                f"FP8 weight {weight!r} has different scales ({scales[0].name!r}) in "
+                f"{labels[0]} and {label}: blending the values and the scales apart would not "
+                "blend the weights; only FP8 checkpoints with identical scales are blended"
             )

@@ -27,6 +27,13 @@ from surgery.engine.ops.merge.spec import (
     evaluate,
 )
 from surgery.engine.plan import OutputTensor, Plan, copy_of, require_equal_non_float
+from surgery.engine.quantized import (
+    refuse_cast,
+    require_equal_scales,
+    scale_of,
+    scale_pairs,
+    weight_of,
+)
 from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
 from surgery.engine.source import SourcePool
@@ -225,9 +232,11 @@ class _Planner:
         shapes = {t.shape for t in infos}
         if len(shapes) != 1:
             raise MismatchError(f"{item.name!r} has different shapes in the inputs: {shapes}")
+        labels = [_label(spec, s.model) for s, _ in item.inputs]
         if not all(t.is_float for t in infos):
-            labels = [_label(spec, s.model) for s, _ in item.inputs]
             require_equal_non_float(infos, labels, self.pool)
+            return replace(copy_of(infos[0]), name=item.name)
+        if len(item.inputs) > 1 and self._check_scales(item, infos, labels):
             return replace(copy_of(infos[0]), name=item.name)
         models = [s.model for s, _ in item.inputs]
         base_index = models.index(base) if base in models and method.base != Base.IGNORED else None
@@ -261,6 +270,27 @@ class _Planner:
         )
         return replace(method.build(job), name=item.name)
 
+    def _check_scales(
+        self, item: _Tensor, infos: Sequence[TensorInfo], labels: Sequence[str]
+    ) -> bool:
+        """FP8 weights blended with their scales (see `quantized`): the scales of a blended
+        weight must be identical in every input. Returns whether `item` is such a scale, which
+        is then copied, never blended."""
+        models = [self.ckpts[s.model] for s, _ in item.inputs]
+        names = [n for _, n in item.inputs]
+        weight = weight_of(models[0], names[0])
+        if weight is not None:
+            require_equal_scales(weight, infos, labels, self.pool)
+            return True
+        scales = [scale_of(m, n) for m, n in zip(models, names, strict=True)]
+        if scales[0] is not None:
+            missing = [label for label, x in zip(labels, scales, strict=True) if x is None]
+            if missing:
+                raise MismatchError(f"FP8 weight {item.name!r} has no scale in {missing[0]}")
+            found = [m.tensors[x] for m, x in zip(models, scales, strict=True)]
+            require_equal_scales(item.name, found, labels, self.pool)
+        return False
+
 
 def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     """Plan a merge of `checkpoints` (opened from `spec.models`, in that order).
@@ -272,6 +302,8 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     """
     method = registry.get(spec.method)
     check_parameters(spec, method)
+    for checkpoint in checkpoints:
+        refuse_cast(scale_pairs(checkpoint), spec.out_dtype or spec.dtype)
     slices = _slices(spec, checkpoints)
     for out_slice in slices:
         base = out_slice.base if out_slice.base is not None else spec.base
