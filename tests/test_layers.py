@@ -1,6 +1,9 @@
 """Layer addressing: stack detection from real tensor names and the layer-spec parser."""
 
+import json
+
 import pytest
+from safetensors.torch import load_file
 
 from surgery.core.errors import LayerSpecError
 from surgery.core.layers import (
@@ -10,6 +13,7 @@ from surgery.core.layers import (
     parse_layer_spec,
     parse_layer_values,
     select_stack,
+    stack_layer,
 )
 
 
@@ -114,3 +118,117 @@ def test_format_layers_round_trips():
             spec, 34
         )
     assert format_layers([0, 1, 2, 7]) == "0:3,7"
+
+
+def _tiny_t5_names() -> list[str]:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=64, d_model=16, d_kv=8, d_ff=32, num_heads=2, num_layers=3)
+    config.num_decoder_layers = 2
+    return list(T5ForConditionalGeneration(config).state_dict())
+
+
+def test_t5_blocks_are_two_stacks_not_one_per_block():
+    # `encoder.block.N.layer.M.`: the block is the layer; M numbers its sublayers.
+    stacks = find_stacks(_tiny_t5_names())
+    assert [(s.prefix, s.num_layers) for s in stacks] == [
+        ("decoder.block", 2),
+        ("encoder.block", 3),
+    ]
+    with pytest.raises(LayerSpecError, match="several layer stacks"):
+        select_stack(stacks)
+    assert select_stack(stacks, "encoder.block").num_layers == 3
+
+
+def _tiny_qwen2_5_vl_names() -> list[str]:
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    text = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    text |= dict(num_attention_heads=2, num_key_value_heads=1, bos_token_id=1, eos_token_id=2)
+    text["rope_scaling"] = {"type": "mrope", "mrope_section": [2, 2, 4]}
+    vision = dict(depth=3, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32)
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision)
+    return list(Qwen2_5_VLForConditionalGeneration(config).state_dict())
+
+
+def test_qwen_vl_visual_blocks_are_the_vision_stack():
+    # transformers 5's names (`model.visual.blocks.N.`) and the Hub checkpoints' older ones
+    # (`visual.blocks.N.` beside `model.layers.N.`).
+    hub = [f"visual.blocks.{i}.attn.qkv.weight" for i in range(32)]
+    hub += [f"model.layers.{i}.mlp.up_proj.weight" for i in range(28)]
+    hub += ["visual.merger.mlp.0.weight", "model.embed_tokens.weight", "lm_head.weight"]
+    for names, text, vision in [(_tiny_qwen2_5_vl_names(), 2, 3), (hub, 28, 32)]:
+        stacks = find_stacks(names)
+        assert [(s.name, s.num_layers) for s in stacks] == [("text", text), ("vision", vision)]
+        assert select_stack(stacks).num_layers == text
+        assert select_stack(stacks, "vision").prefix.endswith("visual.blocks")
+
+
+def test_layers_past_the_configs_count_are_outside_the_stack():
+    # DeepSeek-V3: 61 layers and its multi-token-prediction layer `model.layers.61`.
+    names = [f"model.layers.{i}.mlp.gate.weight" for i in range(62)]
+    names += ["model.layers.61.eh_proj.weight", "model.embed_tokens.weight"]
+    (stack,) = find_stacks(names, text_layers=61)
+    assert (stack.num_layers, stack.beyond) == (61, 1)
+    assert parse_layer_spec("-6:", stack.num_layers) == list(range(55, 61))
+    assert stack_layer("model.layers.60.mlp.gate.weight", stack) == 60
+    assert stack_layer("model.layers.61.eh_proj.weight", stack) is None
+    assert find_stacks(names)[0].num_layers == 62  # no config: every numbered layer
+
+
+def _deepseek_v3_with_mtp(folder, seed: int):
+    """A tiny DeepSeek-V3 (3 layers) saved with a multi-token-prediction layer
+    `model.layers.3.*` appended, as DeepSeek-V3's checkpoints carry one past their 61."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    from tests.support.tiny_models import make_tokenizer, perturb, vocab_size
+
+    torch.manual_seed(0)
+    config = DeepseekV3Config(
+        vocab_size=vocab_size(), hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+        num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, q_lora_rank=16,
+        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+    )  # fmt: skip
+    model = perturb(DeepseekV3ForCausalLM(config), seed)
+    model.save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    state = model.state_dict()
+    mtp = {k.replace("layers.2.", "layers.3."): v.clone() for k, v in state.items() if ".2." in k}
+    gen = torch.Generator().manual_seed(seed)
+    mtp["model.layers.3.eh_proj.weight"] = torch.randn(32, 64, generator=gen)
+    save_file(mtp, folder / "mtp.safetensors", metadata={"format": "pt"})
+    index_path = folder / "model.safetensors.index.json"
+    if index_path.exists():
+        index = json.loads(index_path.read_text())
+    else:  # one shard: give it an index that also lists the MTP shard
+        names = list(load_file(folder / "model.safetensors"))
+        index = {"metadata": {}, "weight_map": dict.fromkeys(names, "model.safetensors")}
+    index["weight_map"] |= dict.fromkeys(mtp, "mtp.safetensors")
+    index_path.write_text(json.dumps(index))
+    return folder
+
+
+def test_a_multi_token_prediction_layer_is_outside_the_stack(tmp_path):
+    from tests.hostile.support import invoke
+    from tests.support.checks import load_state, same_bits
+
+    base = _deepseek_v3_with_mtp(tmp_path / "base", seed=1)
+    trained = _deepseek_v3_with_mtp(tmp_path / "trained", seed=2)
+    result = invoke("inspect", base)
+    assert result.exit_code == 0, result.output
+    assert "text: 3 layers (model.layers.N), and 1 past the config's count" in result.output
+    assert "layers 3 of model.layers lie past config.json's num_hidden_layers (3)" in result.output
+    result = invoke("revert", "-q", "--layers", "-1:", base, trained, tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "layers 3 of model.layers lie past" in result.stderr
+    ours, base_state = load_state(tmp_path / "out"), load_state(base)
+    trained_state = load_state(trained)
+    for name, values in ours.items():
+        source = base_state if name.startswith("model.layers.2.") else trained_state
+        assert same_bits(values, source[name]), name
+    assert same_bits(
+        ours["model.layers.3.eh_proj.weight"], trained_state["model.layers.3.eh_proj.weight"]
+    )

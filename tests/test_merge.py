@@ -256,6 +256,84 @@ def test_passthrough_slices_renumber_layers_and_update_config(llama, tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("task_arithmetic", {"weight": 0.5}),
+        ("ties", {"weight": 0.5, "density": 0.5}),
+        ("dare_linear", {"weight": 0.5, "density": 0.5}),
+        ("breadcrumbs_ties", {"weight": 0.5, "density": 0.5}),
+        ("della", {"weight": 0.5, "density": 0.5, "epsilon": 0.1}),
+    ],
+)
+def test_a_slice_whose_only_source_is_the_base_is_the_base(llama, tmp_path, method, params):
+    # Nothing to add to the base: mergekit returns it (cast to out_dtype), not an error.
+    base, trained = str(llama["base"]), str(llama["trained"])
+    config = {
+        "merge_method": method,
+        "base_model": base,
+        "out_dtype": "float32",
+        "parameters": params,
+        "slices": [
+            {"sources": [{"model": s, "layer_range": [0, 2]} for s in (base, trained)]},
+            {"sources": [{"model": base, "layer_range": [2, 4]}]},
+        ],
+    }
+    ours = assert_valid_output(surgery_run(config, tmp_path))
+    expected = load_state(llama["base"])["model.layers.3.mlp.up_proj.weight"].float()
+    assert same_bits(ours["model.layers.3.mlp.up_proj.weight"], expected)
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    assert set(ours) == set(theirs)
+    names = [k for k in ours if k.startswith(("model.layers.2.", "model.layers.3."))]
+    assert names and all(same_bits(ours[k], theirs[k]) for k in names)
+
+
+@pytest.fixture(scope="module")
+def gpt_neox(tmp_path_factory) -> dict:
+    family = tiny_models.build_family("gpt_neox", tmp_path_factory.mktemp("gpt_neox"), experts=0)
+    for name in ("base", "trained"):
+        tiny_models.add_gpt_neox_buffers(family[name])
+    return family
+
+
+def test_sliced_merges_take_pre_weights_from_the_first_slice_and_post_from_the_last(
+    gpt_neox, tmp_path
+):
+    # GPT-NeoX's head is `embed_out.weight`: a "post" weight, from the last slice, although its
+    # name says "embed"; its embedding `gpt_neox.embed_in.weight` comes from the first.
+    config = {
+        "merge_method": "passthrough",
+        "slices": [
+            {"sources": [{"model": str(gpt_neox["base"]), "layer_range": [0, 2]}]},
+            {"sources": [{"model": str(gpt_neox["trained"]), "layer_range": [2, 4]}]},
+        ],
+    }
+    ours = assert_valid_output(surgery_run(config, tmp_path))
+    trained = load_state(gpt_neox["trained"])
+    assert same_bits(ours["embed_out.weight"], trained["embed_out.weight"])
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    assert set(ours) == set(theirs)
+    assert all(same_bits(ours[k], theirs[k]) for k in ours)
+
+
+def test_pre_and_post_weight_tables_are_mergekits():
+    # The tables are derived from mergekit's architecture files; hold them equal to the
+    # installed mergekit's.
+    from importlib import resources
+
+    from surgery.engine.ops.merge import architectures
+
+    pre, post = set(), set()
+    for entry in resources.files("mergekit._data.architectures").iterdir():
+        if entry.name.endswith(".json"):
+            data = json.loads(entry.read_text())
+            pre |= {w["name"] for w in data.get("pre_weights", [])}
+            post |= {w["name"] for w in data.get("post_weights", [])}
+    assert (pre, post) == (architectures.PRE_WEIGHTS, architectures.POST_WEIGHTS)
+    assert not architectures.is_pre_weight("embed_out.weight")
+    assert architectures.is_pre_weight("gpt_neox.embed_in.weight")
+
+
+@pytest.mark.parametrize(
     ("command", "needs"),
     [
         (["revert", "--layers", "0:2"], "pair"),

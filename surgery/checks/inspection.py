@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from surgery.core.layers import layer_of
+from surgery.core.layers import stack_layer
 from surgery.engine.reader import Checkpoint
 
 
@@ -30,9 +30,13 @@ def describe(checkpoint: Checkpoint) -> dict:
         "bytes": checkpoint.total_bytes,
         "dtypes": dict(params_by_dtype.most_common()),
         "stacks": [
-            {"name": s.name, "prefix": s.prefix, "layers": s.num_layers} for s in checkpoint.stacks
+            {"name": s.name, "prefix": s.prefix, "layers": s.num_layers, "beyond": s.beyond}
+            for s in checkpoint.stacks
         ],
-        "tensors_outside_stacks": sum(1 for name in checkpoint.tensors if layer_of(name) is None),
+        "tensors_outside_stacks": sum(
+            all(stack_layer(name, s) is None for s in checkpoint.stacks)
+            for name in checkpoint.tensors
+        ),
         "recipe": checkpoint.recipe,
     }
 
@@ -58,7 +62,10 @@ def format_description(info: dict) -> str:
     dtypes = ", ".join(f"{d} {_human(n)}" for d, n in info["dtypes"].items())
     lines.append(f"dtypes      {dtypes}")
     for stack in info["stacks"]:
-        lines.append(f"stack       {stack['name']}: {stack['layers']} layers ({stack['prefix']}.N)")
+        past = f", and {stack['beyond']} past the config's count" if stack["beyond"] else ""
+        lines.append(
+            f"stack       {stack['name']}: {stack['layers']} layers ({stack['prefix']}.N){past}"
+        )
     if not info["stacks"]:
         lines.append("stack       none found")
     lines.append(f"other       {info['tensors_outside_stacks']} tensors outside the layer stacks")

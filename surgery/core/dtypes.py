@@ -6,15 +6,23 @@ requires. Such tensors are read, inspected and copied byte for byte; they are ne
 
 torch is imported only when a torch dtype is asked for: copies (revert, alpha 0 or 1), inspect
 and verify never need it, and start faster without it.
+
+Every multi-byte value in a safetensors file is little-endian. The engine decodes and encodes
+values with numpy and torch in the host's byte order (`torch.frombuffer` has no other), so it
+runs only on a little-endian host (`require_little_endian`).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
 from surgery.core.errors import SurgeryError
+
+# The byte order values are decoded in (a name tests can set to "big").
+HOST_BYTE_ORDER = sys.byteorder
 
 if TYPE_CHECKING:
     import torch
@@ -85,6 +93,19 @@ _ALIASES = {
 
 # safetensors name -> the string transformers writes as `dtype` in config.json.
 CONFIG_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def require_little_endian() -> None:
+    """Refuse a big-endian host, where every decoded value would have its bytes reversed.
+
+    Raises:
+        SurgeryError: the host is big-endian.
+    """
+    if HOST_BYTE_ORDER != "little":
+        raise SurgeryError(
+            "this host is big-endian: safetensors values are little-endian and the engine "
+            "decodes them in the host's byte order; run on a little-endian host"
+        )
 
 
 def is_known(dtype: str) -> bool:

@@ -24,8 +24,12 @@ from surgery.core.errors import LayerSpecError
 # The first `<prefix ending in a stack keyword>.<N>.` in a tensor name. Matches
 # `model.layers.N.` (Llama, Mistral, Qwen, Gemma), `language_model.model.layers.N.` (Gemma-3
 # multimodal on disk), `vision_tower.vision_model.encoder.layers.N.` (its vision tower),
-# `transformer.h.N.` (GPT-2), `gpt_neox.layers.N.` and `encoder.layer.N.` (BERT).
-_LAYER_RE = re.compile(r"^(?P<prefix>(?:\w+\.)*?(?:layers|layer|h|blocks))\.(?P<index>\d+)\.")
+# `transformer.h.N.` (GPT-2), `gpt_neox.layers.N.`, `encoder.layer.N.` (BERT), `visual.blocks.N.`
+# (Qwen2-VL's vision tower) and `encoder.block.N.` (T5: the first keyword wins, so its
+# `encoder.block.N.layer.M.` is block N, not a stack per block).
+_LAYER_RE = re.compile(r"^(?P<prefix>(?:\w+\.)*?(?:layers|layer|h|blocks|block))\.(?P<index>\d+)\.")
+# Words of a stack's prefix that say which kind of stack it is; any other stack is "text".
+_KIND_WORDS = {"vision": ("vision", "visual"), "audio": ("audio",)}
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,9 @@ class Stack:
     prefix: str  # e.g. "model.layers"
     name: str  # "text", "vision", "audio", or the prefix when names would collide
     num_layers: int
+    # Numbered layers past the config's layer count, outside the stack (DeepSeek-V3's
+    # multi-token-prediction layer `model.layers.61` of 61 layers): layer specs never reach them.
+    beyond: int = 0
 
 
 def layer_of(name: str) -> tuple[str, int] | None:
@@ -46,25 +53,36 @@ def layer_of(name: str) -> tuple[str, int] | None:
 
 
 def _kind_of(prefix: str) -> str:
-    for kind in ("vision", "audio"):
-        if kind in prefix:
+    for kind, words in _KIND_WORDS.items():
+        if any(word in prefix for word in words):
             return kind
     return "text"
 
 
-def find_stacks(names: Iterable[str]) -> list[Stack]:
-    """Group tensor names into layer stacks; text stacks first, then by prefix."""
+def find_stacks(names: Iterable[str], text_layers: int | None = None) -> list[Stack]:
+    """Group tensor names into layer stacks; text stacks first, then by prefix.
+
+    Args:
+        text_layers: the config's layer count of the text stack (`num_hidden_layers`), if known.
+            Layers of a single text stack numbered past it are left outside the stack (its
+            `beyond` counts them).
+    """
     counts: dict[str, int] = {}
     for name in names:
         ref = layer_of(name)
         if ref is not None:
             counts[ref[0]] = max(counts.get(ref[0], 0), ref[1] + 1)
     kinds = {prefix: _kind_of(prefix) for prefix in counts}
+    single_text = list(kinds.values()).count("text") == 1
     stacks = []
     for prefix, count in counts.items():
         kind = kinds[prefix]
         unique = list(kinds.values()).count(kind) == 1
-        stacks.append(Stack(prefix=prefix, name=kind if unique else prefix, num_layers=count))
+        layers = count
+        if kind == "text" and single_text and text_layers is not None and 0 < text_layers < count:
+            layers = text_layers
+        name = kind if unique else prefix
+        stacks.append(Stack(prefix, name, num_layers=layers, beyond=count - layers))
     return sorted(stacks, key=lambda s: (_kind_of(s.prefix) != "text", s.prefix))
 
 
@@ -219,6 +237,8 @@ def format_layers(indices: Iterable[int]) -> str:
 
 
 def stack_layer(name: str, stack: Stack) -> int | None:
-    """The layer index of a tensor name within `stack`, or None if it is not in that stack."""
+    """The layer index of a tensor name within `stack`, or None if it is not in that stack (a
+    layer `beyond` the stack's count included)."""
     ref = layer_of(name)
-    return ref[1] if ref is not None and ref[0] == stack.prefix else None
+    in_stack = ref is not None and ref[0] == stack.prefix and ref[1] < stack.num_layers
+    return ref[1] if in_stack else None

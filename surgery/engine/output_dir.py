@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -22,9 +23,13 @@ from surgery.engine.progress import notice
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
-# Hidden siblings of OUT made by a run: `.NAME.partial-PID` (being built), `.NAME.old-PID` (the
-# previous OUT during a --force swap).
-_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?P<pid>\d+)$")
+# Hidden siblings of OUT made by a run: `.NAME.partial-PID-HOST` (being built), `.NAME.old-PID-HOST`
+# (the previous OUT during a --force swap). HOST tags the pid's namespace (see `host_tag`): on a
+# shared file system (NFS, Lustre, containers sharing a volume) a pid means nothing elsewhere.
+# Names without HOST were left by older versions: whose pid they hold cannot be told.
+_SIBLING = re.compile(
+    r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?P<pid>\d+)(?:-(?P<host>[0-9a-f]{12}))?$"
+)
 _NAME_MAX = 255
 
 
@@ -39,11 +44,33 @@ def _remove(path: Path, *, quietly: bool = False) -> None:
             raise
 
 
+def _read_first_line(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.readline().strip()
+    except OSError:
+        return ""
+
+
+@cache
+def host_tag() -> str:
+    """12 hex digits naming where this process's pid is meaningful: the host name, its boot
+    (Linux's boot id: a rebooted host is another) and the pid namespace (containers on one host
+    sharing a volume each have their own pids)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    boot = _read_first_line("/proc/sys/kernel/random/boot_id")
+    identity = "\0".join([socket.gethostname(), boot, namespace])
+    return hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
 def sibling(out: Path, kind: str, pid: int | None = None) -> Path:
-    """The hidden `.NAME.KIND-PID` folder beside `out`, its name kept within 255 bytes (a long
-    OUT name is shortened and made unique with a hash)."""
+    """The hidden `.NAME.KIND-PID-HOST` folder beside `out` (HOST: `host_tag`), its name kept
+    within 255 bytes (a long OUT name is shortened and made unique with a hash)."""
     pid = os.getpid() if pid is None else pid
-    name, suffix = out.name, f".{kind}-{pid}"
+    name, suffix = out.name, f".{kind}-{pid}-{host_tag()}"
     if len(os.fsencode(f".{name}{suffix}")) > _NAME_MAX:
         digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:12]
         name = os.fsdecode(os.fsencode(name)[:180]).rstrip("\udcff") + "~" + digest
@@ -94,11 +121,22 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_stale_siblings(folder: Path) -> None:
-    """Remove what runs that died (SIGKILL, power loss) left in `folder`, saying so in a line.
+def _provably_dead(match: re.Match[str]) -> bool:
+    """Whether the run that named a sibling is gone: only a run of this host, boot and pid
+    namespace can be checked (by its pid); any other may be alive elsewhere."""
+    if match["host"] != host_tag():
+        return False
+    pid = int(match["pid"])
+    return pid != os.getpid() and not _pid_alive(pid)
 
-    A staging folder whose process is gone is removed. A `.old` folder (the previous OUT during a
-    --force swap) is put back as OUT when OUT is missing, else removed: its run had finished.
+
+def clean_stale_siblings(folder: Path) -> None:
+    """Remove what runs that died (SIGKILL) left in `folder`, saying so in a line.
+
+    A staging folder of this host whose process is gone is removed. A `.old` folder (the
+    previous OUT during a --force swap) is put back as OUT when OUT is missing, else removed: its
+    run had finished. A folder of another host, boot or container is kept (its run may be alive
+    on another node of a shared file system), with a line saying so.
     """
     try:
         entries = list(folder.iterdir())
@@ -106,7 +144,15 @@ def clean_stale_siblings(folder: Path) -> None:
         return
     for path in entries:
         match = _SIBLING.match(path.name)
-        if match is None or int(match["pid"]) == os.getpid() or _pid_alive(int(match["pid"])):
+        if match is None:
+            continue
+        if not _provably_dead(match):
+            if match["host"] != host_tag():
+                notice(
+                    "note",
+                    f"kept {path}: left by a run of another host, boot or container, which may "
+                    "still be writing it; remove it by hand if it is not",
+                )
             continue
         out = folder / match["name"]
         if match["kind"] == "old" and not os.path.lexists(out):

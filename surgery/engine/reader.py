@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from surgery.core.dtypes import bits, is_float, is_known, nbytes
+from surgery.core.dtypes import bits, is_float, is_known, nbytes, require_little_endian
 from surgery.core.errors import CheckpointError
-from surgery.core.layers import Stack, find_stacks
+from surgery.core.layers import Stack, find_stacks, format_layers
 from surgery.engine.header_json import USIZE_LIMIT, HeaderError, is_utf8, parse_header
+from surgery.engine.progress import notice
 from surgery.engine.source import ByteSource, LocalFile, Opener
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -176,7 +177,9 @@ def read_shard(path: Path, source: ByteSource | None = None) -> Shard:
     Raises:
         CheckpointError: unreadable, truncated, corrupt header, unknown dtype, a byte length that
             does not match the shape, or offsets that overlap, leave gaps, or pass the file's end.
+        SurgeryError: a big-endian host (every operation reads its inputs here first).
     """
+    require_little_endian()
     path = Path(path)
     header, data_start, size = _read_header_json(path, source)
     metadata = header.pop("__metadata__")
@@ -220,17 +223,35 @@ class Checkpoint:
 
     @cached_property
     def stacks(self) -> list[Stack]:
-        """The layer stacks found in tensor names (text first)."""
-        return find_stacks(self.tensors)
+        """The layer stacks found in tensor names (text first), the text stack no longer than
+        the config's `num_hidden_layers`; layers past it are named in a note."""
+        stacks = find_stacks(self.tensors, _text_layers(self.config))
+        for stack in stacks:
+            if stack.beyond:
+                past = format_layers(range(stack.num_layers, stack.num_layers + stack.beyond))
+                notice(
+                    "note",
+                    f"{self.spec or self.path}: layers {past} of {stack.prefix} lie past "
+                    f"config.json's num_hidden_layers ({stack.num_layers}), as a multi-token-"
+                    "prediction layer does; they are outside the layer stack, which layer specs "
+                    "address",
+                )
+        return stacks
+
+    @cached_property
+    def config(self) -> dict:
+        """Its config.json, or {} when it has none (or none that parses into an object)."""
+        path = self.folder / "config.json" if self.folder is not None else None
+        try:
+            config = json.loads(path.read_text()) if path else {}
+        except (OSError, ValueError):
+            return {}
+        return config if isinstance(config, dict) else {}
 
     @cached_property
     def model_type(self) -> str | None:
         """The architecture its config.json names (`llama`, `bert`, ...), if it has one."""
-        config = self.folder / "config.json" if self.folder is not None else None
-        try:
-            model_type = json.loads(config.read_text()).get("model_type") if config else None
-        except (OSError, ValueError, AttributeError):
-            return None
+        model_type = self.config.get("model_type")
         return model_type if isinstance(model_type, str) else None
 
     @property
@@ -261,6 +282,16 @@ class Checkpoint:
 
     def __iter__(self) -> Iterator[TensorInfo]:
         return iter(self.tensors.values())
+
+
+def _text_layers(config: dict) -> int | None:
+    """The text stack's layer count a config gives (`num_hidden_layers`, or its `text_config`'s
+    in a multimodal config), if any."""
+    for scope in (config, config.get("text_config")):
+        count = scope.get("num_hidden_layers") if isinstance(scope, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool):
+            return count
+    return None
 
 
 def load_index(index_path: Path) -> dict[str, str]:

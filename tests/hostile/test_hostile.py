@@ -145,18 +145,60 @@ def test_free_space_counts_companion_files(llama, tmp_path):
 
 
 # 5. Leftovers of a run that died are removed by the next run beside them (signals: test_signals).
-def test_stale_staging_of_a_dead_run_is_removed(llama, tmp_path):
-    base, trained = llama
+def _dead_pid() -> int:
     dead = os.fork()
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)
-    stale = tmp_path / f".other.partial-{dead}"
+    return dead
+
+
+def test_stale_staging_of_a_dead_run_is_removed(llama, tmp_path):
+    base, trained = llama
+    stale = output_dir.sibling(tmp_path / "other", "partial", pid=_dead_pid())
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(bytes(1000))
     result = invoke("revert", "--layers", "0", "-q", base, trained, tmp_path / "out")
     assert result.exit_code == 0 and not stale.exists() and not litter(tmp_path)
     assert f"note: removed {stale}" in result.stderr
+
+
+def test_staging_of_another_host_survives(llama, tmp_path):
+    """On a shared file system a pid unknown here may be a live run on another node (or in
+    another container, or a staging name of an older version): only this host's dead runs go."""
+    base, trained = llama
+    dead = _dead_pid()
+    mine = output_dir.sibling(tmp_path / "mine", "partial", pid=dead)
+    other_host = "0" * 12 if output_dir.host_tag() != "0" * 12 else "1" * 12
+    foreign = [tmp_path / f".runA.partial-{dead}-{other_host}", tmp_path / f".runB.old-{dead}"]
+    for folder in [mine, *foreign]:
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(bytes(100))
+    result = invoke("revert", "--layers", "0", "-q", base, trained, tmp_path / "out")
+    assert result.exit_code == 0, result.stderr
+    assert not mine.exists() and f"note: removed {mine}" in result.stderr
+    for folder in foreign:
+        assert (folder / "model.safetensors").read_bytes() == bytes(100)
+        assert f"note: kept {folder}: left by a run of another host" in result.stderr
+    assert not (tmp_path / "runB").exists()  # another host's `.old` is not restored either
+
+
+def test_host_tag_tells_apart_hosts_boots_and_pid_namespaces(monkeypatch):
+    """The tag changes with each of the three things that give a pid its meaning."""
+    tags = set()
+    for host, boot, namespace in [
+        ("a", "1", "pid:[1]"),
+        ("b", "1", "pid:[1]"),
+        ("a", "2", "pid:[1]"),
+        ("a", "1", "pid:[2]"),
+    ]:
+        output_dir.host_tag.cache_clear()
+        monkeypatch.setattr(output_dir.socket, "gethostname", lambda host=host: host)
+        monkeypatch.setattr(output_dir, "_read_first_line", lambda path, boot=boot: boot)
+        monkeypatch.setattr(output_dir.os, "readlink", lambda path, ns=namespace: ns)
+        tags.add(output_dir.host_tag())
+    output_dir.host_tag.cache_clear()
+    assert len(tags) == 4
 
 
 # 6. Two runs, one OUT: publishing never replaces what appeared meanwhile; --force restores.
@@ -303,3 +345,21 @@ def test_verify_catches_flips_swaps_and_edits(families, tmp_path):
     for case, expected in (("flip", "sha256"), ("swap", "sha256"), ("edit", "recipe")):
         result = invoke("verify", cases[case])
         assert result.exit_code == 1 and expected in result.output, (case, result.output)
+
+
+# 9. Byte order: safetensors values are little-endian; a big-endian host is refused, not misread.
+@pytest.mark.parametrize("command", ["soup", "revert", "inspect"])
+def test_a_big_endian_host_is_refused(llama, tmp_path, monkeypatch, command):
+    from surgery.core import dtypes
+
+    base, trained = llama
+    before = fingerprint(base), fingerprint(trained)
+    monkeypatch.setattr(dtypes, "HOST_BYTE_ORDER", "big")
+    out = tmp_path / "out"
+    args = {
+        "soup": ["soup", "-q", base, trained, out],
+        "revert": ["revert", "-q", "--layers", "0", base, trained, out],
+        "inspect": ["inspect", base],
+    }[command]
+    assert_refused(invoke(*args), out, message="this host is big-endian")
+    assert (fingerprint(base), fingerprint(trained)) == before

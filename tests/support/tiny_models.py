@@ -18,6 +18,8 @@ from transformers import (
     Gemma3TextConfig,
     GPT2Config,
     GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedModel,
@@ -51,7 +53,7 @@ def vocab_size() -> int:
 
 
 def build_model(arch: str, seed: int = 0) -> PreTrainedModel:
-    """A tiny random model of `arch` (one of ARCHS), deterministic from `seed`."""
+    """A tiny random model of `arch` (one of ARCHS, or `gpt_neox`), deterministic from `seed`."""
     torch.manual_seed(seed)
     vocab = vocab_size()
     common = dict(
@@ -112,6 +114,11 @@ def build_model(arch: str, seed: int = 0) -> PreTrainedModel:
             eos_token_id=2,
         )
         return GPT2LMHeadModel(config)
+    if arch == "gpt_neox":
+        # Its head is `embed_out.weight`, outside `gpt_neox.`: a name that says "embed" but is a
+        # "post" weight.
+        config = GPTNeoXConfig(**common, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+        return GPTNeoXForCausalLM(config)
     if arch == "bert":
         config = BertConfig(**common, type_vocab_size=2, pad_token_id=0)
         return BertForMaskedLM(config)
@@ -193,4 +200,28 @@ def add_position_ids(path: Path) -> None:
     tensors["bert.embeddings.position_ids"] = torch.arange(128, dtype=torch.int64)[None]
     save_file(tensors, path / shard, metadata={"format": "pt"})
     index["weight_map"]["bert.embeddings.position_ids"] = shard
+    index_path.write_text(json.dumps(index, indent=2))
+
+
+def add_gpt_neox_buffers(path: Path) -> None:
+    """Append the attention buffers older GPT-NeoX checkpoints carry (`attention.bias`,
+    `attention.masked_bias`, `attention.rotary_emb.inv_freq`, per layer).
+
+    transformers 5 no longer saves them, but mergekit's GPT-NeoX architecture requires them.
+    """
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    index_path = path / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    shard = sorted(set(index["weight_map"].values()))[-1]
+    tensors = load_file(path / shard)
+    for layer in range(NUM_LAYERS):
+        head = f"gpt_neox.layers.{layer}.attention"
+        tensors[f"{head}.bias"] = torch.ones(1, 1, 8, 8, dtype=torch.bool).tril()
+        tensors[f"{head}.masked_bias"] = torch.tensor(-1e9)
+        tensors[f"{head}.rotary_emb.inv_freq"] = 1.0 / 10000 ** (torch.arange(0, 16, 2) / 16)
+    save_file(tensors, path / shard, metadata={"format": "pt"})
+    index["weight_map"] |= dict.fromkeys(tensors, shard)
     index_path.write_text(json.dumps(index, indent=2))

@@ -23,6 +23,7 @@ from surgery.engine.plan import (
     copy_of,
     require_equal_non_float,
 )
+from surgery.engine.quantized import check_scales
 from surgery.engine.reader import Checkpoint, TensorInfo, openers
 from surgery.engine.recipe import make_recipe
 from surgery.engine.source import SourcePool
@@ -108,18 +109,23 @@ def plan_interpolate(
         [trained, base], ["trained", "base"], float_dtypes_may_differ=dtype is not None
     )
     values, chosen = resolve_alphas(trained, alpha, layers, stack, extrapolate=extrapolate)
+    alphas = {}
+    for name in trained.tensors:
+        value = values.value_for(stack_layer(name, chosen) if chosen is not None else None)
+        alphas[name] = 1.0 if value is None else value
+    blended = {name for name, value in alphas.items() if value not in (0.0, 1.0)}
     tensors = []
     with SourcePool(openers([base, trained])) as pool:
+        labels = ["trained", "base"]
+        scales = check_scales([trained, base], labels, pool, dtype=dtype, blended=blended)
         for name, tensor in trained.tensors.items():
             if not tensor.is_float:
-                require_equal_non_float([tensor, base.tensors[name]], ["trained", "base"], pool)
+                require_equal_non_float([tensor, base.tensors[name]], labels, pool)
                 tensors.append(copy_of(tensor))
-                continue
-            layer = stack_layer(name, chosen) if chosen is not None else None
-            value = values.value_for(layer)
-            tensors.append(
-                _blend(base.tensors[name], tensor, 1.0 if value is None else value, dtype)
-            )
+            elif name in scales and name in blended:  # identical in both (checked)
+                tensors.append(copy_of(tensor))
+            else:
+                tensors.append(_blend(base.tensors[name], tensor, alphas[name], dtype))
     recipe = make_recipe(
         "interpolate",
         [("base", base), ("trained", trained)],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from surgery.core.layers import format_layers, parse_layer_spec, select_stack, stack_layer
 from surgery.engine.ops.merge.equivalent import revert_config
 from surgery.engine.plan import Plan, check_compatible, copy_of
+from surgery.engine.quantized import refuse_cast, scale_pairs
 from surgery.engine.reader import Checkpoint
 from surgery.engine.recipe import make_recipe
 
@@ -28,6 +29,7 @@ def plan_revert(
     check_compatible(
         [trained, base], ["trained", "base"], float_dtypes_may_differ=dtype is not None
     )
+    refuse_cast(scale_pairs(trained), dtype)  # byte copies: scales go with their layer
     chosen_stack = select_stack(trained.stacks, stack)
     indices = set(parse_layer_spec(layers, chosen_stack.num_layers))
     tensors = []

@@ -15,6 +15,7 @@ from surgery.engine.plan import (
     copy_of,
     require_equal_non_float,
 )
+from surgery.engine.quantized import check_scales
 from surgery.engine.reader import Checkpoint, openers
 from surgery.engine.recipe import make_recipe
 from surgery.engine.source import SourcePool
@@ -72,8 +73,12 @@ def plan_soup(
     total = sum(weights)
     tensors = []
     with SourcePool(openers(experts)) as pool:
+        scales = check_scales(experts, labels, pool, dtype=dtype, blended=experts[0].tensors)
         for name, first in experts[0].tensors.items():
             column = [e.tensors[name] for e in experts]
+            if name in scales:  # identical in every expert (checked): never blended
+                tensors.append(copy_of(first))
+                continue
             if not first.is_float:
                 require_equal_non_float(column, labels, pool)
                 tensors.append(copy_of(first))

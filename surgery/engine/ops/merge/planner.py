@@ -4,19 +4,19 @@ parameters, and the method's kernel for it.
 A `models:` merge keeps every tensor name; the parameter gradient position `t` of a layer is
 layer / (layers - 1) in its stack (0 outside stacks). A `slices:` merge renumbers the text stack's
 layers slice after slice (t runs 0 to 1 within a slice); tensors outside the stack come from the
-first slice's models when they are embeddings, from the last slice's otherwise, as mergekit
-takes its architectures' "pre" and "post" weights.
+first slice's models when they are mergekit's "pre" weights (embeddings), from the last slice's
+otherwise ("post" weights: final norm, head; see `architectures`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from surgery.core.errors import MismatchError
-from surgery.core.layers import Stack, layer_of, select_stack
+from surgery.core.layers import Stack, select_stack, stack_layer
 from surgery.engine.ops.merge import registry
+from surgery.engine.ops.merge.architectures import is_pre_weight
 from surgery.engine.ops.merge.method import REQUIRED, Base, Method, Param, Scope, TensorJob
 from surgery.engine.ops.merge.spec import (
     MergeConfigError,
@@ -27,12 +27,16 @@ from surgery.engine.ops.merge.spec import (
     evaluate,
 )
 from surgery.engine.plan import OutputTensor, Plan, copy_of, require_equal_non_float
+from surgery.engine.quantized import (
+    refuse_cast,
+    require_equal_scales,
+    scale_of,
+    scale_pairs,
+    weight_of,
+)
 from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
 from surgery.engine.source import SourcePool
-
-# Tensors before the layer stack (mergekit's "pre" weights): embeddings.
-_PRE = re.compile(r"embed|wte|wpe|position|token_type")
 
 
 @dataclass(frozen=True)
@@ -139,13 +143,12 @@ def _text_stack(checkpoint: Checkpoint, label: str) -> Stack:
 
 def _full_model_tensors(spec: MergeSpec, ckpts: Sequence[Checkpoint], out_slice: OutputSlice):
     reference = ckpts[out_slice.sources[0].model]
-    stacks = {s.prefix: s for s in reference.stacks}
     for name in reference.tensors:
-        ref = layer_of(name)
         t = 0.0
-        if ref is not None and ref[0] in stacks:
-            layers = stacks[ref[0]].num_layers
-            t = ref[1] / (layers - 1) if layers > 1 else 1.0
+        for stack in reference.stacks:
+            layer = stack_layer(name, stack)
+            if layer is not None:
+                t = layer / (stack.num_layers - 1) if stack.num_layers > 1 else 1.0
         yield _Tensor(name, [(s, name) for s in out_slice.sources], out_slice, t)
 
 
@@ -155,9 +158,9 @@ def _sliced_tensors(
     stacks = {m: _text_stack(ckpts[m], _label(spec, m)) for s in slices for m in _models(s)}
     first, last = slices[0], slices[-1]
     reference = ckpts[first.sources[0].model]
-    outside = [n for n in reference.tensors if layer_of(n) is None or not _in(n, stacks)]
+    outside = [n for n in reference.tensors if not _in(n, stacks)]
     for name in outside:
-        if _PRE.search(name):
+        if is_pre_weight(name):
             yield _Tensor(name, [(s, name) for s in first.sources], first, 0.0)
     out_layer = 0
     out_prefix = stacks[first.sources[0].model].prefix
@@ -177,7 +180,7 @@ def _sliced_tensors(
                 yield _Tensor(name, inputs, out_slice, t)
             out_layer += 1
     for name in outside:
-        if not _PRE.search(name):
+        if not is_pre_weight(name):
             yield _Tensor(name, [(s, name) for s in last.sources], last, 0.0)
 
 
@@ -187,8 +190,7 @@ def _models(out_slice: OutputSlice) -> list[int]:
 
 
 def _in(name: str, stacks: dict[int, Stack]) -> bool:
-    ref = layer_of(name)
-    return ref is not None and any(ref[0] == s.prefix for s in stacks.values())
+    return any(stack_layer(name, s) is not None for s in stacks.values())
 
 
 def _layer_suffixes(ckpts, stacks, source: SliceSource, layer: int) -> list[str]:
@@ -230,9 +232,11 @@ class _Planner:
         shapes = {t.shape for t in infos}
         if len(shapes) != 1:
             raise MismatchError(f"{item.name!r} has different shapes in the inputs: {shapes}")
+        labels = [_label(spec, s.model) for s, _ in item.inputs]
         if not all(t.is_float for t in infos):
-            labels = [_label(spec, s.model) for s, _ in item.inputs]
             require_equal_non_float(infos, labels, self.pool)
+            return replace(copy_of(infos[0]), name=item.name)
+        if len(item.inputs) > 1 and self._check_scales(item, infos, labels):
             return replace(copy_of(infos[0]), name=item.name)
         models = [s.model for s, _ in item.inputs]
         base_index = models.index(base) if base in models and method.base != Base.IGNORED else None
@@ -266,6 +270,27 @@ class _Planner:
         )
         return replace(method.build(job), name=item.name)
 
+    def _check_scales(
+        self, item: _Tensor, infos: Sequence[TensorInfo], labels: Sequence[str]
+    ) -> bool:
+        """FP8 weights blended with their scales (see `quantized`): the scales of a blended
+        weight must be identical in every input. Returns whether `item` is such a scale, which
+        is then copied, never blended."""
+        models = [self.ckpts[s.model] for s, _ in item.inputs]
+        names = [n for _, n in item.inputs]
+        weight = weight_of(models[0], names[0])
+        if weight is not None:
+            require_equal_scales(weight, infos, labels, self.pool)
+            return True
+        scales = [scale_of(m, n) for m, n in zip(models, names, strict=True)]
+        if scales[0] is not None:
+            missing = [label for label, x in zip(labels, scales, strict=True) if x is None]
+            if missing:
+                raise MismatchError(f"FP8 weight {item.name!r} has no scale in {missing[0]}")
+            found = [m.tensors[x] for m, x in zip(models, scales, strict=True)]
+            require_equal_scales(item.name, found, labels, self.pool)
+        return False
+
 
 def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     """Plan a merge of `checkpoints` (opened from `spec.models`, in that order).
@@ -277,6 +302,8 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     """
     method = registry.get(spec.method)
     check_parameters(spec, method)
+    for checkpoint in checkpoints:
+        refuse_cast(scale_pairs(checkpoint), spec.out_dtype or spec.dtype)
     slices = _slices(spec, checkpoints)
     for out_slice in slices:
         base = out_slice.base if out_slice.base is not None else spec.base

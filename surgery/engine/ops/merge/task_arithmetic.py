@@ -23,7 +23,7 @@ from surgery.engine.ops.merge.magnitude import Magnitude
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
 from surgery.engine.ops.merge.sparsify import Deltas, KeepAll, Sparsifier
 from surgery.engine.ops.merge.spec import MergeConfigError
-from surgery.engine.plan import OutputTensor
+from surgery.engine.plan import OutputTensor, copy_of
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,10 @@ def _check(job: TensorJob, variant: Variant) -> None:
 
 
 def build(job: TensorJob, variant: Variant) -> OutputTensor:
-    """One tensor of a generalized task arithmetic merge."""
+    """One tensor of a generalized task arithmetic merge; the base itself where no other model
+    feeds it (a slice whose only source is the base), as mergekit returns it."""
+    if not job.non_base:
+        return copy_of(job.inputs[job.base], job.out_dtype)
     _check(job, variant)
     return computed(TaskArithmetic(job, variant), job.shape)
 
