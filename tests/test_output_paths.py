@@ -22,7 +22,16 @@ from surgery.engine.output_paths import check_output, check_output_file, checkpo
 
 # Path parameters that name inputs, never written; any other path parameter must be an output
 # type (a new `--report FILE` as a plain click.Path fails here).
-INPUT_PATHS = {"base", "trained", "experts", "config", "checkpoint", "fsdp_config", "tokenizer"}
+INPUT_PATHS = {
+    "base",
+    "trained",
+    "experts",
+    "config",
+    "checkpoint",
+    "fsdp_config",
+    "tokenizer",
+    "suite",
+}
 
 
 def _run(*args):
