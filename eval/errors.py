@@ -32,3 +32,7 @@ def data_error(path: Path, line: int | None, message: str) -> EvalDataError:
     """
     where = f"{path}:{line}" if line is not None else str(path)
     return EvalDataError(f"{where}: {message}")
+
+
+class CompareError(SurgeryError):
+    """Results folders `surgery compare` cannot read or cannot compare item by item."""
