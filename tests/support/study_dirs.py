@@ -1,0 +1,174 @@
+"""Results folders written by hand exactly as `surgery eval --suite` writes them (the contract
+between the suite runner and `surgery compare`), with synthetic per-item outcomes.
+
+Used by tests/test_compare.py (small studies) and bench/bench_compare.py (the study's size).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FAMILIES = {
+    "slavic": {"held_in": ["ces_Latn"], "held_out": ["hsb_Latn"]},
+    "germanic": {"held_in": ["deu_Latn"], "held_out": ["ltz_Latn"]},
+}
+TASKS = {
+    "ppl": {"kind": "ppl", "path": "madlad/{lang2}/", "n": 30},
+    "belebele": {"kind": "belebele", "path": "belebele/{lang}.jsonl", "shots": 2, "n": 40},
+    "piqa": {"kind": "piqa", "path": "global_piqa/{lang}.jsonl", "shots": 2, "n": 30},
+    "flores": {
+        "kind": "flores",
+        "dir": "flores_plus/",
+        "directions": ["eng_Latn-{lang}", "{lang}-eng_Latn"],
+        "shots": 2,
+        "n": 25,
+    },
+}
+WORDS = [f"w{i}{chr(97 + i % 26)}{'xyz'[i % 3]}" for i in range(400)]
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class Study:
+    """A synthetic study: families, tasks (with item counts), seeds and per-model skill."""
+
+    families: dict[str, dict[str, list[str]]] = field(default_factory=lambda: dict(FAMILIES))
+    tasks: dict[str, dict[str, Any]] = field(default_factory=lambda: json.loads(json.dumps(TASKS)))
+    fewshot_seeds: list[int | None] = field(default_factory=lambda: [None])
+
+    def suite(self) -> dict[str, Any]:
+        tasks = {
+            k: {f: v for f, v in t.items() if f not in ("kind", "n")} for k, t in self.tasks.items()
+        }
+        return {"families": self.families, "languages": {}, "tasks": tasks}
+
+
+def _lines(kind: str, key: str, n: int, seed: int | None, skill: float, rng) -> list[dict]:
+    """n items of one unit; `skill` shifts accuracy, log-likelihood and translation quality."""
+    lines = []
+    for i in range(n):
+        doc = f"{key}#{i}"
+        line: dict[str, Any] = {"doc_id": str(i), "prompt_sha256": sha256(f"{doc}|seed={seed}")}
+        if kind == "ppl":
+            tokens = int(rng.integers(20, 200))
+            line.update(
+                loglikelihood=float(-tokens * (2.0 - 0.5 * skill + 0.3 * rng.random())),
+                tokens=tokens,
+                words=int(tokens * 0.7) + 1,
+                bytes=tokens * 4,
+            )
+        elif kind == "flores":
+            ref_rng = np.random.default_rng(int(sha256(doc)[:8], 16))
+            reference = [WORDS[j] for j in ref_rng.integers(0, len(WORDS), 12)]
+            keep = rng.random(len(reference)) < 0.45 + 0.3 * skill
+            hypothesis = [
+                w if k else WORDS[int(rng.integers(len(WORDS)))] for w, k in zip(reference, keep)
+            ]
+            line.update(hypothesis=" ".join(hypothesis), reference=" ".join(reference))
+        else:
+            p = min(0.95, max(0.05, 0.4 + 0.3 * skill))
+            line.update(acc=int(rng.random() < p), acc_norm=int(rng.random() < p), gold=0)
+        lines.append(line)
+    return lines
+
+
+def write_results(
+    folder: Path,
+    study: Study,
+    name: str,
+    skill: float | dict[str, float] = 0.0,
+    *,
+    seed: int = 0,
+    settings: dict[str, Any] | None = None,
+    complete: bool = True,
+) -> Path:
+    """Write one model's results folder: results.json and samples/*.jsonl per the contract.
+
+    Args:
+        skill: the model's skill, or per language (missing languages: 0).
+        seed: the outcomes' random seed (different models: different seeds).
+    """
+    rng = np.random.default_rng(seed)
+    folder = Path(folder)
+    (folder / "samples").mkdir(parents=True, exist_ok=True)
+    units = []
+    for task, spec in study.tasks.items():
+        kind = spec["kind"]
+        variants = spec.get("directions") or [None]
+        seeds = study.fewshot_seeds if spec.get("shots") else [None]
+        for family, splits in study.families.items():
+            for split, langs in splits.items():
+                for lang in langs:
+                    for variant in variants:
+                        for fewshot_seed in seeds:
+                            level = skill.get(lang, 0.0) if isinstance(skill, dict) else skill
+                            units.append(
+                                _unit(folder, task, kind, variant, lang, family, split,
+                                      fewshot_seed, spec["n"], level, rng)
+                            )  # fmt: skip
+    results = {
+        "format": "surgery-suite-results/1",
+        "model": {"path": str(folder), "name": name, "revision": None},
+        "suite": study.suite(),
+        "suite_sha256": sha256(json.dumps(study.suite(), sort_keys=True)),
+        "settings": {
+            "seed": 0,
+            "limit": None,
+            "batch_size": 8,
+            "max_length": 2048,
+            "fewshot_seeds": study.fewshot_seeds,
+            **(settings or {}),
+        },
+        "units": units,
+        "missing": [],
+        "complete": complete,
+    }
+    text = json.dumps(results, sort_keys=True, indent=1, allow_nan=False)
+    (folder / "results.json").write_text(text, encoding="utf-8")
+    return folder
+
+
+def _unit(folder, task, kind, variant, lang, family, split, fewshot_seed, n, skill, rng) -> dict:
+    uid = "/".join([task] + ([variant.format(lang=lang)] if variant else []) + [lang])
+    if fewshot_seed is not None:
+        uid += f"/seed={fewshot_seed}"
+    lines = _lines(kind, f"{task}|{variant}|{lang}", n, fewshot_seed, skill, rng)
+    samples = f"samples/{uid.replace('/', '__')}.jsonl"
+    with (folder / samples).open("w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(line, sort_keys=True) + "\n" for line in lines)
+    if kind == "ppl":
+        metrics = {"ppl": 0.0, "n": n}
+    elif kind == "flores":
+        metrics = {"chrf": 0.0, "n": n}
+    else:
+        metrics = {"acc": float(np.mean([x["acc"] for x in lines])), "n": n}
+    return {
+        "id": uid,
+        "task": task,
+        "kind": kind,
+        "variant": variant,
+        "lang": lang,
+        "family": family,
+        "split": split,
+        "fewshot_seed": fewshot_seed,
+        "metrics": metrics,
+        "samples": samples,
+        "data": {"path": f"{task}/{lang}", "sha256": sha256(f"data|{task}|{variant}|{lang}")},
+    }
+
+
+def read_lines(folder: Path, unit_id: str) -> list[dict]:
+    """One unit's samples lines, found through results.json."""
+    results = json.loads((Path(folder) / "results.json").read_text(encoding="utf-8"))
+    unit = next(u for u in results["units"] if u["id"] == unit_id)
+    text = (Path(folder) / unit["samples"]).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
