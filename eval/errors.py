@@ -34,5 +34,9 @@ def data_error(path: Path, line: int | None, message: str) -> EvalDataError:
     return EvalDataError(f"{where}: {message}")
 
 
+class SuiteError(SurgeryError):
+    """A suite file that does not parse, or a results folder that belongs to another run."""
+
+
 class CompareError(SurgeryError):
-    """Results folders `surgery compare` cannot read or cannot compare item by item."""
+    """Results folders `surgery compare` cannot compare item by item."""

@@ -279,17 +279,38 @@ def parse_task(text: str) -> TaskSpec:
         TaskSpecError: unknown kind or option, a missing or unexpected path, a bad value.
     """
     kind_text, _, rest = text.strip().partition(":")
-    kind_name = kind_text.strip().lower()
-    if kind_name not in KINDS:
-        raise TaskSpecError(f"task {text!r}: unknown kind {kind_text!r}; use one of {_kinds()}")
-    kind = KINDS[kind_name]
     path_text, option_text = _split_path_and_options(rest)
-    if kind.needs_path and not path_text:
-        raise TaskSpecError(f"task {text!r}: {kind_name} needs a path, e.g. {kind_name}:PATH")
-    if not kind.needs_path and path_text:
-        raise TaskSpecError(f"task {text!r}: {kind_name} takes no path, only options")
-    options = _parse_options(text, kind_name, kind, option_text)
-    return TaskSpec(kind_name, Path(path_text) if path_text else None, options, text)
+    given = _split_options(text, option_text)
+    return build_spec(kind_text.strip(), Path(path_text) if path_text else None, given, text)
+
+
+def build_spec(kind_name: str, path: Path | None, given: dict[str, Any], text: str) -> TaskSpec:
+    """A `TaskSpec` from a kind, a path and options as a mapping: a task string once split, or
+    a suite file's task entry.
+
+    Values are checked and converted as in a task string (YAML's ``2`` is read as ``"2"``).
+
+    Args:
+        kind_name: a kind of `KINDS` (any case).
+        path: its argument, or None.
+        given: option -> value.
+        text: how the task is named in messages (and its `TaskSpec.text`).
+
+    Returns:
+        The `TaskSpec`, every option present (defaults filled in).
+
+    Raises:
+        TaskSpecError: unknown kind or option, a missing or unexpected path, a bad value.
+    """
+    kind = KINDS.get(kind_name.lower())
+    if kind is None:
+        raise TaskSpecError(f"task {text!r}: unknown kind {kind_name!r}; use one of {_kinds()}")
+    if kind.needs_path and path is None:
+        raise TaskSpecError(f"task {text!r}: {kind.name} needs a path, e.g. {kind.name}:PATH")
+    if not kind.needs_path and path is not None:
+        raise TaskSpecError(f"task {text!r}: {kind.name} takes no path, only options")
+    strings = {key: str(value).strip() for key, value in given.items()}
+    return TaskSpec(kind.name, path, _convert_options(text, kind, strings), text)
 
 
 def check_unique_names(specs: Sequence[TaskSpec]) -> None:
@@ -316,20 +337,25 @@ def _split_path_and_options(rest: str) -> tuple[str, str]:
     return rest.strip(), ""
 
 
-def _parse_options(text: str, kind_name: str, kind: Kind, option_text: str) -> dict[str, Any]:
-    allowed = {NAME_OPTION: Option(_name, kind_name, "metric prefix"), **kind.options}
+def _split_options(text: str, option_text: str) -> dict[str, str]:
     given: dict[str, str] = {}
     for piece in filter(None, (p.strip() for p in option_text.split(","))):
         key, _, value = piece.partition("=")
         key = key.strip()
-        if key not in allowed:
-            raise TaskSpecError(
-                f"task {text!r}: unknown option {key!r} for {kind_name}; "
-                f"options: {', '.join(allowed)}"
-            )
         if key in given:
             raise TaskSpecError(f"task {text!r}: option {key!r} given twice")
         given[key] = value.strip()
+    return given
+
+
+def _convert_options(text: str, kind: Kind, given: dict[str, str]) -> dict[str, Any]:
+    allowed = {NAME_OPTION: Option(_name, kind.name, "metric prefix"), **kind.options}
+    unknown = [key for key in given if key not in allowed]
+    if unknown:
+        raise TaskSpecError(
+            f"task {text!r}: unknown option {unknown[0]!r} for {kind.name}; "
+            f"options: {', '.join(allowed)}"
+        )
     options: dict[str, Any] = {}
     for key, option in allowed.items():
         if key in given:
@@ -338,7 +364,7 @@ def _parse_options(text: str, kind_name: str, kind: Kind, option_text: str) -> d
             except ValueError as error:
                 raise TaskSpecError(f"task {text!r}: bad {key}={given[key]!r}: {error}") from None
         elif option.default is REQUIRED:
-            raise TaskSpecError(f"task {text!r}: {kind_name} needs {key}=...")
+            raise TaskSpecError(f"task {text!r}: {kind.name} needs {key}=...")
         else:
             options[key] = option.default
     return options

@@ -1,2 +1,5 @@
-"""The study: evaluation suites over languages and families (`surgery eval --suite`) and the
-comparison of strategies against a base with paired bootstrap intervals (`surgery compare`)."""
+"""The study layer of eval: suites over languages and families, their results, comparisons.
+
+`suite` parses a suite file, `runner` scores one model on it (`surgery eval MODEL --suite`),
+`results` reads and writes the results folder every comparison reads.
+"""
