@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from eval.errors import CompareError
-from eval.study._reader import read_results, read_samples
 from eval.study.measures import Measure, measure_for, primary_metric
+from eval.study.results import SuiteResults, UnitResult, read_results, read_samples
 from eval.study.stats import cell_rng, percentile_interval, resample_counts, sign_test
 
 # Settings that change what is scored (batch size does not).
@@ -45,7 +45,7 @@ class Run:
     """One results folder: its path, its results.json and the name its rows carry."""
 
     folder: Path
-    results: dict[str, Any]
+    results: SuiteResults
     name: str
 
 
@@ -122,14 +122,14 @@ def load_runs(base: Path, others: list[Path]) -> list[Run]:
         raise CompareError("give at least one results folder besides --base")
     runs = [Run(f, read_results(f), "") for f in folders]
     for run in runs:
-        if not run.results.get("complete"):
+        if not run.results.complete:
             raise CompareError(
                 f"{run.folder}: incomplete results (rerun `surgery eval --suite` on it to finish)"
             )
     reference = runs[0]
     for run in runs[1:]:
         _check_same(reference, run)
-    names = [run.results.get("model", {}).get("name") or run.folder.name for run in runs]
+    names = [run.results.model.name or run.folder.name for run in runs]
     if len(set(names)) < len(names):  # same model name twice: the folders tell them apart
         names = [run.folder.name for run in runs]
     if len(set(names)) < len(names):
@@ -141,42 +141,36 @@ def load_runs(base: Path, others: list[Path]) -> list[Run]:
 
 def _check_same(base: Run, run: Run) -> None:
     where = f"{run.folder} differs from the base {base.folder}"
-    difference = _first_difference(base.results.get("suite"), run.results.get("suite"), "suite")
+    difference = _first_difference(base.results.suite, run.results.suite, "suite")
     if difference:
         raise CompareError(f"{where}: {difference}")
-    settings = [base.results.get("settings", {}), run.results.get("settings", {})]
+    settings = [base.results.settings, run.results.settings]
     for key in SCORED_SETTINGS:
         if settings[0].get(key) != settings[1].get(key):
             raise CompareError(
                 f"{where}: settings.{key} is {json.dumps(settings[1].get(key))}, "
                 f"not {json.dumps(settings[0].get(key))}"
             )
-    units = [{u["id"]: u for u in r.results.get("units", [])} for r in (base, run)]
+    units = [{u.id: u for u in r.results.units} for r in (base, run)]
     for unit_id in sorted(set(units[0]) ^ set(units[1])):
         side = "only the base" if unit_id in units[0] else "only it"
         raise CompareError(f"{where}: unit {unit_id} is in {side}")
     for unit_id, unit in units[0].items():
-        digests = [(u.get("data") or {}).get("sha256") for u in (unit, units[1][unit_id])]
+        digests = [u.data.sha256 if u.data else None for u in (unit, units[1][unit_id])]
         if digests[0] != digests[1]:
             raise CompareError(f"{where}: unit {unit_id} read other data (sha256 differs)")
 
 
-def cells_of(results: dict[str, Any]) -> list[Cell]:
+def cells_of(results: SuiteResults) -> list[Cell]:
     """Group a results file's units into cells, in the order of the units."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for unit in results.get("units", []):
-        key = (unit["task"], unit["kind"], unit.get("variant"), unit.get("lang"))
-        groups.setdefault(key, []).append(unit)
+    groups: dict[tuple, list[UnitResult]] = {}
+    for unit in results.units:
+        groups.setdefault((unit.task, unit.kind, unit.variant, unit.lang), []).append(unit)
     cells = []
     for (task, kind, variant, lang), units in groups.items():
-        units.sort(key=lambda u: (u.get("fewshot_seed") is not None, u.get("fewshot_seed") or 0))
-        first = units[0]
-        cells.append(
-            Cell(
-                task, kind, variant, lang, first.get("family"), first.get("split"),
-                tuple(u["id"] for u in units),
-            )
-        )  # fmt: skip
+        units.sort(key=lambda u: (u.fewshot_seed is not None, u.fewshot_seed or 0))
+        family, split = units[0].family, units[0].split
+        cells.append(Cell(task, kind, variant, lang, family, split, tuple(u.id for u in units)))
     return cells
 
 
@@ -191,8 +185,9 @@ def _aligned(runs: list[Run], cell: Cell) -> list[list[dict[str, Any]]]:
     for unit_id in cell.units:
         base_lines: dict[str, dict[str, Any]] | None = None
         for run in runs:
-            unit = next(u for u in run.results["units"] if u["id"] == unit_id)
-            lines = read_samples(run.folder, unit)
+            lines = read_samples(run.folder, run.results.unit(unit_id))
+            if not all(isinstance(line, dict) and "doc_id" in line for line in lines):
+                raise CompareError(f"{run.folder}: unit {unit_id} has samples without a doc_id")
             by_id = {str(line["doc_id"]): line for line in lines}
             if len(by_id) < len(lines):
                 raise CompareError(f"{run.folder}: unit {unit_id} repeats a doc_id")
@@ -223,7 +218,7 @@ def compute_cell(
     C @ statistics, so the base and every strategy are scored on the same resampled items.
     """
     lines = _aligned(runs, cell)
-    unit = next(u for u in runs[0].results["units"] if u["id"] == cell.units[0])
+    unit = runs[0].results.unit(cell.units[0])
     measure: Measure | None = measure_for(cell.kind, unit, lines[0][0] if lines[0] else {})
     if measure is None or not lines[0]:
         return cell, None
@@ -273,7 +268,7 @@ def compare(
     if resamples < 1:
         raise CompareError(f"--resamples must be at least 1, not {resamples}")
     runs = load_runs(base, others)
-    suite = runs[0].results.get("suite") or {}
+    suite = runs[0].results.suite
     cells = cells_of(runs[0].results)
     results = _compute_all(runs, cells, resamples, seed, max(1, jobs))
     families = list((suite.get("families") or {}).keys())

@@ -8,9 +8,10 @@ SPLITS = {"held_in": "in", "held_out": "out"}
 
 
 def axis_label(axis: dict[str, Any]) -> str:
-    """`task`, or `task variant`, then the metric: `flores eng_Latn-{lang} · chrf`."""
+    """`task`, or `task variant`, then the metric unless it is the task's name:
+    `flores eng_Latn-{lang} · chrf`, `ppl`."""
     task = axis["task"] if axis["variant"] is None else f"{axis['task']} {axis['variant']}"
-    return f"{task} · {axis['metric']}"
+    return task if axis["metric"] == task else f"{task} · {axis['metric']}"
 
 
 def decimals(axis: dict[str, Any]) -> int:

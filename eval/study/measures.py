@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from eval.errors import CompareError
+from eval.study.results import UnitResult
 from eval.study.stats import chrf_from_sums
 
 # Per-item 0/1 outcomes of the multiple-choice and probe kinds, in the order reported.
@@ -113,7 +114,7 @@ def _chrf(name: str, unit: str) -> Measure:
     )
 
 
-def measure_for(kind: str, unit: dict[str, Any], first_line: dict[str, Any]) -> Measure | None:
+def measure_for(kind: str, unit: UnitResult, first_line: dict[str, Any]) -> Measure | None:
     """The measure of a unit's kind, or None when its lines carry no per-item outcome.
 
     Args:
@@ -122,11 +123,11 @@ def measure_for(kind: str, unit: dict[str, Any], first_line: dict[str, Any]) -> 
         first_line: its first samples line (which 0/1 outcomes a multiple-choice kind logs).
     """
     if kind == "ppl":
-        return _perplexity(unit["id"])
+        return _perplexity(unit.id)
     if kind == "flores":
-        return _chrf("chrf++" if "chrf++" in unit.get("metrics", {}) else "chrf", unit["id"])
+        return _chrf("chrf++" if "chrf++" in unit.metrics else "chrf", unit.id)
     keys = tuple(key for key in OUTCOMES if key in first_line)
-    return _accuracy(keys, unit["id"]) if keys else None
+    return _accuracy(keys, unit.id) if keys else None
 
 
 def primary_metric(kind: str, measure: Measure) -> str:

@@ -34,10 +34,13 @@ def _row(comparison: Comparison, axis: dict[str, Any], model: str, **where: Any)
 
 def _columns(comparison: Comparison, axis: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     wanted = [
+        (f"all\n{short}", {"scope": "overall", "split": split}) for split, short in SPLITS.items()
+    ]
+    wanted += [
         (f"{family}\n{short}", {"scope": "family", "family": family, "split": split})
         for family in comparison.families
         for split, short in SPLITS.items()
-    ] + [(f"all\n{short}", {"scope": "overall", "split": split}) for split, short in SPLITS.items()]
+    ]
     return [(n, w) for n, w in wanted if _row(comparison, axis, comparison.base, **w)]
 
 
@@ -76,6 +79,8 @@ def plot_heatmap(comparison: Comparison, folder: Path) -> str | None:
                 panel.text(j, i, f"{row['delta']:+.{digits}f}{mark}", ha="center", va="center",
                            fontsize=8)  # fmt: skip
         panel.set_xticks(range(len(columns)), [name for name, _ in columns], fontsize=8)
+        overall = sum(where["scope"] == "overall" for _, where in columns)
+        panel.axvline(overall - 0.5, color="black", lw=1.5)  # overall | families
         panel.set_yticks(range(len(strategies)), strategies, fontsize=8)
         better = "higher" if axis["higher_is_better"] else "lower"
         panel.set_title(f"{axis_label(axis)}: change from {comparison.base} ({better} is better)",

@@ -28,14 +28,13 @@ def _sign_cell(comparison: Comparison, axis, model, split, over) -> str:
 
 def _axis_table(comparison: Comparison, axis: dict[str, Any]) -> list[str]:
     digits = decimals(axis)
-    columns: list[tuple[str, dict[str, Any]]] = []
+    columns: list[tuple[str, dict[str, Any]]] = [
+        (f"all {short}", {"scope": "overall", "split": split}) for split, short in SPLITS.items()
+    ]
     for family in comparison.families:
         for split, short in SPLITS.items():
-            columns.append(
-                (f"{family} {short}", {"scope": "family", "family": family, "split": split})
-            )
-    for split, short in SPLITS.items():
-        columns.append((f"all {short}", {"scope": "overall", "split": split}))
+            where = {"scope": "family", "family": family, "split": split}
+            columns.append((f"{family} {short}", where))
     present = [
         (name, where)
         for name, where in columns

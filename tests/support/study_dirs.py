@@ -1,5 +1,5 @@
-"""Results folders written by hand exactly as `surgery eval --suite` writes them (the contract
-between the suite runner and `surgery compare`), with synthetic per-item outcomes.
+"""Results folders as `surgery eval --suite` writes them (through eval.study.results, the
+format's writer), with synthetic per-item outcomes instead of a model's.
 
 Used by tests/test_compare.py (small studies) and bench/bench_compare.py (the study's size).
 """
@@ -13,6 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from eval.study.results import (
+    DataRef,
+    ModelInfo,
+    SuiteResults,
+    UnitResult,
+    suite_sha256,
+    write_samples,
+)
+from eval.study.results import (
+    write_results as write_results_json,
+)
 
 FAMILIES = {
     "slavic": {"held_in": ["ces_Latn"], "held_out": ["hsb_Latn"]},
@@ -71,7 +83,8 @@ def _lines(kind: str, key: str, n: int, seed: int | None, skill: float, rng) -> 
             reference = [WORDS[j] for j in ref_rng.integers(0, len(WORDS), 12)]
             keep = rng.random(len(reference)) < 0.45 + 0.3 * skill
             hypothesis = [
-                w if k else WORDS[int(rng.integers(len(WORDS)))] for w, k in zip(reference, keep)
+                w if k else WORDS[int(rng.integers(len(WORDS)))]
+                for w, k in zip(reference, keep, strict=True)
             ]
             line.update(hypothesis=" ".join(hypothesis), reference=" ".join(reference))
         else:
@@ -91,7 +104,7 @@ def write_results(
     settings: dict[str, Any] | None = None,
     complete: bool = True,
 ) -> Path:
-    """Write one model's results folder: results.json and samples/*.jsonl per the contract.
+    """Write one model's results folder through eval.study.results (the format's writer).
 
     Args:
         skill: the model's skill, or per language (missing languages: 0).
@@ -99,28 +112,24 @@ def write_results(
     """
     rng = np.random.default_rng(seed)
     folder = Path(folder)
-    (folder / "samples").mkdir(parents=True, exist_ok=True)
     units = []
     for task, spec in study.tasks.items():
-        kind = spec["kind"]
         variants = spec.get("directions") or [None]
         seeds = study.fewshot_seeds if spec.get("shots") else [None]
         for family, splits in study.families.items():
             for split, langs in splits.items():
                 for lang in langs:
+                    level = skill.get(lang, 0.0) if isinstance(skill, dict) else skill
                     for variant in variants:
                         for fewshot_seed in seeds:
-                            level = skill.get(lang, 0.0) if isinstance(skill, dict) else skill
-                            units.append(
-                                _unit(folder, task, kind, variant, lang, family, split,
-                                      fewshot_seed, spec["n"], level, rng)
-                            )  # fmt: skip
-    results = {
-        "format": "surgery-suite-results/1",
-        "model": {"path": str(folder), "name": name, "revision": None},
-        "suite": study.suite(),
-        "suite_sha256": sha256(json.dumps(study.suite(), sort_keys=True)),
-        "settings": {
+                            where = (task, spec["kind"], variant, lang, family, split)
+                            units.append(_unit(folder, *where, fewshot_seed, spec["n"], level, rng))
+    suite = study.suite()
+    results = SuiteResults(
+        model=ModelInfo(path=str(folder), name=name),
+        suite=suite,
+        suite_sha256=suite_sha256(suite),
+        settings={
             "seed": 0,
             "limit": None,
             "batch_size": 8,
@@ -128,42 +137,30 @@ def write_results(
             "fewshot_seeds": study.fewshot_seeds,
             **(settings or {}),
         },
-        "units": units,
-        "missing": [],
-        "complete": complete,
-    }
-    text = json.dumps(results, sort_keys=True, indent=1, allow_nan=False)
-    (folder / "results.json").write_text(text, encoding="utf-8")
+        units=tuple(units),
+        missing=(),
+        complete=complete,
+    )
+    write_results_json(folder, results)
     return folder
 
 
-def _unit(folder, task, kind, variant, lang, family, split, fewshot_seed, n, skill, rng) -> dict:
+def _unit(folder, task, kind, variant, lang, family, split, fewshot_seed, n, skill, rng):
     uid = "/".join([task] + ([variant.format(lang=lang)] if variant else []) + [lang])
     if fewshot_seed is not None:
         uid += f"/seed={fewshot_seed}"
     lines = _lines(kind, f"{task}|{variant}|{lang}", n, fewshot_seed, skill, rng)
-    samples = f"samples/{uid.replace('/', '__')}.jsonl"
-    with (folder / samples).open("w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(line, sort_keys=True) + "\n" for line in lines)
+    samples = write_samples(folder, uid, lines)
     if kind == "ppl":
         metrics = {"ppl": 0.0, "n": n}
     elif kind == "flores":
         metrics = {"chrf": 0.0, "n": n}
     else:
         metrics = {"acc": float(np.mean([x["acc"] for x in lines])), "n": n}
-    return {
-        "id": uid,
-        "task": task,
-        "kind": kind,
-        "variant": variant,
-        "lang": lang,
-        "family": family,
-        "split": split,
-        "fewshot_seed": fewshot_seed,
-        "metrics": metrics,
-        "samples": samples,
-        "data": {"path": f"{task}/{lang}", "sha256": sha256(f"data|{task}|{variant}|{lang}")},
-    }
+    data = DataRef(path=f"{task}/{lang}", sha256=sha256(f"data|{task}|{variant}|{lang}"))
+    return UnitResult(
+        uid, task, kind, variant, lang, family, split, fewshot_seed, metrics, samples, data
+    )
 
 
 def read_lines(folder: Path, unit_id: str) -> list[dict]:
