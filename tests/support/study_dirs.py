@@ -65,31 +65,35 @@ class Study:
 
 
 def _lines(kind: str, key: str, n: int, seed: int | None, skill: float, rng) -> list[dict]:
-    """n items of one unit; `skill` shifts accuracy, log-likelihood and translation quality."""
+    """n items of one unit; `skill` shifts accuracy, log-likelihood and translation quality.
+
+    Each item has its own difficulty (the same for every model), so different models' outcomes
+    are correlated item by item as real models' are; `rng` (the model's) adds noise.
+    """
     lines = []
     for i in range(n):
         doc = f"{key}#{i}"
+        item = np.random.default_rng(int(sha256(doc)[:12], 16))
         line: dict[str, Any] = {"doc_id": str(i), "prompt_sha256": sha256(f"{doc}|seed={seed}")}
         if kind == "ppl":
-            tokens = int(rng.integers(20, 200))
+            tokens = int(item.integers(20, 200))
+            rate = 1.5 + item.random() - 0.3 * skill + 0.1 * rng.random()
             line.update(
-                loglikelihood=float(-tokens * (2.0 - 0.5 * skill + 0.3 * rng.random())),
+                loglikelihood=-tokens * rate,
                 tokens=tokens,
-                words=int(tokens * 0.7) + 1,
+                words=tokens * 2 // 3 + 1,
                 bytes=tokens * 4,
             )
         elif kind == "flores":
-            ref_rng = np.random.default_rng(int(sha256(doc)[:8], 16))
-            reference = [WORDS[j] for j in ref_rng.integers(0, len(WORDS), 12)]
-            keep = rng.random(len(reference)) < 0.45 + 0.3 * skill
-            hypothesis = [
-                w if k else WORDS[int(rng.integers(len(WORDS)))]
-                for w, k in zip(reference, keep, strict=True)
-            ]
-            line.update(hypothesis=" ".join(hypothesis), reference=" ".join(reference))
+            reference = [WORDS[j] for j in item.integers(0, len(WORDS), 12)]
+            keep = item.random(12) + 0.2 * rng.random(12) < 0.5 + 0.3 * skill
+            noise = rng.integers(0, len(WORDS), 12)
+            words = [w if k else WORDS[j] for w, k, j in zip(reference, keep, noise, strict=True)]
+            line.update(hypothesis=" ".join(words), reference=" ".join(reference))
         else:
-            p = min(0.95, max(0.05, 0.4 + 0.3 * skill))
-            line.update(acc=int(rng.random() < p), acc_norm=int(rng.random() < p), gold=0)
+            difficulty, p = item.random(2), 0.45 + 0.3 * skill
+            outcomes = (difficulty + 0.3 * rng.random(2) < p + 0.15).astype(int).tolist()
+            line.update(acc=outcomes[0], acc_norm=outcomes[1], gold=0)
         lines.append(line)
     return lines
 
