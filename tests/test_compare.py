@@ -23,6 +23,7 @@ from scipy.stats import binomtest
 
 from cli import cli
 from eval.errors import CompareError
+from eval.study.chrf_stats import chrf_statistics, supports
 from eval.study.compare import compare
 from eval.study.stats import chrf_from_sums, resample_counts, sign_test
 from tests.support.study_dirs import Study, read_lines, write_results
@@ -220,6 +221,28 @@ def test_vectorized_chrf_is_sacrebleus_formula(word_order, eps_smoothing):
     stats[:, 2::3] = np.minimum(stats[:, 2::3], stats[:, 0::3])  # matches <= counts
     expected = [metric._compute_f_score(list(s)) for s in stats]
     assert chrf_from_sums(stats, metric) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "alphabet",
+    ["aabcdeé žčñ\u3000\tx.,!Ωω", "".join(chr(0x4E00 + i) for i in range(3000)) + " "],
+    ids=["latin", "cjk"],  # the second renumbers n-grams that would overflow int64
+)
+def test_unit_chrf_statistics_are_sacrebleus(alphabet):
+    rng = np.random.default_rng(0)
+
+    def text():
+        return "".join(rng.choice(list(alphabet), size=int(rng.integers(0, 40))))
+
+    refs = [text() for _ in range(200)] + ["", "abc", "aaaaaaaaaa", "  ", "ab"]
+    hyps = [[text() for _ in refs] for _ in range(3)]
+    hyps[0][-5:] = ["abc", "", "aaaa", "x", "ab ab"]
+    metric = CHRF()
+    assert supports(metric) and not supports(CHRF(word_order=2))
+    ours = chrf_statistics(hyps, refs, metric.order)
+    for run, hypotheses in enumerate(hyps):
+        expected = metric._extract_corpus_statistics(hypotheses, [refs])
+        assert ours[run].tolist() == expected
 
 
 def test_sign_tests_are_scipys_binomtest(tmp_path):

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from eval.errors import CompareError
+from eval.study.chrf_stats import chrf_statistics, supports
 from eval.study.results import UnitResult
 from eval.study.stats import chrf_from_sums
 
@@ -102,6 +103,8 @@ def _chrf(name: str, unit: str) -> Measure:
         for lines in runs[1:]:
             if [line["reference"] for line in lines] != references:
                 raise CompareError(f"unit {unit}: references differ between results")
+        if supports(metric):  # the same integers as sacrebleu's, for all models at once
+            return chrf_statistics(hypotheses, references, metric.order).astype(np.float64)
         # References' n-grams are extracted once per unit, for every model.
         cached = CHRF(word_order=metric.word_order, references=[references])
         return np.array([cached._extract_corpus_statistics(h, None) for h in hypotheses], float)
