@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ def evaluate(
     seed: int = 0,
     max_length: int | None = None,
     progress: bool = True,
-    log_samples: str | Path | None = None,
+    log_samples: str | Path | Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Score a model on tasks.
 
@@ -80,7 +80,8 @@ def evaluate(
         progress: show progress bars.
         log_samples: write one JSON line per scored item (or document) to this file: its
             context, choices with their log-likelihoods and lengths, prediction and gold (or a
-            document's log-likelihood, tokens, words and bytes; or a prompt and its generation).
+            document's log-likelihood, tokens, words and bytes; or a prompt and its generation),
+            each with its doc_id and prompt_sha256; or a function called with each record.
 
     Returns:
         ``{"metrics": {"<task>/<metric>": value, "<task>/n": count, ...},
@@ -96,8 +97,8 @@ def evaluate(
             raise ValueError(f"{label} must be at least 1, got {value}")
     loaded = load_tasks(tasks)
     with ExitStack() as stack:
-        log = None
-        if log_samples is not None:
+        log = log_samples if callable(log_samples) else None
+        if log_samples is not None and log is None:
             Path(log_samples).parent.mkdir(parents=True, exist_ok=True)
             handle = stack.enter_context(open(log_samples, "w", encoding="utf-8"))
 

@@ -32,6 +32,17 @@ Examples:
   surgery eval out/reverted -t flores:flores200_dataset:src=eng_Latn,tgt=ind_Latn
   surgery eval out/reverted -t copain:shots=5 --device cuda --eval-dtype bf16
   surgery eval base -t belebele:b/eng.jsonl:name=bele_eng -t belebele:b/ind.jsonl:name=bele_ind
+
+\b
+A suite (--suite SUITE.yml, instead of -t) names families of languages and tasks with a path
+per language (format: README, "Evaluation suites"); the model loads once, every (task,
+language) is scored and -o DIR gets results.json and samples/*.jsonl. Rerun with the same DIR
+to continue an interrupted run; under torchrun the units are shared out across ranks.
+  surgery eval out/reverted --suite eval/study/suites/paper.yml -o results/reverted
+  surgery eval out/reverted --suite study.yml -o results/reverted --fewshot-seeds 1,2,3
+  surgery eval out/reverted --suite study.yml -o results/reverted --allow-missing
+  torchrun --nproc-per-node 8 --no-python surgery eval out/reverted --suite study.yml \\
+      -o results/reverted --device cuda
 """
 
 
@@ -42,7 +53,27 @@ Examples:
 )
 @click.argument("checkpoint")
 @eval_options
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), help="JSON file.")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path),
+    help="JSON file (with --suite: the results folder).",
+)
+@click.option(
+    "--suite",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Suite YAML: families, languages and tasks, instead of -t.",
+)
+@click.option(
+    "--fewshot-seeds",
+    callback=lambda _ctx, _param, value: parse_seeds(value),
+    help="With --suite: repeat few-shot tasks with demonstrations drawn by each seed, e.g. 1,2,3.",
+)
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="With --suite: skip units whose data is missing (listed in results.json).",
+)
 @click.option("--tokenizer", help="Tokenizer folder, if not in CHECKPOINT.")
 @click.option(
     "--log-samples",
@@ -58,11 +89,22 @@ def eval_command(
     tokenizer: str | None,
     log_samples: Path | None,
     quiet: bool,
+    suite: Path | None,
+    fewshot_seeds: tuple[int, ...],
+    allow_missing: bool,
 ) -> None:
     """Run the tasks (see HELP)."""
     from eval.api import evaluate, load_tasks
     from eval.model_loading import load_model
 
+    if suite is not None:
+        _check_suite_options(tasks, out, log_samples)
+        _run_suite(
+            checkpoint, suite, out, eval_options, tokenizer, quiet, fewshot_seeds, allow_missing
+        )
+        return
+    if fewshot_seeds or allow_missing:
+        raise click.UsageError("--fewshot-seeds and --allow-missing go with --suite")
     if not tasks:
         raise click.UsageError("give at least one task with -t/--task, e.g. -t copain")
     options = dict(eval_options)
@@ -75,6 +117,58 @@ def eval_command(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     click.echo(format_table(result["metrics"]))
+
+
+def parse_seeds(text: str | None) -> tuple[int, ...]:
+    """``1,2,3`` -> (1, 2, 3): distinct integers.
+
+    Raises:
+        click.BadParameter: not comma-separated integers, or one given twice.
+    """
+    if text is None:
+        return ()
+    try:
+        seeds = tuple(int(piece) for piece in text.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: expected comma-separated integers, e.g. 1,2,3"
+        ) from None
+    if len(set(seeds)) != len(seeds):
+        raise click.BadParameter(f"{text!r}: a seed is given twice")
+    return seeds
+
+
+def _check_suite_options(tasks: tuple[str, ...], out: Path | None, log: Path | None) -> None:
+    if tasks:
+        raise click.UsageError("--suite names the tasks; give --suite or -t/--task, not both")
+    if out is None:
+        raise click.UsageError("--suite needs -o DIR, the results folder")
+    if log is not None:
+        raise click.UsageError("--suite writes every unit's samples under DIR/samples/")
+
+
+def _run_suite(
+    checkpoint: str,
+    suite: Path,
+    out: Path,
+    eval_options: dict[str, Any],
+    tokenizer: str | None,
+    quiet: bool,
+    fewshot_seeds: tuple[int, ...],
+    allow_missing: bool,
+) -> None:
+    from eval.study.runner import SuiteRun, run_suite
+
+    options = SuiteRun(
+        **eval_options,
+        fewshot_seeds=fewshot_seeds,
+        allow_missing=allow_missing,
+        tokenizer=tokenizer,
+        progress=not quiet,
+    )
+    written = run_suite(checkpoint, suite, out, options)
+    if written is not None:
+        click.echo(f"wrote {written}")
 
 
 def format_table(metrics: dict[str, float | int]) -> str:

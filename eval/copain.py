@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from eval.data import text_sha256
 from eval.errors import TaskSpecError
 from eval.generation import generate_lines
 from eval.shots import draw_shots
@@ -209,7 +210,9 @@ class CopainTask:
                     zip(task_prompts, task_lines, answers, strict=True)
                 ):
                     record = {"task": self.spec.name, "subtask": task, "index": index}
-                    settings.log({**record, "prompt": prompt, "generation": line, "gold": answer})
+                    record.update(doc_id=f"{task}/{index}", prompt_sha256=text_sha256(prompt))
+                    record.update(prompt=prompt, generation=line, gold=answer)
+                    settings.log({**record, "acc": int(line == answer)})
             hits = sum(line == answer for line, answer in zip(task_lines, answers, strict=True))
             hits_total += hits
             metrics[f"{task}/acc"] = hits / len(answers)

@@ -9,6 +9,7 @@ row in a 900-row Belebele file can be found and fixed without a debugger.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +31,17 @@ __all__ = [
     "SUFFIXES",
     "TEXT_SUFFIXES",
     "Row",
+    "doc_id",
     "has_suffix",
     "read_documents",
     "read_jsonl",
     "read_lines",
+    "text_sha256",
 ]
+
+# Fields that identify a row in the data sets eval reads, tried in order (Belebele's questions
+# are numbered within a passage, its link).
+_ID_FIELDS = (("id",), ("link", "question_number"))
 
 
 @dataclass(frozen=True)
@@ -134,3 +141,24 @@ def read_documents(path: Path) -> list[str]:
         EvalDataError: missing, unreadable, or a row without a string `text`.
     """
     return list(iter_documents(path, EvalDataError))
+
+
+def doc_id(data: dict[str, Any], index: int) -> str:
+    """A stable id of a row within its file, for matching items across runs (samples' doc_id).
+
+    Args:
+        data: the row's fields.
+        index: its position in the file (0-based), used when the row has no id of its own.
+
+    Returns:
+        The row's ``id``, Belebele's ``link#question_number``, or the index, as a string.
+    """
+    for names in _ID_FIELDS:
+        if all(data.get(name) not in (None, "") for name in names):
+            return "#".join(str(data[name]) for name in names)
+    return str(index)
+
+
+def text_sha256(text: str) -> str:
+    """sha256 hex digest of a string's UTF-8 bytes (samples' prompt_sha256)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

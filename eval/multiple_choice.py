@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.data import Row, read_jsonl
+from eval.data import Row, doc_id, read_jsonl, text_sha256
 from eval.errors import data_error
 from eval.scoring import choice_loglikelihoods, make_request
 from eval.shots import choose_shots
@@ -256,6 +256,8 @@ class MultipleChoiceTask:
         return {
             "task": self.spec.name,
             "index": index,
+            "doc_id": doc_id(item.doc, index),
+            "prompt_sha256": text_sha256(context),
             "context": context,
             "choices": [TARGET_DELIMITER + c for c in item.choices],
             "loglikelihoods": scores,
@@ -263,6 +265,8 @@ class MultipleChoiceTask:
             "byte_lengths": [len(c.encode("utf-8")) for c in item.choices],
             "gold": item.label,
             **{f"pred_{m}" if m != "acc" else "pred": picked[m] for m in self.schema.metrics},
+            # 0/1 outcomes: what a paired comparison of two models resamples.
+            **{m: int(picked[m] == item.label) for m in self.schema.metrics},
         }
 
 

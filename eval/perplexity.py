@@ -26,7 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from eval.batching import right_pad
-from eval.data import JSONL_SUFFIXES, TEXT_SUFFIXES, has_suffix
+from eval.data import JSONL_SUFFIXES, TEXT_SUFFIXES, has_suffix, text_sha256
 from eval.data import read_documents as read_file_documents
 from eval.errors import TaskSpecError, data_error
 from eval.model_loading import model_device
@@ -319,6 +319,8 @@ class PerplexityTask:
                             "task": self.spec.name,
                             "lang": lang,
                             "index": index,
+                            "doc_id": str(index),
+                            "prompt_sha256": text_sha256(doc),
                             "loglikelihood": ll,
                             "tokens": count,
                             "words": count_words(doc),

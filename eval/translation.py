@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eval.data import JSONL_SUFFIXES, has_suffix, read_jsonl, read_lines
+from eval.data import JSONL_SUFFIXES, has_suffix, read_jsonl, read_lines, text_sha256
 from eval.errors import EvalDataError, data_error
 from eval.generation import generate_lines
 from eval.shots import draw_shots
@@ -96,6 +96,15 @@ def align(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
     Raises:
         EvalDataError: the files do not hold the same ids.
     """
+    return [(src, tgt) for _, src, tgt in align_with_ids(src_path, tgt_path)]
+
+
+def align_with_ids(src_path: Path, tgt_path: Path) -> list[tuple[str, str, str]]:
+    """(id, source, target) in the source file's order, matched by id (line number for text).
+
+    Raises:
+        EvalDataError: the files do not hold the same ids.
+    """
     src, tgt = read_sentences(src_path), read_sentences(tgt_path)
     missing = [key for key in src if key not in tgt]
     if missing or len(src) != len(tgt):
@@ -103,7 +112,7 @@ def align(src_path: Path, tgt_path: Path) -> list[tuple[str, str]]:
             f"{src_path} ({len(src)} sentences) and {tgt_path} ({len(tgt)}) are not aligned"
             + (f": id {missing[0]} is missing from the second" if missing else "")
         )
-    return [(text, tgt[key]) for key, text in src.items()]
+    return [(key, text, tgt[key]) for key, text in src.items()]
 
 
 def chrf(hypotheses: list[str], references: list[str], word_order: int = 0) -> tuple[float, str]:
@@ -127,9 +136,16 @@ def chrf(hypotheses: list[str], references: list[str], word_order: int = 0) -> t
 class TranslationTask:
     """One translation direction of FLORES, read and aligned."""
 
-    def __init__(self, spec: TaskSpec, pairs: list[tuple[str, str]], files: list[Path]) -> None:
+    def __init__(
+        self,
+        spec: TaskSpec,
+        pairs: list[tuple[str, str]],
+        files: list[Path],
+        ids: list[str] | None = None,
+    ) -> None:
         self.spec = spec
         self.pairs = pairs
+        self.ids = ids or [str(index) for index in range(len(pairs))]
         self.files = files
         options = spec.options
         self.src_name = options["src_name"] or LANGUAGE_NAMES.get(options["src"], options["src"])
@@ -146,12 +162,13 @@ class TranslationTask:
         options = spec.options
         src = find_language_file(spec.path, options["split"], options["src"])
         tgt = find_language_file(spec.path, options["split"], options["tgt"])
-        pairs = align(src, tgt)
-        if len(pairs) <= options["shots"]:
+        aligned = align_with_ids(src, tgt)
+        if len(aligned) <= options["shots"]:
             raise data_error(
-                src, None, f"{len(pairs)} sentences; {options['shots']}-shot needs more"
+                src, None, f"{len(aligned)} sentences; {options['shots']}-shot needs more"
             )
-        return cls(spec, pairs, [src, tgt])
+        pairs = [(source, target) for _, source, target in aligned]
+        return cls(spec, pairs, [src, tgt], [key for key, _, _ in aligned])
 
     def config(self) -> dict[str, Any]:
         """Files, direction, prompt names, shots, metric and generation limit."""
@@ -207,7 +224,10 @@ class TranslationTask:
             for index, (prompt, hypothesis, reference) in enumerate(
                 zip(prompts, hypotheses, references, strict=True)
             ):
-                record = {"task": self.spec.name, "index": index, "prompt": prompt}
-                settings.log({**record, "generation": hypothesis, "reference": reference})
+                record = {"task": self.spec.name, "index": index, "doc_id": self.ids[index]}
+                record.update(prompt_sha256=text_sha256(prompt), prompt=prompt)
+                # generation (the earlier name) and hypothesis are the same scored line.
+                record.update(generation=hypothesis, hypothesis=hypothesis, reference=reference)
+                settings.log(record)
         score, signature = chrf(hypotheses, references, word_order=2 if metric == "chrf++" else 0)
         return {metric: score, "n": count}, {"signature": signature}

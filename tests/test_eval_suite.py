@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from pathlib import Path
 
 import pytest
+import sacrebleu
+from click.testing import CliRunner
 
+from cli import cli
 from eval.errors import SuiteError
 from eval.study import results as res
+from eval.study import runner
+from eval.study.suite import PAPER_SUITE, load_suite, plan
 
 
 def _results(units=(), complete=False) -> res.SuiteResults:
@@ -54,3 +61,340 @@ def test_read_results_refuses_what_is_not_a_results_folder(tmp_path):
     (tmp_path / "results.json").write_text('{"format": "other"}', encoding="utf-8")
     with pytest.raises(SuiteError, match="format 'other'"):
         res.read_results(tmp_path)
+
+
+# --- a suite on a tiny Llama ------------------------------------------------------------------
+
+DATA = Path(__file__).parent / "data" / "eval"
+FAMILIES = {"slavic": ("ces_Latn", "szl_Latn"), "germanic": ("deu_Latn", "ltz_Latn")}
+LANGS = [lang for pair in FAMILIES.values() for lang in pair]
+SUITE = """\
+families:
+  slavic: {held_in: [ces_Latn], held_out: [szl_Latn]}
+  germanic: {held_in: [deu_Latn], held_out: [ltz_Latn]}
+languages:
+  szl_Latn: {lang2: szl}
+tasks:
+  ppl: {path: "madlad/data/{lang2}/"}
+  belebele: {path: "belebele/{lang}.jsonl", shots: 1}
+  piqa: {path: "global_piqa/{lang}.jsonl", shots: 1}
+  flores: {dir: "flores_plus/", directions: ["eng_Latn-{lang}"], shots: 1, max_new_tokens: 3}
+  copain: {n: 3, shots: 1, max_new_tokens: 2}
+root: data/
+"""
+ARGS = ["--limit", "2", "--batch-size", "4", "-q"]
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _write_data(root: Path) -> None:
+    """Belebele, Global-PIQA, FLORES and MADLAD files for every language, text marked by it."""
+    from eval.study.languages import MADLAD_CODES
+
+    english = (DATA / "flores/devtest/eng_Latn.devtest").read_text(encoding="utf-8").splitlines()
+    (root / "flores_plus/devtest").mkdir(parents=True)
+    (root / "flores_plus/devtest/eng_Latn.devtest").write_text("\n".join(english) + "\n")
+    for n, lang in enumerate(LANGS):
+        belebele = [
+            {**row, "flores_passage": f"{row['flores_passage']} ({lang})"}
+            for row in _jsonl(DATA / "belebele.jsonl")
+        ]
+        _write_jsonl(root / f"belebele/{lang}.jsonl", belebele)
+        piqa = [
+            {**row, "prompt": f"{lang}: {row['prompt']}"} for row in _jsonl(DATA / "piqa.jsonl")
+        ]
+        _write_jsonl(root / f"global_piqa/{lang}.jsonl", piqa)
+        lines = [f"{line[: 8 + n]} {lang}" for line in english]
+        (root / f"flores_plus/devtest/{lang}.devtest").write_text("\n".join(lines) + "\n")
+        lang2 = MADLAD_CODES.get(lang, "szl")
+        docs = [{"text": f"{lang} document {i}: the river runs to the sea."} for i in range(3)]
+        _write_jsonl(root / f"madlad/data/{lang2}/{lang2}_clean_0000.jsonl", docs)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, families):
+    """Data, the suite, and one uninterrupted `eval --suite` of the tiny Llama into out/."""
+    root = tmp_path_factory.mktemp("study")
+    _write_data(root / "data")
+    (root / "suite.yml").write_text(SUITE, encoding="utf-8")
+    base = families("llama")["base"]
+    result = _eval(base, "--suite", root / "suite.yml", "-o", root / "out", *ARGS)
+    assert result.exit_code == 0, result.output
+    return root, base
+
+
+def _eval(*argv):
+    return CliRunner().invoke(cli, ["eval", *map(str, argv)])
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_suite_eval_equals_one_surgery_eval_per_unit(study):
+    study, base = study
+    saved = res.read_results(study / "out")
+    assert saved.complete and not saved.missing
+    assert saved.model.path == str(base) and saved.suite_sha256 == res.suite_sha256(saved.suite)
+    ids = [unit.id for unit in saved.units]
+    assert len(ids) == 4 * 4 + 1 and ids[0] == "ppl/ces_Latn" and ids[-1] == "copain"
+    assert "flores/ltz_Latn/eng_Latn-ltz_Latn" in ids
+
+    # The same units as plain task strings, scored by one `surgery eval`.
+    root = study / "data"
+    tasks, names = [], {}
+    for unit in saved.units:
+        name = unit.id.replace("/", ".")
+        names[unit.id] = name
+        opts = f"name={name}"
+        if unit.kind == "ppl":
+            lang2 = saved.suite["languages"][unit.lang]["lang2"]
+            tasks.append(f"ppl:{root}/madlad/data/{lang2}:lang={unit.lang},{opts}")
+        elif unit.kind in ("belebele", "piqa"):
+            folder = {"belebele": "belebele", "piqa": "global_piqa"}[unit.kind]
+            tasks.append(f"{unit.kind}:{root}/{folder}/{unit.lang}.jsonl:shots=1,{opts}")
+        elif unit.kind == "flores":
+            src, tgt = unit.id.split("/")[-1].split("-")
+            flores = f"src={src},tgt={tgt},shots=1,max_new_tokens=3"
+            tasks.append(f"flores:{root}/flores_plus:{flores},{opts}")
+        else:
+            tasks.append(f"copain:n=3,shots=1,max_new_tokens=2,{opts}")
+    out = study / "plain.json"
+    result = _eval(base, *[x for t in tasks for x in ("-t", t)], *ARGS, "-o", out)
+    assert result.exit_code == 0, result.output
+    plain = json.loads(out.read_text())["metrics"]
+    for unit in saved.units:
+        prefix = names[unit.id] + "/" + (f"{unit.lang}/" if unit.kind == "ppl" else "")
+        expected = {k.removeprefix(prefix): v for k, v in plain.items() if k.startswith(prefix)}
+        got = {k: (math.nan if v is None else v) for k, v in unit.metrics.items()}
+        assert got == pytest.approx(expected, nan_ok=True), unit.id
+        assert unit.family == {"ces_Latn": "slavic", "szl_Latn": "slavic"}.get(
+            unit.lang, "germanic" if unit.lang else None
+        )
+
+    # Every samples line carries its doc id, the hash of what was scored and its outcome.
+    for unit in saved.units:
+        lines = res.read_samples(study / "out", unit)
+        assert len(lines) == unit.metrics["n"], unit.id
+        for line in lines:
+            scored = line.get("context", line.get("prompt"))
+            if unit.kind == "ppl":
+                assert line["loglikelihood"] < 0
+            else:
+                assert line["prompt_sha256"] == hashlib.sha256(scored.encode()).hexdigest()
+            assert isinstance(line["doc_id"], str)
+        if unit.kind in ("belebele", "piqa"):
+            assert [x["acc"] for x in lines] == [int(x["pred"] == x["gold"]) for x in lines]
+            assert sum(x["acc"] for x in lines) / len(lines) == unit.metrics["acc"]
+            assert sum(x["acc_norm"] for x in lines) / len(lines) == unit.metrics["acc_norm"]
+        if unit.kind == "belebele":
+            assert [x["doc_id"] for x in lines] == [
+                "https://example.org/0#1",
+                "https://example.org/1#1",
+            ]
+        if unit.kind == "flores":
+            assert [x["doc_id"] for x in lines] == ["1", "2"]
+            chrf = sacrebleu.corpus_chrf(
+                [x["hypothesis"] for x in lines], [[x["reference"] for x in lines]]
+            )
+            assert chrf.score == pytest.approx(unit.metrics["chrf"])
+        if unit.kind == "copain":
+            assert sum(x["acc"] for x in lines) / len(lines) == unit.metrics["acc"]
+    ppl = res.read_samples(study / "out", saved.unit("ppl/deu_Latn"))
+    nll, tokens = -sum(x["loglikelihood"] for x in ppl), sum(x["tokens"] for x in ppl)
+    assert math.exp(nll / tokens) == pytest.approx(saved.unit("ppl/deu_Latn").metrics["ppl"])
+    docs = _jsonl(study / "data/madlad/data/de/de_clean_0000.jsonl")
+    assert ppl[0]["prompt_sha256"] == hashlib.sha256(docs[0]["text"].encode()).hexdigest()
+
+
+def test_interrupted_suite_eval_resumes_to_the_same_bytes(study, monkeypatch):
+    study, base = study
+    scored = []
+    real = runner._score_unit
+
+    def killed_after_five(model, tok, unit, tasks, options):
+        if len(scored) == 5:
+            raise RuntimeError("killed")
+        scored.append(unit.id)
+        return real(model, tok, unit, tasks, options)
+
+    monkeypatch.setattr(runner, "_score_unit", killed_after_five)
+    out = study / "resumed"
+    result = _eval(base, "--suite", study / "suite.yml", "-o", out, *ARGS)
+    assert str(result.exception) == "killed"
+    partial = res.read_results(out)
+    assert not partial.complete and [u.id for u in partial.units] == scored
+    assert len(list((out / "samples").iterdir())) == 5
+
+    monkeypatch.setattr(runner, "_score_unit", real)
+    resumed = []
+    monkeypatch.setattr(runner, "_score_unit", lambda *a: resumed.append(a[2].id) or real(*a))
+    result = _eval(base, "--suite", study / "suite.yml", "-o", out, *ARGS)
+    assert result.exit_code == 0, result.output
+    assert len(resumed) == 17 - 5 and not set(resumed) & set(scored)
+    assert _files(out) == _files(study / "out")
+
+    # Finished: a third run loads no model and changes nothing.
+    monkeypatch.setattr(runner, "_score_unit", None)
+    assert _eval(base, "--suite", study / "suite.yml", "-o", out, *ARGS).exit_code == 0
+    assert _files(out) == _files(study / "out")
+
+
+def test_a_folder_of_another_model_suite_or_settings_is_refused(study, families):
+    study, base = study
+    before = _files(study / "out")
+    other_suite = study / "other.yml"
+    other_suite.write_text(SUITE.replace("n: 3,", "n: 4,"), encoding="utf-8")
+    cases = [
+        ([families("llama")["trained"], "--suite", study / "suite.yml"], "another model"),
+        ([base, "--suite", other_suite], "another suite"),
+        ([base, "--suite", study / "suite.yml", "--seed", "1"], "another settings"),
+    ]
+    for argv, message in cases:
+        result = _eval(*argv, "-o", study / "out", *ARGS)
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+    assert _files(study / "out") == before
+
+
+PIQA_ONLY = """\
+families:
+  slavic: {held_in: [ces_Latn], held_out: [szl_Latn]}
+  germanic: {held_in: [deu_Latn], held_out: [ltz_Latn]}
+languages:
+  szl_Latn: {lang2: szl}
+tasks:
+  piqa: {path: "global_piqa/{lang}.jsonl", shots: 1}
+root: data/
+"""
+
+
+def test_a_missing_file_is_named_before_the_model_loads_or_skipped(study, tmp_path, monkeypatch):
+    study, base = study
+    for lang in ("ces_Latn", "szl_Latn", "deu_Latn"):  # no ltz_Latn
+        source = study / f"data/global_piqa/{lang}.jsonl"
+        (tmp_path / "data/global_piqa").mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"data/global_piqa/{lang}.jsonl").write_bytes(source.read_bytes())
+    (tmp_path / "suite.yml").write_text(PIQA_ONLY, encoding="utf-8")
+    import eval.model_loading
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model must not load")
+
+    monkeypatch.setattr(eval.model_loading, "load_model", no_model)
+    result = _eval(base, "--suite", tmp_path / "suite.yml", "-o", tmp_path / "out", *ARGS)
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    assert "global_piqa/ltz_Latn.jsonl" in result.output and "--allow-missing" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+    monkeypatch.undo()
+    argv = ["--suite", tmp_path / "suite.yml", "-o", tmp_path / "out", "--allow-missing"]
+    result = _eval(base, *argv, *ARGS)
+    assert result.exit_code == 0, result.output
+    saved = res.read_results(tmp_path / "out")
+    assert [u.id for u in saved.units] == ["piqa/ces_Latn", "piqa/szl_Latn", "piqa/deu_Latn"]
+    assert saved.missing == (
+        res.MissingUnit("piqa", "ltz_Latn", str(tmp_path / "data/global_piqa/ltz_Latn.jsonl")),
+    )
+    assert saved.units[0].metrics == res.read_results(study / "out").unit("piqa/ces_Latn").metrics
+
+
+def test_fewshot_seeds_repeat_the_fewshot_units_in_one_load(study, tmp_path):
+    study, base = study
+    suite = tmp_path / "suite.yml"
+    suite.write_text(PIQA_ONLY.replace("data/", str(study / "data") + "/"), encoding="utf-8")
+    argv = ["--suite", suite, "-o", tmp_path / "out", "--fewshot-seeds", "7,8"]
+    result = _eval(base, *argv, *ARGS)
+    assert result.exit_code == 0, result.output
+    saved = res.read_results(tmp_path / "out")
+    assert saved.settings["fewshot_seeds"] == [7, 8]
+    assert [u.id for u in saved.units][:2] == ["piqa/ces_Latn/seed=7", "piqa/ces_Latn/seed=8"]
+    assert [u.fewshot_seed for u in saved.units] == [7, 8] * 4
+    first, second = (res.read_samples(tmp_path / "out", u) for u in saved.units[:2])
+    assert [x["prompt_sha256"] for x in first] != [x["prompt_sha256"] for x in second]
+    # Each seed's unit is the plain task with that fewshot_seed.
+    path = study / "data/global_piqa/ces_Latn.jsonl"
+    out = tmp_path / "plain.json"
+    result = _eval(base, "-t", f"piqa:{path}:shots=1,fewshot_seed=8", *ARGS, "-o", out)
+    plain = json.loads(out.read_text())["metrics"]
+    assert saved.units[1].metrics == {k.removeprefix("piqa/"): v for k, v in plain.items()}
+
+    belebele = suite.read_text().replace('piqa: {path: "global_piqa', 'belebele: {path: "belebele')
+    suite.write_text(belebele, encoding="utf-8")
+    result = _eval(base, "--suite", suite, "-o", tmp_path / "b", "--fewshot-seeds", "1,2", *ARGS)
+    assert result.exit_code == 2 and "sampler first_n" in result.output
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("ces_Latn]", "ces]"), "'ces' is not a FLORES-200 code"),
+        (("held_out: [ltz_Latn]", "held_out: [ces_Latn]"), "ces_Latn is already in family slavic"),
+        (("szl_Latn: {lang2: szl}", "szl_Latn: {x: 1}"), "language szl_Latn does not define"),
+        (("{lang2}/", "all/"), "a ppl path must name the language"),
+        (("shots: 1}", "shot: 1}"), "unknown option 'shot'"),
+        (("tasks:", "task:"), "unknown key 'task'"),
+        (("tasks:", "tasks:"), None),
+    ],
+)
+def test_suite_errors_are_one_line(tmp_path, edit, message):
+    text = SUITE.replace(*edit, 1)
+    (tmp_path / "suite.yml").write_text(text, encoding="utf-8")
+    if message is None:  # the unedited suite parses
+        assert len(plan(load_suite(tmp_path / "suite.yml"))) == 17
+        return
+    with pytest.raises(SuiteError, match=message) as raised:
+        load_suite(tmp_path / "suite.yml")
+    assert "\n" not in str(raised.value)
+
+
+def test_suite_templates_language_map_and_task_strings(tmp_path):
+    (tmp_path / "s.yml").write_text(
+        "families:\n  indic: {held_in: [hin_Deva, npi_Deva], held_out: [asm_Beng]}\n"
+        "languages:\n  asm_Beng: {lang2: asm, script: beng}\n"
+        "tasks:\n  ppl: {path: 'madlad/{lang2}'}\n"
+        "  bele0: 'belebele:b/{lang}.jsonl:shots=0'\n  arc: 'lm-eval:arc_easy'\n",
+        encoding="utf-8",
+    )
+    suite = load_suite(tmp_path / "s.yml")
+    assert suite.variables["npi_Deva"] == {"lang": "npi_Deva", "lang2": "ne"}
+    assert suite.variables["asm_Beng"] == {"lang": "asm_Beng", "lang2": "asm", "script": "beng"}
+    units = plan(suite)
+    assert [u.id for u in units] == [
+        "ppl/hin_Deva", "ppl/npi_Deva", "ppl/asm_Beng",
+        "bele0/hin_Deva", "bele0/npi_Deva", "bele0/asm_Beng", "arc",
+    ]  # fmt: skip
+    assert units[1].spec.path == Path("madlad/ne") and units[1].spec.options["lang"] == "npi_Deva"
+    assert units[3].spec.name == "bele0" and units[3].spec.options["shots"] == 0
+    assert (units[5].family, units[5].split) == ("indic", "held_out")
+    assert units[6].lang is None and units[6].spec.kind == "lm-eval"
+
+
+def test_suite_and_task_options_do_not_mix(study):
+    study, base = study
+    result = _eval(base, "--suite", study / "suite.yml", "-t", "copain", "-o", study / "x")
+    assert result.exit_code == 2 and "not both" in result.output
+    result = _eval(base, "-t", "copain", "--fewshot-seeds", "1")
+    assert result.exit_code == 2 and "go with --suite" in result.output
+
+
+def test_the_paper_suite_has_its_five_families():
+    suite = load_suite(PAPER_SUITE)
+    held_in = [lang for f in suite.families for lang in f.held_in]
+    held_out = [lang for f in suite.families for lang in f.held_out]
+    assert [f.name for f in suite.families] == [
+        "slavic", "germanic", "indic", "austronesian", "romance"
+    ]  # fmt: skip
+    assert len(held_in) == 32 and len(held_out) == 23
+    # The paper's code names languages by MADLAD code: every one maps back.
+    assert {suite.variables[lang]["lang2"] for lang in held_in} >= {"fy", "lb", "fil", "ceb"}
+    assert all("lang2" in suite.variables[lang] for lang in held_in + held_out)

@@ -11,7 +11,6 @@ This module imports neither torch nor transformers.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -20,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from eval.data import text_sha256
 from eval.errors import SuiteError
 
 FORMAT = "surgery-suite-results/1"
@@ -100,14 +100,9 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def sha256_text(text: str) -> str:
-    """sha256 hex digest of a string's UTF-8 bytes (the prompt hash of a samples line)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def suite_sha256(suite: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a normalized suite."""
-    return sha256_text(canonical_json(suite))
+    return text_sha256(canonical_json(suite))
 
 
 def samples_name(unit_id: str) -> str:

@@ -1,0 +1,324 @@
+"""`surgery eval MODEL --suite SUITE.yml -o DIR`: every unit of a suite on one model load.
+
+Order of work: the suite is parsed and every unit's data is found and read (a missing file is an
+error naming it, or with ``allow_missing`` a unit skipped and listed in results.json), a results
+folder left by an earlier run is checked to belong to the same model, suite and settings, and
+only then does the model load. Units already in DIR/results.json are kept; each remaining unit is
+scored through `eval.api.evaluate`, its samples file written, then results.json rewritten. Every
+write is atomic, and nothing in the files depends on when or in how many runs they were made, so
+an interrupted run, rerun, ends with the bytes of an uninterrupted one.
+
+Under ``torchrun`` (WORLD_SIZE > 1) each rank loads its own copy of the model and scores every
+WORLD_SIZE-th remaining unit; the ranks exchange their units' metrics and samples after each
+round and rank 0 alone writes DIR, the same files one process writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.errors import EvalDataError, SuiteError
+from eval.study import results as res
+from eval.study.suite import Unit, load_suite, plan
+from eval.tasks import Task
+from eval.translation import find_language_file
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """What `run_suite` needs besides the model: the eval settings as `surgery eval` takes them."""
+
+    device: str = "cpu"
+    dtype: str | None = None
+    batch_size: int = 8
+    limit: int | None = None
+    seed: int = 0
+    max_length: int | None = None
+    fewshot_seeds: tuple[int, ...] = ()
+    allow_missing: bool = False
+    tokenizer: str | None = None
+    progress: bool = True
+
+    def settings(self) -> dict[str, Any]:
+        """results.json's ``settings``: what changes scores (a resumed run must match them)."""
+        return {
+            "seed": self.seed,
+            "limit": self.limit,
+            "batch_size": self.batch_size,
+            "max_length": self.max_length,
+            "eval_dtype": self.dtype,
+            "fewshot_seeds": list(self.fewshot_seeds) or [None],
+        }
+
+
+def missing_path(unit: Unit) -> str | None:
+    """The data path a unit needs that does not exist, or None when all of it is there."""
+    spec = unit.spec
+    if spec.path is None or spec.kind == "lm-eval":
+        return None
+    if spec.kind != "flores":
+        return None if spec.path.exists() else str(spec.path)
+    for lang in (spec.options["src"], spec.options["tgt"]):
+        try:
+            find_language_file(spec.path, spec.options["split"], lang)
+        except EvalDataError:
+            return str(spec.path / spec.options["split"] / lang)
+    return None
+
+
+def data_files(task: Task) -> list[Path]:
+    """The files a loaded task read, sorted (none for copain and lm-eval)."""
+    files = getattr(task, "files", None)
+    if files is not None:  # flores: the two languages' files
+        return sorted(files)
+    path = task.spec.path
+    if path is None or task.spec.kind == "lm-eval":
+        return []
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+def data_ref(task: Task) -> res.DataRef | None:
+    """The unit's data path and a sha256 over its files (names relative to the path, bytes)."""
+    files = data_files(task)
+    if not files:
+        return None
+    root = task.spec.path
+    digest = hashlib.sha256()
+    for file in files:
+        name = file.name if root is None or root.is_file() else str(file.relative_to(root))
+        digest.update(f"{name}\0{hashlib.sha256(file.read_bytes()).hexdigest()}\n".encode())
+    return res.DataRef(str(root), digest.hexdigest())
+
+
+def unit_metrics(unit: Unit, metrics: dict[str, Any]) -> dict[str, Any]:
+    """`evaluate`'s metrics of one unit without the ``<task>/`` (and ppl's ``<lang>/``) prefix."""
+    prefix = f"{unit.task}/" + (f"{unit.lang}/" if unit.kind == "ppl" else "")
+    return {key.removeprefix(prefix): value for key, value in metrics.items()}
+
+
+def prepare(
+    suite_path: Path, options: SuiteRun
+) -> tuple[dict[str, Any], list[Unit], list[res.MissingUnit], dict[str, Task]]:
+    """Parse the suite, plan its units, find missing data and read the rest (no model).
+
+    Returns:
+        `(normalized suite, units to score, missing units, unit id -> loaded task)`.
+
+    Raises:
+        SuiteError: a bad suite.
+        EvalDataError: a missing data file (without ``allow_missing``) or a malformed one.
+    """
+    from eval.loading import load_task
+
+    suite = load_suite(suite_path)
+    units, missing = [], []
+    for unit in plan(suite, options.fewshot_seeds or None):
+        absent = missing_path(unit)
+        if absent is None:
+            units.append(unit)
+            continue
+        if not options.allow_missing:
+            raise EvalDataError(
+                f"suite {suite_path}: task {unit.task}, {unit.lang or 'no language'}: no such "
+                f"file or folder {absent} (--allow-missing skips it)"
+            )
+        entry = res.MissingUnit(unit.task, unit.lang, absent)
+        if entry not in missing:  # one entry for every few-shot seed of the unit
+            missing.append(entry)
+    tasks = {unit.id: load_task(unit.spec) for unit in units}
+    return suite.normalized(), units, missing, tasks
+
+
+def model_info(checkpoint: str, model: Any | None = None) -> res.ModelInfo:
+    """The model as results.json names it; the Hub revision when transformers recorded one."""
+    path = Path(checkpoint)
+    name = path.resolve().name if path.exists() else checkpoint
+    revision = getattr(getattr(model, "config", None), "_commit_hash", None)
+    return res.ModelInfo(checkpoint, name, None if path.exists() else revision)
+
+
+def check_resumable(directory: Path, expected: res.SuiteResults) -> res.SuiteResults | None:
+    """The results already in DIR if they were made by the same model, suite and settings.
+
+    Raises:
+        SuiteError: DIR holds results of another model, suite or settings (named in one line).
+    """
+    if not (directory / res.RESULTS_FILE).exists():
+        return None
+    found = res.read_results(directory)
+    for label, old, new in (
+        ("model", found.model.path, expected.model.path),
+        ("suite", found.suite_sha256, expected.suite_sha256),
+        ("settings", found.settings, expected.settings),
+    ):
+        if old != new:
+            raise SuiteError(
+                f"{directory} holds results of another {label} ({old} there, {new} now); "
+                "give another -o DIR"
+            )
+    return found
+
+
+def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: SuiteRun) -> Path:
+    """Score `checkpoint` on every unit of a suite and write DIR (see the module docstring).
+
+    Args:
+        checkpoint: model folder or Hub id.
+        suite_path: the suite YAML.
+        directory: results folder; an earlier run's folder is continued.
+        options: eval settings, few-shot seeds, allow_missing.
+
+    Returns:
+        DIR/results.json.
+
+    Raises:
+        SuiteError, EvalDataError, TaskSpecError: before the model loads.
+        ModelError, CheckpointError: the model cannot be loaded.
+    """
+    suite, units, missing, tasks = prepare(suite_path, options)
+    header = res.SuiteResults(
+        model=model_info(checkpoint),
+        suite=suite,
+        suite_sha256=res.suite_sha256(suite),
+        settings=options.settings(),
+        units=(),
+        missing=tuple(missing),
+        complete=False,
+    )
+    rank, world = _rank_and_world()
+    found = check_resumable(directory, header)
+    if found is not None:  # its revision, known once the model had loaded
+        header = _with(header, model=found.model)
+    done = {u.id: u for u in found.units} if found else {}
+    done = {key: u for key, u in done.items() if (directory / u.samples).is_file()}
+    todo = [unit for unit in units if unit.id not in done]
+    if todo:
+        from eval.model_loading import load_model
+
+        model, tok = load_model(
+            checkpoint,
+            _rank_device(options.device, world),
+            options.dtype,
+            tokenizer=options.tokenizer,
+            progress=options.progress and rank == 0,
+        )
+        header = _with(header, model=model_info(checkpoint, model))
+        _score(model, tok, todo, tasks, directory, header, units, done, options, rank, world)
+    final = _with(header, units=_ordered(units, done), complete=True)
+    if rank == 0:
+        res.write_results(directory, final)
+    return directory / res.RESULTS_FILE
+
+
+def _score(
+    model: Any,
+    tok: Any,
+    todo: list[Unit],
+    tasks: dict[str, Task],
+    directory: Path,
+    header: res.SuiteResults,
+    units: list[Unit],
+    done: dict[str, res.UnitResult],
+    options: SuiteRun,
+    rank: int,
+    world: int,
+) -> None:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), unit="unit", disable=not options.progress or rank > 0)
+    for start in range(0, len(todo), world):
+        batch = todo[start : start + world]
+        bar.set_postfix_str(batch[0].id)
+        mine = batch[rank] if rank < len(batch) else None
+        scored = _score_unit(model, tok, mine, tasks, options) if mine else None
+        for result, samples in _gather(scored, world):
+            if rank == 0:
+                res.write_samples(directory, result.id, samples)
+            done[result.id] = result
+        if rank == 0:
+            res.write_results(directory, _with(header, units=_ordered(units, done)))
+        bar.update(len(batch))
+    bar.close()
+
+
+def _score_unit(
+    model: Any, tok: Any, unit: Unit, tasks: dict[str, Task], options: SuiteRun
+) -> tuple[res.UnitResult, list[dict[str, Any]]]:
+    """Score one unit; its samples are collected in memory (written by rank 0)."""
+    from eval.api import evaluate
+
+    records: list[dict[str, Any]] = []
+    task = tasks[unit.id]
+    result = evaluate(
+        model,
+        tok,
+        [task],
+        batch_size=options.batch_size,
+        limit=options.limit,
+        seed=options.seed if unit.fewshot_seed is None else unit.fewshot_seed,
+        max_length=options.max_length,
+        progress=False,
+        log_samples=records.append,
+    )
+    scored = res.UnitResult(
+        id=unit.id,
+        task=unit.task,
+        kind=unit.kind,
+        variant=unit.variant,
+        lang=unit.lang,
+        family=unit.family,
+        split=unit.split,
+        fewshot_seed=unit.fewshot_seed,
+        metrics=unit_metrics(unit, result["metrics"]),
+        samples=res.samples_name(unit.id),
+        data=data_ref(task),
+    )
+    return scored, records
+
+
+def _gather(scored: Any, world: int) -> list[Any]:
+    """Every rank's scored unit (None where a rank had none this round), in rank order."""
+    if world == 1:
+        return [scored] if scored is not None else []
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, scored)
+    return [item for item in gathered if item is not None]
+
+
+def _rank_and_world() -> tuple[int, int]:
+    """This process's rank and the world size; starts the process group under torchrun."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _rank_device(device: str, world: int) -> str:
+    """Under torchrun, plain ``cuda`` means this rank's GPU (LOCAL_RANK), one model per GPU."""
+    if world > 1 and device == "cuda":
+        return f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    return device
+
+
+def _ordered(units: Sequence[Unit], done: dict[str, res.UnitResult]) -> tuple[res.UnitResult, ...]:
+    """Finished units in plan order (the order is the same however many runs made them)."""
+    return tuple(done[unit.id] for unit in units if unit.id in done)
+
+
+def _with(results: res.SuiteResults, **changes: Any) -> res.SuiteResults:
+    from dataclasses import replace
+
+    return replace(results, **changes)
