@@ -449,3 +449,81 @@ def test_report_csv_json_and_plots(study, tmp_path):
     assert run(*args).exit_code == 2
     assert run(*args, "--jobs", 1, "--force").exit_code == 0
     assert json.loads((out / "comparison.json").read_text()) == data
+
+
+@pytest.mark.slow  # four suite evals of tiny models: about two minutes on 2 busy cores
+def test_three_tiny_models_eval_suite_then_compare(tmp_path, families):
+    """The issue's Done-when test: base and two strategies (tiny Llamas) scored by
+    `surgery eval --suite` on two families (a held-in and a held-out language each) with
+    Belebele, Global-PIQA, FLORES and perplexity files written here, then `surgery compare`."""
+    from sacrebleu.significance import Result, _paired_bs_test, estimate_ci
+
+    from eval.study.compare import cells_of, compute_cell, load_runs
+    from eval.study.stats import cell_seed
+    from tests.test_eval_suite import SUITE, _write_data
+
+    _write_data(tmp_path / "data")
+    (tmp_path / "suite.yml").write_text(SUITE, encoding="utf-8")
+    llama = families("llama")
+    models = {"base": llama["base"], "trained": llama["trained"], "expert0": llama["experts"][0]}
+    for name, path in models.items():
+        result = run("eval", path, "--suite", tmp_path / "suite.yml", "-o", tmp_path / name, "-q")
+        assert result.exit_code == 0, result.output
+    base, dense, expert = (tmp_path / name for name in models)
+    out = tmp_path / "report"
+    result = run("compare", dense, expert, "--base", base, "-o", out, "--resamples", 2000)
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "comparison.json").read_text(), parse_constant=pytest.fail)
+    rows = data["rows"]
+
+    def row(**where):
+        (found,) = [r for r in rows if all(r[k] == v for k, v in where.items())]
+        return found
+
+    # The macro of macros by hand, from the per-item logs.
+    for task in ("belebele", "piqa"):
+        by_family = [accuracy(read_lines(dense, f"{task}/{x}")) for x in ("ces_Latn", "deu_Latn")]
+        overall = row(model="trained", task=task, metric="acc", scope="overall", split="held_in")
+        assert overall["value"] == pytest.approx(np.mean(by_family))
+    ppl = [perplexity(read_lines(expert, f"ppl/{x}")) for x in ("szl_Latn", "ltz_Latn")]
+    overall = row(model="expert0", task="ppl", metric="ppl", scope="overall", split="held_out")
+    assert overall["value"] == pytest.approx(np.mean(ppl))
+    # The interval of one language against a plain loop over the per-item logs.
+    deltas = loop_bootstrap([base, dense], [["belebele/ces_Latn"]], accuracy, 2000, seed=1)
+    lang = row(model="trained", task="belebele", metric="acc", lang="ces_Latn")
+    expected = np.percentile(deltas, [2.5, 97.5])
+    tolerance = 0.3 * deltas.std() + 1e-9
+    assert lang["ci_low"] == pytest.approx(expected[0], abs=tolerance)
+    assert lang["ci_high"] == pytest.approx(expected[1], abs=tolerance)
+    # chrF: the comparison's resampled scores are sacrebleu's paired bootstrap's.
+    runs = load_runs(base, [dense])
+    cell = next(c for c in cells_of(runs[0].results) if c.task == "flores" and c.lang == "deu_Latn")
+    _, cell_result = compute_cell(runs, cell, 500, 0)
+    lines = [read_lines(folder, cell.units[0]) for folder in (base, dense)]
+    refs = [[line["reference"] for line in lines[0]]]
+    hyps = [[line["hypothesis"] for line in side] for side in lines]
+    metric = CHRF()
+    base_stats = metric._extract_corpus_statistics(hyps[0], refs)
+    baseline = {"chrF2": (base_stats, Result(metric._aggregate_and_compute(base_stats).score))}
+    _, sacre = _paired_bs_test(
+        baseline, "trained", hyps[1], refs, {"chrF2": metric}, n_samples=500,
+        seed=cell_seed(0, cell.key),
+    )  # fmt: skip
+    mean, half = estimate_ci(cell_result.boot["chrf"][:, 1].astype(np.float64))
+    assert (mean, half) == pytest.approx((sacre["chrF2"].mean, sacre["chrF2"].ci), abs=1e-3)
+    assert row(model="trained", task="flores", lang="deu_Latn")["value"] == pytest.approx(
+        sacre["chrF2"].score
+    )
+    # Sign tests: scipy's p of the wins and losses over languages.
+    for test in data["sign_tests"]:
+        assert test["p"] == (
+            binomtest(test["wins"], test["wins"] + test["losses"], 0.5).pvalue
+            if test["wins"] + test["losses"]
+            else 1.0
+        )
+    # Results of another suite (other shots) are refused.
+    (tmp_path / "suite5.yml").write_text(SUITE.replace("shots: 1}", "shots: 2}", 1))
+    other = tmp_path / "other"
+    result = run("eval", llama["trained"], "--suite", tmp_path / "suite5.yml", "-o", other, "-q")
+    assert result.exit_code == 0, result.output
+    refused(run("compare", other, "--base", base, "-o", tmp_path / "r2"), "shots", tmp_path / "r2")

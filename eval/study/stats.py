@@ -16,14 +16,20 @@ import numpy as np
 TIE = 1e-9  # a sign test drops changes within this of 0
 
 
-def cell_rng(seed: int, key: str) -> np.random.Generator:
-    """A generator for one language's resamples, from the run's seed and the cell's name.
+def cell_seed(seed: int, key: str) -> np.random.SeedSequence:
+    """The seed of one language's resamples, from the run's seed and the cell's name.
 
     Each (task, variant, language) gets its own stream, so languages are resampled
-    independently of each other and of the order in which they are computed.
+    independently of each other and of the order in which they are computed. sacrebleu's
+    paired bootstrap takes it as its `seed` and then draws the same resamples.
     """
     words = np.frombuffer(hashlib.sha256(key.encode()).digest()[:16], dtype=np.uint32)
-    return np.random.default_rng(np.random.SeedSequence([seed, *words.tolist()]))
+    return np.random.SeedSequence([seed, *words.tolist()])
+
+
+def cell_rng(seed: int, key: str) -> np.random.Generator:
+    """The generator of one language's resamples (see `cell_seed`)."""
+    return np.random.default_rng(cell_seed(seed, key))
 
 
 def resample_counts(rng: np.random.Generator, n: int, resamples: int) -> np.ndarray:
