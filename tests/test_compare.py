@@ -24,8 +24,8 @@ from scipy.stats import binomtest
 from cli import cli
 from eval.errors import CompareError
 from eval.study.chrf_stats import chrf_statistics, supports
-from eval.study.compare import compare
-from eval.study.stats import chrf_from_sums, resample_counts, sign_test
+from eval.study.compare import cells_of, compare, compute_cell, load_runs
+from eval.study.stats import cell_seed, chrf_from_sums, resample_counts, sign_test
 from tests.support.study_dirs import Study, read_lines, write_results
 
 # Uneven families, so that the macro of macros differs from the mean over languages.
@@ -208,6 +208,18 @@ def test_chrf_resamples_are_sacrebleus_paired_bootstrap(study):
     diffs = np.abs(scores_sys - scores_base)
     p = _compute_p_value(diffs - diffs.mean(), abs(result.score - base_result.score))
     assert p == pytest.approx(result.p_value, abs=2 / (resamples + 1))
+    # And the comparison's own resamples of that cell, seeded by cell_seed, are sacrebleu's.
+    runs = load_runs(base, [dense])
+    cell = next(c for c in cells_of(runs[0].results) if c.units == (unit,))
+    _, cell_result = compute_cell(runs, cell, resamples, 0)
+    _, again = _paired_bs_test(
+        {"chrF2": (base_stats, base_result)}, "dense", sys_hyps, refs, {"chrF2": metric},
+        n_samples=resamples, seed=cell_seed(0, cell.key),
+    )  # fmt: skip
+    boot = cell_result.boot["chrf"].astype(np.float64)
+    assert estimate_ci(boot[:, 1]) == pytest.approx(
+        (again["chrF2"].mean, again["chrF2"].ci), abs=1e-3
+    )
 
 
 @pytest.mark.parametrize("word_order", [0, 2])
@@ -458,8 +470,6 @@ def test_three_tiny_models_eval_suite_then_compare(tmp_path, families):
     Belebele, Global-PIQA, FLORES and perplexity files written here, then `surgery compare`."""
     from sacrebleu.significance import Result, _paired_bs_test, estimate_ci
 
-    from eval.study.compare import cells_of, compute_cell, load_runs
-    from eval.study.stats import cell_seed
     from tests.test_eval_suite import SUITE, _write_data
 
     _write_data(tmp_path / "data")
