@@ -271,10 +271,9 @@ def compare(
     suite = runs[0].results.suite
     cells = cells_of(runs[0].results)
     results = _compute_all(runs, cells, resamples, seed, max(1, jobs))
-    families = list((suite.get("families") or {}).keys())
-    for cell in cells:
-        if cell.family and cell.family not in families:
-            families.append(cell.family)
+    # The order the units were scored in (the suite file's; results.json sorts its keys).
+    families = list(dict.fromkeys(cell.family for cell in cells if cell.family))
+    families += [f for f in suite.get("families") or {} if f not in families]
     comparison = Comparison(
         base=runs[0].name,
         models=[run.name for run in runs],
