@@ -143,6 +143,8 @@ def _check_suite_options(tasks: tuple[str, ...], out: Path | None, log: Path | N
         raise click.UsageError("--suite names the tasks; give --suite or -t/--task, not both")
     if out is None:
         raise click.UsageError("--suite needs -o DIR, the results folder")
+    if out.exists() and not out.is_dir():
+        raise click.UsageError(f"-o {out}: a file; --suite writes a results folder")
     if log is not None:
         raise click.UsageError("--suite writes every unit's samples under DIR/samples/")
 

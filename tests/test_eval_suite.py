@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,6 +68,7 @@ def test_read_results_refuses_what_is_not_a_results_folder(tmp_path):
 
 # --- a suite on a tiny Llama ------------------------------------------------------------------
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "eval"
 FAMILIES = {"slavic": ("ces_Latn", "szl_Latn"), "germanic": ("deu_Latn", "ltz_Latn")}
 LANGS = [lang for pair in FAMILIES.values() for lang in pair]
@@ -343,6 +347,7 @@ def test_fewshot_seeds_repeat_the_fewshot_units_in_one_load(study, tmp_path):
         (("{lang2}/", "all/"), "a ppl path must name the language"),
         (("shots: 1}", "shot: 1}"), "unknown option 'shot'"),
         (("tasks:", "task:"), "unknown key 'task'"),
+        (("{lang}.jsonl", "{lang.jsonl"), "bad template"),
         (("tasks:", "tasks:"), None),
     ],
 )
@@ -362,7 +367,8 @@ def test_suite_templates_language_map_and_task_strings(tmp_path):
         "families:\n  indic: {held_in: [hin_Deva, npi_Deva], held_out: [asm_Beng]}\n"
         "languages:\n  asm_Beng: {lang2: asm, script: beng}\n"
         "tasks:\n  ppl: {path: 'madlad/{lang2}'}\n"
-        "  bele0: 'belebele:b/{lang}.jsonl:shots=0'\n  arc: 'lm-eval:arc_easy'\n",
+        "  bele0: 'belebele:b/{lang}.jsonl:shots=0'\n  arc: 'lm-eval:arc_easy'\n"
+        "root: data\n",
         encoding="utf-8",
     )
     suite = load_suite(tmp_path / "s.yml")
@@ -373,10 +379,14 @@ def test_suite_templates_language_map_and_task_strings(tmp_path):
         "ppl/hin_Deva", "ppl/npi_Deva", "ppl/asm_Beng",
         "bele0/hin_Deva", "bele0/npi_Deva", "bele0/asm_Beng", "arc",
     ]  # fmt: skip
-    assert units[1].spec.path == Path("madlad/ne") and units[1].spec.options["lang"] == "npi_Deva"
+    assert (
+        units[1].spec.path == tmp_path / "data/madlad/ne"
+        and units[1].spec.options["lang"] == "npi_Deva"
+    )
     assert units[3].spec.name == "bele0" and units[3].spec.options["shots"] == 0
     assert (units[5].family, units[5].split) == ("indic", "held_out")
     assert units[6].lang is None and units[6].spec.kind == "lm-eval"
+    assert units[6].spec.path == Path("arc_easy")  # task names, not under root
 
 
 def test_suite_and_task_options_do_not_mix(study):
@@ -385,6 +395,12 @@ def test_suite_and_task_options_do_not_mix(study):
     assert result.exit_code == 2 and "not both" in result.output
     result = _eval(base, "-t", "copain", "--fewshot-seeds", "1")
     assert result.exit_code == 2 and "go with --suite" in result.output
+    result = _eval(base, "--suite", study / "suite.yml", "-o", study / "suite.yml")
+    assert result.exit_code == 2 and "a file; --suite writes a results folder" in result.output
+    result = _eval(
+        base, "--suite", study / "suite.yml", "-o", study / "x", "--fewshot-seeds", "1,1"
+    )
+    assert result.exit_code == 2 and "a seed is given twice" in result.output
 
 
 def test_the_paper_suite_has_its_five_families():
@@ -398,3 +414,31 @@ def test_the_paper_suite_has_its_five_families():
     # The paper's code names languages by MADLAD code: every one maps back.
     assert {suite.variables[lang]["lang2"] for lang in held_in} >= {"fy", "lb", "fil", "ceb"}
     assert all("lang2" in suite.variables[lang] for lang in held_in + held_out)
+
+
+def _cli_process(argv, nproc=None):
+    """`surgery eval` in a fresh process (one thread), under torchrun when nproc is given."""
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    command = [sys.executable, *(launcher if nproc else []), str(ROOT / "cli.py"), "eval"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [*command, *map(str, argv)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_write_the_folder_one_process_writes(study):
+    study, base = study
+    argv = [base, "--suite", study / "suite.yml", *ARGS]
+    one = _cli_process([*argv, "-o", study / "one"])
+    assert one.returncode == 0, one.stderr
+    two = _cli_process([*argv, "-o", study / "two"], nproc=2)
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.count("wrote") == 1  # rank 0 alone writes
+    assert _files(study / "two") == _files(study / "one")

@@ -166,7 +166,7 @@ def check_resumable(directory: Path, expected: res.SuiteResults) -> res.SuiteRes
     return found
 
 
-def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: SuiteRun) -> Path:
+def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: SuiteRun) -> Path | None:
     """Score `checkpoint` on every unit of a suite and write DIR (see the module docstring).
 
     Args:
@@ -176,7 +176,7 @@ def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: Suite
         options: eval settings, few-shot seeds, allow_missing.
 
     Returns:
-        DIR/results.json.
+        DIR/results.json (None on ranks other than 0, which write nothing).
 
     Raises:
         SuiteError, EvalDataError, TaskSpecError: before the model loads.
@@ -212,8 +212,10 @@ def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: Suite
         header = _with(header, model=model_info(checkpoint, model))
         _score(model, tok, todo, tasks, directory, header, units, done, options, rank, world)
     final = _with(header, units=_ordered(units, done), complete=True)
-    if rank == 0:
-        res.write_results(directory, final)
+    _finish_group(world)
+    if rank > 0:
+        return None
+    res.write_results(directory, final)
     return directory / res.RESULTS_FILE
 
 
@@ -304,6 +306,16 @@ def _rank_and_world() -> tuple[int, int]:
     if not dist.is_initialized():
         dist.init_process_group("gloo")
     return dist.get_rank(), dist.get_world_size()
+
+
+def _finish_group(world: int) -> None:
+    """Wait for every rank, then leave the process group (started by `_rank_and_world`)."""
+    if world == 1:
+        return
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _rank_device(device: str, world: int) -> str:

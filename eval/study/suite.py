@@ -269,6 +269,11 @@ def _task(key: str, entry: Any, where: str) -> SuiteTask:
 def _check_templates(task: SuiteTask, variables: dict[str, dict[str, str]], where: str) -> None:
     """Expand the task for every language (or once) so bad templates or options fail now."""
     at = f"{where}: task {task.key}"
+    for template in task.templates():
+        try:
+            _fields(template)
+        except ValueError as error:  # an unmatched brace
+            raise SuiteError(f"{at}: bad template {template!r}: {error}") from None
     if task.kind == "ppl" and not task.per_language:
         raise SuiteError(f"{at}: a ppl path must name the language, e.g. madlad/data/{{lang2}}/")
     for lang_vars in variables.values() if task.per_language else [{}]:
@@ -299,9 +304,11 @@ def _specs(
             raise TaskSpecError(f"task {spec.text!r}: the task's name is its key; drop name=")
         # Options already checked and converted by parse_task: only the name and root change.
         options = {**spec.options, "name": task.key}
-        return [(None, None, replace(spec, path=_rooted(spec.path, root), options=options))]
+        return [
+            (None, None, replace(spec, path=_rooted(spec.path, root, spec.kind), options=options))
+        ]
     options = {**task.options, "name": task.key}
-    path = _rooted(Path(task.path.format_map(lang_vars)), root) if task.path else None
+    path = _rooted(Path(task.path.format_map(lang_vars)), root, task.kind) if task.path else None
     if task.kind == "ppl":
         return [(None, None, build_spec("ppl", path, {**options, "lang": lang}, label))]
     if task.kind != "flores":
@@ -319,8 +326,9 @@ def _specs(
     return result
 
 
-def _rooted(path: Path | None, root: Path | None) -> Path | None:
-    if path is None or root is None or path.is_absolute():
+def _rooted(path: Path | None, root: Path | None, kind: str) -> Path | None:
+    # lm-eval's "path" is a list of task names, not a file.
+    if path is None or root is None or path.is_absolute() or kind == "lm-eval":
         return path
     return root / path
 
