@@ -633,7 +633,12 @@ def compare(dirs, base, out, resamples, seed, jobs, force, quiet):
 
     check_output(out, [base, *dirs], force)
     comparison = run_compare(
-        base, list(dirs), resamples=resamples, seed=seed, jobs=jobs or default_jobs()
+        base,
+        list(dirs),
+        resamples=resamples,
+        seed=seed,
+        jobs=jobs or default_jobs(),
+        progress=not quiet,
     )
     with staged_output(out) as staging:
         write_report(comparison, staging)

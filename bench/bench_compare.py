@@ -81,10 +81,10 @@ def main() -> None:
         start = time.perf_counter()
         write_report(comparison, root / "report")
         reported = time.perf_counter() - start
-    cells = len({(r["task"], r["variant"], r["lang"]) for r in comparison.rows})
+    cells = len({(r["task"], r["variant"], r["lang"]) for r in comparison.rows if r["lang"]})
     print(
         f"{args.models} models x {args.languages} languages x {len(study.tasks)} tasks "
-        f"({cells} task-language cells, FLORES both directions), B = {args.resamples}, "
+        f"({cells} (task, language) cells, FLORES both directions), B = {args.resamples}, "
         f"jobs = {args.jobs}, item scale {args.scale}"
     )
     print(f"build the synthetic folders: {built:7.1f} s (not part of the comparison)")

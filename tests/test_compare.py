@@ -371,7 +371,7 @@ def _drop_unit(d):
         (_limit, "settings.limit is 10, not null"),
         (_data, "read other data"),
         (_incomplete, "incomplete results"),
-        (_drop_unit, "is in only the base"),
+        (_drop_unit, "is only in the base"),
     ],
 )
 def test_results_of_another_suite_settings_or_data_are_refused(study, tmp_path, change, message):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,7 +101,7 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
         for key in sorted(set(a) | set(b)):
             where = f"{path}.{key}" if path else str(key)
             if key not in a or key not in b:
-                return f"{where} is only in {'the base' if key in a else 'one of them'}"
+                return f"{where} is {'missing' if key in a else 'not in the base'}"
             found = _first_difference(a[key], b[key], where)
             if found:
                 return found
@@ -153,8 +154,8 @@ def _check_same(base: Run, run: Run) -> None:
             )
     units = [{u.id: u for u in r.results.units} for r in (base, run)]
     for unit_id in sorted(set(units[0]) ^ set(units[1])):
-        side = "only the base" if unit_id in units[0] else "only it"
-        raise CompareError(f"{where}: unit {unit_id} is in {side}")
+        side = f"the base {base.folder}" if unit_id in units[0] else str(run.folder)
+        raise CompareError(f"{where}: unit {unit_id} is only in {side}")
     for unit_id, unit in units[0].items():
         digests = [u.data.sha256 if u.data else None for u in (unit, units[1][unit_id])]
         if digests[0] != digests[1]:
@@ -238,17 +239,45 @@ def compute_cell(
 
 
 def _compute_all(
-    runs: list[Run], cells: list[Cell], resamples: int, seed: int, jobs: int
+    runs: list[Run], cells: list[Cell], resamples: int, seed: int, jobs: int, progress: bool
 ) -> list[tuple[Cell, CellResult | None]]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(cells), desc="compare", unit="cell", disable=not progress, leave=False)
     if jobs <= 1 or len(cells) <= 1:
-        return [compute_cell(runs, cell, resamples, seed) for cell in cells]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        results = []
+        with bar:
+            for cell in cells:
+                results.append(compute_cell(runs, cell, resamples, seed))
+                bar.update()
+        return results
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_ignores_signals)
+    try:
         futures = [pool.submit(compute_cell, runs, cell, resamples, seed) for cell in cells]
+        for future in futures:
+            future.add_done_callback(lambda _: bar.update())
         return [future.result() for future in futures]
+    finally:
+        bar.close()
+        # On an error or Ctrl-C in this process, cells not started are dropped, not computed.
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_ignores_signals() -> None:
+    """Workers leave Ctrl-C (sent to the whole process group) to the parent, which stops."""
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
 def compare(
-    base: Path, others: list[Path], *, resamples: int = 10_000, seed: int = 0, jobs: int = 1
+    base: Path,
+    others: list[Path],
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    jobs: int = 1,
+    progress: bool = False,
 ) -> Comparison:
     """Compare strategies' results folders against the base's.
 
@@ -258,6 +287,7 @@ def compare(
         resamples: bootstrap resamples B.
         seed: seed of the resamples (recorded in the report).
         jobs: processes that score cells in parallel.
+        progress: show a progress bar over the (task, language) cells.
 
     Returns:
         The comparison, for `eval.study.report` to write.
@@ -270,7 +300,7 @@ def compare(
     runs = load_runs(base, others)
     suite = runs[0].results.suite
     cells = cells_of(runs[0].results)
-    results = _compute_all(runs, cells, resamples, seed, max(1, jobs))
+    results = _compute_all(runs, cells, resamples, seed, max(1, jobs), progress)
     # The order the units were scored in (the suite file's; results.json sorts its keys).
     families = list(dict.fromkeys(cell.family for cell in cells if cell.family))
     families += [f for f in suite.get("families") or {} if f not in families]
