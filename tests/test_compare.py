@@ -257,6 +257,28 @@ def test_unit_chrf_statistics_are_sacrebleus(alphabet):
         assert ours[run].tolist() == expected
 
 
+def test_chrf_plus_plus_units_are_scored_by_sacrebleus_chrf_plus_plus(study, tmp_path):
+    """A FLORES unit scored with metric=chrf++ is compared in chrF++ (sacrebleu's statistics)."""
+
+    def plus_plus(data):
+        for unit in data["units"]:
+            if unit["kind"] == "flores":
+                unit["metrics"] = {"chrf++": 0.0, "n": unit["metrics"]["n"]}
+
+    folders = []
+    for name in ("base", "soup"):
+        shutil.copytree(getattr(study, name), tmp_path / name)
+        edit_json(tmp_path / name / "results.json", plus_plus)
+        folders.append(tmp_path / name)
+    comparison = compare(folders[0], folders[1:], resamples=100)
+    unit = "flores/hsb_Latn-eng_Latn/hsb_Latn"
+    lines = read_lines(folders[1], unit)
+    hyps, refs = [x["hypothesis"] for x in lines], [[x["reference"] for x in lines]]
+    row = one(comparison, model="soup", task="flores", lang="hsb_Latn", variant="{lang}-eng_Latn")
+    assert row["metric"] == "chrf++"
+    assert row["value"] == pytest.approx(CHRF(word_order=2).corpus_score(hyps, refs).score)
+
+
 def test_sign_tests_are_scipys_binomtest(tmp_path):
     """Six held-in languages: wins and losses counted here, ties (an unchanged language)
     dropped, p from scipy; and over families."""
@@ -380,7 +402,7 @@ def test_results_of_another_suite_settings_or_data_are_refused(study, tmp_path, 
     shutil.copytree(dense, other)
     edit_json(other / "results.json", change)
     out = tmp_path / "report"
-    refused(run("compare", other, "--base", base, "-o", out, "--resamples", 10), message, out)
+    refused(run("compare", other, "--base", base, "-o", out, "--resamples", 10, "-q"), message, out)
 
 
 @pytest.mark.parametrize(
@@ -396,7 +418,7 @@ def test_items_are_matched_by_doc_id_and_prompt(study, tmp_path, change, message
     shutil.copytree(dense, other)
     edit_first_line(other / "samples/piqa__deu_Latn.jsonl", change)
     out = tmp_path / "report"
-    result = run("compare", other, "--base", base, "-o", out, "--resamples", 10, "--jobs", 1)
+    result = run("compare", other, "--base", base, "-o", out, "--resamples", 10, "--jobs", 1, "-q")
     refused(result, message, out)
     assert "piqa/deu_Latn" in result.stderr
 
