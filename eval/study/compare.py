@@ -357,8 +357,8 @@ def _aggregate(comparison: Comparison, results: list[tuple[Cell, CellResult]]) -
         for cell, result in members:
             scope = "language" if cell.lang else "task"
             where = {"family": cell.family, "split": cell.split, "lang": cell.lang}
-            _emit(comparison, axis, scope, where, result.n, result.point[metric],
-                  result.boot[metric])  # fmt: skip
+            point, boot = result.point[metric], result.boot[metric]
+            _emit(comparison, axis, scope, where, result.n, point, boot)
             if cell.lang and cell.family and cell.split:
                 groups.setdefault((cell.family, cell.split), []).append(
                     (result.point[metric], result.boot[metric])
@@ -366,13 +366,21 @@ def _aggregate(comparison: Comparison, results: list[tuple[Cell, CellResult]]) -
         _families_and_overall(comparison, axis, groups)
 
 
-def _emit(comparison, axis, scope, where, n, point, boot) -> list[dict[str, Any]]:
+def _emit(
+    comparison: Comparison,
+    axis: dict[str, Any],
+    scope: str,
+    where: dict[str, Any],
+    n: int,
+    point: np.ndarray,
+    boot: np.ndarray,
+) -> None:
+    """Add one row per model: `n` is items (language, task) or languages/families averaged."""
     rows = []
     for model, summary in zip(comparison.models, _summary(point, boot), strict=True):
         row = {"model": model, **_axis_key(axis), "scope": scope, **where, "n": n, **summary}
         rows.append(row)
     comparison.rows.extend(rows)
-    return rows
 
 
 def _axis_key(axis: dict[str, Any]) -> dict[str, Any]:
@@ -402,7 +410,10 @@ def _families_and_overall(comparison: Comparison, axis: dict[str, Any], groups: 
             _sign_tests(comparison, axis, split, scope, over)
 
 
-def _sign_tests(comparison, axis, split, scope, over) -> None:
+def _sign_tests(
+    comparison: Comparison, axis: dict[str, Any], split: str, scope: str, over: str
+) -> None:
+    """Each strategy's sign test over the rows of one scope (languages or families)."""
     key = _axis_key(axis)
     rows = [
         r
@@ -412,10 +423,10 @@ def _sign_tests(comparison, axis, split, scope, over) -> None:
     for model in comparison.models[1:]:
         changes = [r["delta"] for r in rows if r["model"] == model]
         test = sign_test(changes, axis["higher_is_better"])
+        counts = {"wins": test.wins, "losses": test.losses, "ties": test.ties, "p": test.p}
         comparison.sign_tests.append(
-            {"model": model, **key, "split": split, "over": over, "wins": test.wins,
-             "losses": test.losses, "ties": test.ties, "p": test.p}
-        )  # fmt: skip
+            {"model": model, **key, "split": split, "over": over, **counts}
+        )
 
 
 def default_jobs() -> int:

@@ -76,15 +76,15 @@ def plot_heatmap(comparison: Comparison, folder: Path) -> str | None:
         for i, line in enumerate(rows):
             for j, row in enumerate(line):
                 mark = "*" if row["significant"] else ""
-                panel.text(j, i, f"{row['delta']:+.{digits}f}{mark}", ha="center", va="center",
-                           fontsize=8)  # fmt: skip
+                text = f"{row['delta']:+.{digits}f}{mark}"
+                panel.text(j, i, text, ha="center", va="center", fontsize=8)
         panel.set_xticks(range(len(columns)), [name for name, _ in columns], fontsize=8)
         overall = sum(where["scope"] == "overall" for _, where in columns)
         panel.axvline(overall - 0.5, color="black", lw=1.5)  # overall | families
         panel.set_yticks(range(len(strategies)), strategies, fontsize=8)
         better = "higher" if axis["higher_is_better"] else "lower"
-        panel.set_title(f"{axis_label(axis)}: change from {comparison.base} ({better} is better)",
-                        fontsize=9)  # fmt: skip
+        title = f"{axis_label(axis)}: change from {comparison.base} ({better} is better)"
+        panel.set_title(title, fontsize=9)
     fig.suptitle("Change from the base (green: better; *: 95% interval excludes 0)", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(folder / HEATMAP, dpi=110)
