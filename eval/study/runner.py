@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -195,10 +194,12 @@ def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: Suite
     rank, world = _rank_and_world()
     found = check_resumable(directory, header)
     if found is not None:  # its revision, known once the model had loaded
-        header = _with(header, model=found.model)
-    done = {u.id: u for u in found.units} if found else {}
-    done = {key: u for key, u in done.items() if (directory / u.samples).is_file()}
-    todo = [unit for unit in units if unit.id not in done]
+        header = replace(header, model=found.model)
+    folder = _Folder(directory, header, units, rank == 0)
+    for unit in found.units if found else ():
+        if (directory / unit.samples).is_file():
+            folder.done[unit.id] = unit
+    todo = [unit for unit in units if unit.id not in folder.done]
     if todo:
         from eval.model_loading import load_model
 
@@ -209,14 +210,35 @@ def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: Suite
             tokenizer=options.tokenizer,
             progress=options.progress and rank == 0,
         )
-        header = _with(header, model=model_info(checkpoint, model))
-        _score(model, tok, todo, tasks, directory, header, units, done, options, rank, world)
-    final = _with(header, units=_ordered(units, done), complete=True)
+        folder.header = replace(header, model=model_info(checkpoint, model))
+        _score(model, tok, todo, tasks, folder, options, rank, world)
     _finish_group(world)
-    if rank > 0:
-        return None
-    res.write_results(directory, final)
-    return directory / res.RESULTS_FILE
+    folder.save(complete=True)
+    return directory / res.RESULTS_FILE if folder.writes else None
+
+
+@dataclass
+class _Folder:
+    """DIR as this run fills it: the units finished so far, in plan order; only rank 0 writes."""
+
+    directory: Path
+    header: res.SuiteResults
+    units: list[Unit]
+    writes: bool
+    done: dict[str, res.UnitResult] = field(default_factory=dict)
+
+    def add(self, result: res.UnitResult, samples: list[dict[str, Any]]) -> None:
+        """A finished unit: its samples file first, so results.json never names a missing one."""
+        if self.writes:
+            res.write_samples(self.directory, result.id, samples)
+        self.done[result.id] = result
+
+    def save(self, complete: bool = False) -> None:
+        """Rewrite results.json: the finished units in plan order, however many runs made them."""
+        if self.writes:
+            finished = tuple(self.done[u.id] for u in self.units if u.id in self.done)
+            results = replace(self.header, units=finished, complete=complete)
+            res.write_results(self.directory, results)
 
 
 def _score(
@@ -224,14 +246,12 @@ def _score(
     tok: Any,
     todo: list[Unit],
     tasks: dict[str, Task],
-    directory: Path,
-    header: res.SuiteResults,
-    units: list[Unit],
-    done: dict[str, res.UnitResult],
+    folder: _Folder,
     options: SuiteRun,
     rank: int,
     world: int,
 ) -> None:
+    """Score the units not yet done, `world` at a time (one per rank), saving after each round."""
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(todo), unit="unit", disable=not options.progress or rank > 0)
@@ -241,11 +261,8 @@ def _score(
         mine = batch[rank] if rank < len(batch) else None
         scored = _score_unit(model, tok, mine, tasks, options) if mine else None
         for result, samples in _gather(scored, world):
-            if rank == 0:
-                res.write_samples(directory, result.id, samples)
-            done[result.id] = result
-        if rank == 0:
-            res.write_results(directory, _with(header, units=_ordered(units, done)))
+            folder.add(result, samples)
+        folder.save()
         bar.update(len(batch))
     bar.close()
 
@@ -323,14 +340,3 @@ def _rank_device(device: str, world: int) -> str:
     if world > 1 and device == "cuda":
         return f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
     return device
-
-
-def _ordered(units: Sequence[Unit], done: dict[str, res.UnitResult]) -> tuple[res.UnitResult, ...]:
-    """Finished units in plan order (the order is the same however many runs made them)."""
-    return tuple(done[unit.id] for unit in units if unit.id in done)
-
-
-def _with(results: res.SuiteResults, **changes: Any) -> res.SuiteResults:
-    from dataclasses import replace
-
-    return replace(results, **changes)

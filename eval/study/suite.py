@@ -10,7 +10,7 @@
       flores: {dir: "flores_plus/", directions: ["eng_Latn-{lang}", "{lang}-eng_Latn"]}
       copain: {n: 150}
       arc: "lm-eval:arc_easy:shots=0"
-    root: data/                      # optional: relative paths start here (default: cwd)
+    root: data/                      # optional, from the suite file's folder (default: cwd)
 
 A task entry is a mapping (``kind``, default the entry's key; ``path`` or, for flores, ``dir``;
 flores ``directions``; every other key an option of the kind, as in a task string) or a task
