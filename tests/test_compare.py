@@ -111,7 +111,7 @@ def test_values_and_the_macro_of_macros_by_hand(study):
         )
     # FLORES: corpus chrF of the language's sentences, per direction.
     for variant in ("eng_Latn-{lang}", "{lang}-eng_Latn"):
-        unit = f"flores/{variant.format(lang='hsb_Latn')}/hsb_Latn"
+        unit = f"flores/hsb_Latn/{variant.format(lang='hsb_Latn')}"
         row = one(comparison, model="soup", task="flores", variant=variant, lang="hsb_Latn")
         assert row["value"] == pytest.approx(chrf(read_lines(soup, unit)), abs=1e-9)
 
@@ -183,7 +183,7 @@ def test_chrf_resamples_are_sacrebleus_paired_bootstrap(study):
     from sacrebleu.significance import Result, _compute_p_value, _paired_bs_test, estimate_ci
 
     base, dense, _soup = study.base, study.dense, study.soup
-    unit = "flores/eng_Latn-ces_Latn/ces_Latn"
+    unit = "flores/ces_Latn/eng_Latn-ces_Latn"
     base_lines, sys_lines = read_lines(base, unit), read_lines(dense, unit)
     refs = [[line["reference"] for line in base_lines]]
     base_hyps = [line["hypothesis"] for line in base_lines]
@@ -271,7 +271,7 @@ def test_chrf_plus_plus_units_are_scored_by_sacrebleus_chrf_plus_plus(study, tmp
         edit_json(tmp_path / name / "results.json", plus_plus)
         folders.append(tmp_path / name)
     comparison = compare(folders[0], folders[1:], resamples=100)
-    unit = "flores/hsb_Latn-eng_Latn/hsb_Latn"
+    unit = "flores/hsb_Latn/hsb_Latn-eng_Latn"
     lines = read_lines(folders[1], unit)
     hyps, refs = [x["hypothesis"] for x in lines], [[x["reference"] for x in lines]]
     row = one(comparison, model="soup", task="flores", lang="hsb_Latn", variant="{lang}-eng_Latn")
@@ -374,6 +374,10 @@ def _limit(d):
     d["settings"]["limit"] = 10
 
 
+def _dtype(d):
+    d["settings"]["eval_dtype"] = "bf16"
+
+
 def _data(d):
     d["units"][3]["data"]["sha256"] = "0" * 64
 
@@ -391,6 +395,7 @@ def _drop_unit(d):
     [
         (_shots, "suite.tasks.belebele.shots is 5, not 2"),
         (_limit, "settings.limit is 10, not null"),
+        (_dtype, 'settings.eval_dtype is "bf16", not null'),
         (_data, "read other data"),
         (_incomplete, "incomplete results"),
         (_drop_unit, "is only in the base"),

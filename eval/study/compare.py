@@ -26,8 +26,9 @@ from eval.study.measures import Measure, measure_for, primary_metric
 from eval.study.results import SuiteResults, UnitResult, read_results, read_samples
 from eval.study.stats import cell_rng, percentile_interval, resample_counts, sign_test
 
-# Settings that change what is scored (batch size does not).
-SCORED_SETTINGS = ("seed", "limit", "max_length", "fewshot_seeds")
+# Settings that change what is scored (batch size does not): the items, their prompts and
+# the precision they are scored in.
+SCORED_SETTINGS = ("seed", "limit", "max_length", "fewshot_seeds", "eval_dtype")
 
 WEIGHTING = {
     "language": "all items of the language count equally: accuracy is the mean of per-item "

@@ -150,7 +150,8 @@ def write_results(
 
 
 def _unit(folder, task, kind, variant, lang, family, split, fewshot_seed, n, skill, rng):
-    uid = "/".join([task] + ([variant.format(lang=lang)] if variant else []) + [lang])
+    # As the runner names units: <task>/<lang>[/<direction>][/seed=N].
+    uid = "/".join([task, lang] + ([variant.format(lang=lang)] if variant else []))
     if fewshot_seed is not None:
         uid += f"/seed={fewshot_seed}"
     lines = _lines(kind, f"{task}|{variant}|{lang}", n, fewshot_seed, skill, rng)
