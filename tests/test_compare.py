@@ -367,7 +367,7 @@ def edit_first_line(path, change):
 
 
 def _shots(d):
-    d["suite"]["tasks"]["belebele"]["shots"] = 5
+    d["suite"]["tasks"]["belebele"]["options"]["shots"] = 5
 
 
 def _limit(d):
@@ -393,7 +393,7 @@ def _drop_unit(d):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (_shots, "suite.tasks.belebele.shots is 5, not 2"),
+        (_shots, "suite.tasks.belebele.options.shots is 5, not 2"),
         (_limit, "settings.limit is 10, not null"),
         (_dtype, 'settings.eval_dtype is "bf16", not null'),
         (_data, "read other data"),
@@ -563,4 +563,5 @@ def test_three_tiny_models_eval_suite_then_compare(tmp_path, families):
     other = tmp_path / "other"
     result = run("eval", llama["trained"], "--suite", tmp_path / "suite5.yml", "-o", other, "-q")
     assert result.exit_code == 0, result.output
-    refused(run("compare", other, "--base", base, "-o", tmp_path / "r2"), "shots", tmp_path / "r2")
+    result = run("compare", other, "--base", base, "-o", tmp_path / "r2")
+    refused(result, "suite.tasks.belebele.options.shots is 2, not 1", tmp_path / "r2")

@@ -58,9 +58,18 @@ class Study:
     fewshot_seeds: list[int | None] = field(default_factory=lambda: [None])
 
     def suite(self) -> dict[str, Any]:
-        tasks = {
-            k: {f: v for f, v in t.items() if f not in ("kind", "n")} for k, t in self.tasks.items()
-        }
+        """The suite as the runner normalizes it: kind, path, options (and FLORES' directions)."""
+        tasks = {}
+        for key, spec in self.tasks.items():
+            plain = ("kind", "n", "path", "dir", "directions")
+            entry = {
+                "kind": spec["kind"],
+                "path": spec.get("path") or spec.get("dir"),
+                "options": {k: v for k, v in spec.items() if k not in plain},
+            }
+            if "directions" in spec:
+                entry["directions"] = spec["directions"]
+            tasks[key] = entry
         return {"families": self.families, "languages": {}, "tasks": tasks}
 
 
