@@ -428,6 +428,33 @@ def test_items_are_matched_by_doc_id_and_prompt(study, tmp_path, change, message
     assert "piqa/deu_Latn" in result.stderr
 
 
+def test_lm_eval_records_are_matched_by_their_prompt_hash(study, tmp_path):
+    """lm-eval units log lm-eval's own records: integer doc ids, `prompt_hash`, metric fields."""
+
+    def as_lm_eval(folder):
+        path = folder / "samples/piqa__deu_Latn.jsonl"
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        for line in lines:
+            line["doc_id"] = int(line["doc_id"])
+            line["prompt_hash"] = line.pop("prompt_sha256")
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    folders = []
+    for name in ("base", "dense"):
+        shutil.copytree(getattr(study, name), tmp_path / name)
+        as_lm_eval(tmp_path / name)
+        folders.append(tmp_path / name)
+    comparison = compare(folders[0], folders[1:], resamples=50)
+    row = one(comparison, model="dense", task="piqa", metric="acc", lang="deu_Latn")
+    assert row["value"] == pytest.approx(accuracy(read_lines(folders[1], "piqa/deu_Latn")))
+    path = folders[1] / "samples/piqa__deu_Latn.jsonl"
+    lines = path.read_text().splitlines()
+    lines[3] = json.dumps({**json.loads(lines[3]), "prompt_hash": "0" * 64})
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CompareError, match="doc_id 3: the prompt differs"):
+        compare(folders[0], folders[1:], resamples=50)
+
+
 def test_not_a_results_folder_is_refused(study, tmp_path):
     base, _dense, _soup = study.base, study.dense, study.soup
     out = tmp_path / "report"

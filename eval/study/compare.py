@@ -176,6 +176,12 @@ def cells_of(results: SuiteResults) -> list[Cell]:
     return cells
 
 
+def _prompt(line: dict[str, Any]) -> Any:
+    """What identifies an item's prompt: `prompt_sha256`, or lm-eval's own `prompt_hash` (its
+    sample records, which lm-eval units log, have no `prompt_sha256`)."""
+    return line.get("prompt_sha256", line.get("prompt_hash"))
+
+
 def _aligned(runs: list[Run], cell: Cell) -> list[list[dict[str, Any]]]:
     """Every (model, seed)'s lines in the base's item order, matched by doc_id and prompt.
 
@@ -202,7 +208,7 @@ def _aligned(runs: list[Run], cell: Cell) -> list[list[dict[str, Any]]]:
                 )
             base_lines = by_id if base_lines is None else base_lines
             for doc_id in order:
-                if by_id[doc_id].get("prompt_sha256") != base_lines[doc_id].get("prompt_sha256"):
+                if _prompt(by_id[doc_id]) != _prompt(base_lines[doc_id]):
                     raise CompareError(
                         f"{run.folder}: unit {unit_id}, doc_id {doc_id}: the prompt differs "
                         "from the base's (other shots, demonstrations or data)"
