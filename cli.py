@@ -65,7 +65,7 @@ def _one_line(text: str) -> str:
 SECTIONS = {
     "Surgery": ["revert", "soup", "interpolate", "merge", "inspect", "verify"],
     "Diagnostics": ["drift", "sweep", "localize"],
-    "Training and eval": ["train", "eval", "demo"],
+    "Training and eval": ["train", "eval", "compare", "demo"],
     "Hub": ["push"],
 }
 
@@ -599,6 +599,63 @@ def localize(
     )
     click.echo(format_localization(result))
     _done(Path(out_dir), quiet, None)
+
+
+@cli.command()
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--base",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The base model's results folder (`surgery eval BASE --suite ... -o DIR`).",
+)
+@click.option(
+    "-o", "--out", required=True, type=OutputFolder(path_type=Path), help="Report folder."
+)
+@click.option(
+    "--resamples",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Bootstrap resamples B.",
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of the resamples (recorded).")
+@click.option(
+    "--jobs", type=click.IntRange(min=1), default=None, help="Processes [default: the usable CPUs]."
+)
+@force_option
+@quiet_option
+def compare(dirs, base, out, resamples, seed, jobs, force, quiet):
+    """Compare strategies' suite results (DIRS) with the base's, item by item.
+
+    Per family the mean over held-in and over held-out languages, overall the mean over
+    families; changes from the base with paired bootstrap 95% intervals, sign tests over
+    languages and families. Writes OUT/report.md, comparison.csv, comparison.json and two
+    plots. Results of other suites, settings, data or prompts are refused.
+
+    \b
+    Examples:
+      surgery compare runs/dense runs/soup --base runs/base -o report
+      surgery compare runs/* --base runs/base -o report --resamples 2000 --seed 1
+    """
+    from eval.study.compare import compare as run_compare
+    from eval.study.compare import default_jobs
+    from eval.study.report import write_report
+    from surgery.engine.output_dir import staged_output
+    from surgery.engine.output_paths import check_output
+
+    check_output(out, [base, *dirs], force)
+    comparison = run_compare(
+        base,
+        list(dirs),
+        resamples=resamples,
+        seed=seed,
+        jobs=jobs or default_jobs(),
+        progress=not quiet,
+    )
+    with staged_output(out) as staging:
+        write_report(comparison, staging)
+    _done(out, quiet, None)
 
 
 @cli.command()

@@ -57,7 +57,7 @@ to continue an interrupted run; under torchrun the units are shared out across r
 @click.option(
     "-o",
     "--out",
-    type=OutputFile(path_type=Path),
+    type=OutputFile(path_type=Path, dir_okay=True),
     help="JSON file (with --suite: the results folder).",
 )
 @click.option(
@@ -116,6 +116,8 @@ def eval_command(
         raise click.UsageError("--fewshot-seeds and --allow-missing go with --suite")
     if not tasks:
         raise click.UsageError("give at least one task with -t/--task, e.g. -t copain")
+    if out is not None and out.is_dir():
+        raise click.UsageError(f"-o {out}: a folder; without --suite, -o names a JSON file")
     inputs = [checkpoint] if tokenizer is None else [checkpoint, tokenizer]
     for spec in inputs:
         check_input(spec)  # a mistyped folder fails now, before torch, the data or the network

@@ -36,3 +36,7 @@ def data_error(path: Path, line: int | None, message: str) -> EvalDataError:
 
 class SuiteError(SurgeryError):
     """A suite file that does not parse, or a results folder that belongs to another run."""
+
+
+class CompareError(SurgeryError):
+    """Results folders `surgery compare` cannot compare item by item."""

@@ -13,10 +13,12 @@ import click
 
 class OutputFile(click.Path):
     """A result file the command writes (JSON, CSV, JSONL, a plot); checked by
-    `surgery.engine.output_paths.check_output_file`."""
+    `surgery.engine.output_paths.check_output_file`. `dir_okay=True` for an option that names a
+    folder in another mode (`eval -o` with `--suite`)."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(dir_okay=False, **kwargs)
+        kwargs.setdefault("dir_okay", False)
+        super().__init__(**kwargs)
 
 
 class OutputFolder(click.Path):
