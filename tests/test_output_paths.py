@@ -31,6 +31,7 @@ INPUT_PATHS = {
     "fsdp_config",
     "tokenizer",
     "suite",
+    "dirs",
 }
 
 
@@ -67,6 +68,7 @@ def _argv(command: str, param: click.Parameter, target, base, trained, tmp_path)
         "eval": [trained, "-t", "copain"],
         "train": [base, "--data", data, "--max-steps", "1"],
         "demo": [],
+        "compare": [trained, "--base", base],
     }[command]
     if isinstance(param, click.Argument):
         return [command, *positional, target]
