@@ -265,6 +265,26 @@ def test_swapped_base_and_trained_are_warned_about(llama, tmp_path):
     assert right.exit_code == 0 and "warning" not in right.stderr
 
 
+def test_outputs_never_carry_the_training_record_of_an_input(llama, tmp_path):
+    """TRAINED's surgery_train.json describes TRAINED's run: an output that copied it would be
+    pushed with it and later named as a training output of BASE by the swap warning."""
+    base, trained = llama
+    (trained / "surgery_train.json").write_text(json.dumps({"config": {"base": str(base)}}))
+    commands = {
+        "rev": ["revert", "--layers", "0:1"],
+        "int": ["interpolate", "--alpha", "0.5"],
+        "sweep": ["sweep", "--alpha", "0,1"],
+    }
+    for out, command in commands.items():
+        result = run(*command, "-q", base, trained, tmp_path / out)
+        assert result.exit_code == 0, result.output
+    written = [p.relative_to(tmp_path) for p in tmp_path.rglob("surgery_train.json")]
+    assert written == [trained.relative_to(tmp_path) / "surgery_train.json"]
+    # The output is no training output of BASE: used as BASE it draws no swap warning.
+    again = run("revert", "--layers", "0:1", "-q", tmp_path / "rev", base, tmp_path / "o")
+    assert again.exit_code == 0 and "warning" not in again.stderr
+
+
 def test_top_level_help_lists_every_command_by_section():
     result = run("--help")
     assert result.exit_code == 0

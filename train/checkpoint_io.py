@@ -27,7 +27,7 @@ from surgery.core.dtypes import torch_dtype
 from surgery.core.errors import CheckpointError, MismatchError
 from surgery.core.layers import Stack, select_stack
 from surgery.engine.plan import OutputTensor, Plan, copy_of, from_memory
-from surgery.engine.reader import Checkpoint, TensorInfo
+from surgery.engine.reader import TRAIN_RECORD, Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
 from surgery.engine.writer import execute
 from surgery.hub.resolve import open_input
@@ -35,8 +35,6 @@ from surgery.hub.resolve import open_input
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
-
-TRAIN_RECORD = "surgery_train.json"
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from surgery.engine.reader import (
     RECIPE_NAME,
     RESULTS_NAME,
     SHA256_KEY,
+    TRAIN_RECORD,
     TensorInfo,
     checkpoint_root,
     openers,
@@ -61,7 +62,8 @@ COPY_CHUNK = 64 * 2**20
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
 
 # Companion files never copied from an input: weights (ours are rewritten), the input's recipe,
-# model card and eval results (they describe the input, not the output).
+# model card, eval results and training record (they describe the input, not the output: a
+# copied training record would make the output claim TRAINED's training run).
 _SKIP_SUFFIXES = (
     ".safetensors",
     ".bin",
@@ -79,7 +81,7 @@ _SKIP_NAMES = {
     RECIPE_NAME,
     CARD_NAME,
     RESULTS_NAME,
-    MERGEKIT_CONFIG_NAME,
+    TRAIN_RECORD,
     ".gitattributes",
 }
 
