@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from surgery.hub.model_card import render_card
-from tests.support.checks import assert_valid_output
+from tests.support.checks import assert_valid_output, load_state, same_bits
 from tests.support.hub_server import FakeHub
 from tests.support.train_helpers import headers, write_corpus
 
@@ -130,6 +130,96 @@ def test_training_from_a_hub_id_goes_through_the_one_resolver(hf_home, tmp_path,
     assert front["base_model"] == ["acme/tiny-base"] and front["base_model_relation"] == "finetune"
 
 
+def _uploaded(folder: Path) -> dict[str, bytes]:
+    """Every file `surgery push` would send of `folder`, by name, with the generated card."""
+    from surgery.hub.push import plan_upload
+
+    files, card = plan_upload(folder, f"acme/{folder.name}")
+    sent = {n: c if isinstance(c, bytes) else c.read_bytes() for n, c in files}
+    return sent | ({"README.md": card.encode()} if card is not None else {})
+
+
+def test_published_files_name_local_inputs_by_folder_name_only(families, tmp_path):
+    """Card, recipe, mergekit config, training record and shard headers as pushed show no local
+    path, and still verify; the local copies keep the full paths that replay needs."""
+    from surgery import api
+    from surgery.checks.verify import verify
+    from tests.support.train_helpers import tiny_config
+    from train.api import train
+
+    paths = families("llama")
+    base, trained, expert = paths["base"], paths["trained"], paths["experts"][0]
+    private = str(base.parent).encode()  # the folder of the inputs: no uploaded byte names it
+    config = tmp_path / "ties.yml"
+    models = [
+        {"model": str(m), "parameters": {"weight": w, "density": 0.5}}
+        for m, w in ((trained, 1.0), (expert, 0.5))
+    ]
+    config.write_text(
+        yaml.safe_dump({"merge_method": "ties", "base_model": str(base), "models": models})
+    )
+    corpus = write_corpus(tmp_path / "sk.jsonl", docs=20)
+    outputs = [
+        api.revert(base, trained, tmp_path / "reverted", "1:2", quiet=True),
+        api.merge(config, tmp_path / "ties_out", quiet=True),
+        train(tiny_config(base, tmp_path / "trained_out", [str(corpus)], max_steps=1)),
+    ]
+    for out in outputs:
+        uploaded = _uploaded(Path(out))
+        assert [name for name, data in uploaded.items() if private in data] == [], out
+        hub_copy = tmp_path / "hub" / Path(out).name
+        for name, data in uploaded.items():
+            (hub_copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (hub_copy / name).write_bytes(data)
+        assert verify(hub_copy, quiet=True).ok, out
+    recipe = json.loads((tmp_path / "reverted" / "surgery_recipe.json").read_text())
+    assert [i["path"] for i in recipe["inputs"]] == [str(base), str(trained)]
+    published = json.loads(_uploaded(tmp_path / "reverted")["surgery_recipe.json"])
+    assert [i["path"] for i in published["inputs"]] == ["base", "trained"]
+    ties = yaml.safe_load(_uploaded(tmp_path / "ties_out")["mergekit_config.yml"])
+    assert ties["base_model"] == "base"
+    assert [m["model"] for m in ties["models"]] == ["trained", expert.name]
+    # What push sends is what plan_upload planned: the dry run and a real push agree.
+    with FakeHub() as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_test", "HF_HOME": str(tmp_path)}
+        dry = surgery("push", tmp_path / "ties_out", "acme/ties_out", "--dry-run", env=env)
+        pushed = surgery("push", tmp_path / "ties_out", "acme/ties_out", env=env)
+    assert dry.returncode == 0 and pushed.returncode == 0, dry.stderr + pushed.stderr
+    assert "- model: trained" in dry.stdout and private.decode() not in dry.stdout
+    (commit,) = hub.state.commits
+    assert dict(commit["files"]) == _uploaded(tmp_path / "ties_out")
+
+
+def test_an_outputs_mergekit_config_replays_from_any_working_directory(families, tmp_path):
+    """Inputs typed as relative paths are recorded absolute in the local mergekit config, so it
+    replays from elsewhere: for an interpolation and for a merge of a relative config."""
+    paths = families("llama")
+    work = tmp_path / "work"
+    for name in ("base", "trained"):
+        shutil.copytree(paths[name], work / name)
+    (work / "linear.yml").write_text(
+        "merge_method: linear\nmodels:\n"
+        "  - {model: base, parameters: {weight: 0.3}}\n"
+        "  - {model: trained, parameters: {weight: 0.7}}\n"
+    )
+    made = [
+        surgery(
+            "interpolate", "--alpha", "0.25", "-q", "base", "trained", "interp", env={}, cwd=work
+        ),
+        surgery("merge", "-q", "linear.yml", "merged", env={}, cwd=work),
+    ]
+    assert all(r.returncode == 0 for r in made), [r.stderr for r in made]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("interp", "merged"):
+        config = work / name / "mergekit_config.yml"
+        replay = surgery("merge", "-q", config, "replay-" + name, env={}, cwd=elsewhere)
+        assert replay.returncode == 0, replay.stderr
+        original, again = load_state(work / name), load_state(elsewhere / f"replay-{name}")
+        assert original.keys() == again.keys()
+        assert all(same_bits(original[k], again[k]) for k in original)
+
+
 GOLDEN = Path(__file__).parent / "data" / "model_card_revert.md"
 
 
@@ -178,7 +268,9 @@ def test_push_uploads_folder_and_card(merged):
     local = {p.name: p.read_bytes() for p in merged.iterdir() if p.name != "README.md"}
     uploaded = dict(commit["files"])
     card = uploaded.pop("README.md").decode()
-    assert uploaded == local
+    assert uploaded.keys() == local.keys()
+    published = ("surgery_recipe.json", "mergekit_config.yml", "eval_results.json")
+    assert all(uploaded[name] == local[name] for name in local if name not in published)
     assert card.startswith("---\nlibrary_name: transformers") and "# acme/merged" in card
     assert "| copain/acc | 0.25 |" in card
 

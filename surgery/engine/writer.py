@@ -46,6 +46,7 @@ from surgery.engine.reader import (
     checkpoint_root,
     openers,
 )
+from surgery.engine.recipe import public_recipe
 from surgery.engine.shard_hash import OrderedHash
 from surgery.engine.source import ByteSource, LocalFile, SourcePool
 from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_bytes, tensor_values
@@ -556,7 +557,8 @@ def execute(
     """
     keep_freed_memory()
     shards, names = plan_shards(plan, max_shard_size)
-    recipe_text = json.dumps(plan.recipe, sort_keys=True)
+    # The shards are published as they are: they embed the recipe without local paths.
+    recipe_text = json.dumps(public_recipe(plan.recipe), sort_keys=True)
     headers = [build_header(s, {"format": "pt", "surgery_recipe": recipe_text}) for s in shards]
     extra_files = extra_files or {}
     companions = companion_files(plan)

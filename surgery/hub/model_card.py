@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from surgery.engine.reader import CARD_NAME, RECIPE_NAME, RESULTS_NAME
+from surgery.engine.recipe import public_recipe
 
 
 def _name(entry: dict) -> str:
@@ -101,15 +102,6 @@ def input_license(folder: Path | None) -> str | None:
     return license_id if isinstance(license_id, str) else None
 
 
-def _shareable(recipe: dict) -> dict:
-    """The recipe as a published card shows it: local inputs by folder name, not full path."""
-    inputs = [
-        entry if entry.get("repo_id") else {**entry, "path": _name(entry)}
-        for entry in recipe.get("inputs", [])
-    ]
-    return {**recipe, "inputs": inputs} if inputs else recipe
-
-
 def _results_table(results: dict) -> list[str]:
     metrics = results.get("metrics", results)
     rows = [
@@ -150,7 +142,7 @@ def render_card(recipe: dict, title: str, results: dict | None = None) -> str:
         "## Recipe",
         "",
         "```yaml",
-        yaml.safe_dump(_shareable(recipe), sort_keys=True).rstrip(),
+        yaml.safe_dump(public_recipe(recipe), sort_keys=True).rstrip(),
         "```",
         "",
         *_results_table(results or {}),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from surgery.core.errors import MismatchError
 from surgery.core.layers import Stack, layer_of, select_stack
 from surgery.engine.ops.merge import registry
+from surgery.engine.ops.merge.equivalent import with_local_paths
 from surgery.engine.ops.merge.method import REQUIRED, Base, Method, Param, Scope, TensorJob
 from surgery.engine.ops.merge.spec import (
     MergeConfigError,
@@ -292,12 +293,13 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     updates = {}
     if spec.slices is not None:
         updates["num_hidden_layers"] = sum(s.num_layers for s in spec.slices)
+    config = with_local_paths(spec.config, spec.models, checkpoints)
     recipe = make_recipe(
         "merge",
         [(f"model{i + 1}", c) for i, c in enumerate(checkpoints)],
         method=spec.method,
         seed=spec.seed,
-        config=spec.config,
+        config=config,
     )
     return Plan(
         "merge",
@@ -307,5 +309,5 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
         inputs=list(checkpoints),
         dtype=spec.out_dtype or spec.dtype,
         config_updates=updates,
-        mergekit_config=spec.config,
+        mergekit_config=config,
     )
