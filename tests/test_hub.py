@@ -301,6 +301,15 @@ def test_push_refusals(merged, tmp_path):
         hub.state.read_only.add("acme/locked")
         base_env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "home")}
         no_token = surgery("push", merged, "acme/merged", env=base_env)
+        no_token_after = surgery(
+            "soup",
+            merged,
+            merged,
+            out_never := tmp_path / "never2",
+            "--push-to",
+            "acme/merged",
+            env=base_env,
+        )
         env = {**base_env, "HF_TOKEN": "hf_test"}
         locked = surgery("push", merged, "acme/locked", env=env)
         dry = surgery("push", merged, "acme/merged", "--dry-run", env=env)
@@ -310,7 +319,12 @@ def test_push_refusals(merged, tmp_path):
         shard = next(merged.glob("*.safetensors"))
         shard.write_bytes(shard.read_bytes()[:-10])
         broken = surgery("push", merged, "acme/merged", env=env)
-    assert no_token.returncode == 2 and "no Hugging Face token" in no_token.stderr
+    # The token is checked first: nothing said about pushing, nothing written for --push-to.
+    for refused in (no_token, no_token_after):
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+        assert refused.stderr.startswith("error: no Hugging Face token"), refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert not out_never.exists()
     assert locked.returncode == 2
     assert locked.stderr.strip() == "error: acme/locked: not writable with this token (HTTP 403)"
     assert dry.returncode == 0 and "README.md (generated)" in dry.stdout
