@@ -9,6 +9,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from surgery.diagnostics.metric_kinds import is_perplexity
+
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend (no display needed)."""
@@ -18,11 +20,6 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def is_perplexity(metric: str) -> bool:
-    """Whether a metric is a perplexity (plotted on a log axis)."""
-    return metric.rsplit("/", 1)[-1] in {"ppl", "perplexity", "word_perplexity", "byte_perplexity"}
 
 
 def plot_metrics_vs_alpha(
@@ -77,6 +74,22 @@ def plot_drift_by_layer(layer_kinds: dict[tuple[int, str], float], path: Path, t
     return path
 
 
+# The background of a heatmap cell without a value (a recovery within noise).
+WITHIN_NOISE_COLOUR = "#d9d9d9"
+
+
+def heatmap_cell(value: float) -> tuple[str, str]:
+    """The text of a heatmap cell and its colour, readable on the cell's background: black on
+    the light within-noise grey, the bright end of viridis and the pink above 1; white on the
+    dark rest."""
+    if math.isnan(value):
+        return "noise", "black"
+    text = f"{value:.2f}"
+    if value < 0 or value > 1:
+        text = ("< " if value < 0 else "> ") + text
+    return text, "black" if value > 0.6 else "white"
+
+
 def plot_heatmap(
     values: list[list[float]],
     rows: Sequence[str],
@@ -92,20 +105,19 @@ def plot_heatmap(
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(cols) + 2.5), max(2.5, 0.5 * len(rows) + 1.5)))
     import numpy as np
 
-    grid = np.ma.masked_invalid(np.array(values, dtype=float))  # NaN cells stay blank
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_under("#7b2d26")  # below 0: reverting made it worse than TRAINED
-    cmap.set_over("#f4a6a6")  # above 1: better than BASE
+    grid = np.ma.masked_invalid(np.array(values, dtype=float))  # NaN: within noise
+    cmap = plt.get_cmap("viridis").with_extremes(
+        under="#7b2d26",  # below 0: reverting made it worse than TRAINED
+        over="#f4a6a6",  # above 1: better than BASE
+        bad=WITHIN_NOISE_COLOUR,
+    )
     image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(cols)), labels=cols, rotation=30, ha="right")
     ax.set_yticks(range(len(rows)), labels=rows)
     for r, row in enumerate(values):
         for c, value in enumerate(row):
-            text = "n/a" if value != value else f"{value:.2f}"  # NaN: within noise
-            if value < 0 or value > 1:
-                text = ("< " if value < 0 else "> ") + text
-            color = "black" if 0.6 < value <= 1 or value > 1 else "white"
-            ax.text(c, r, text, ha="center", va="center", color=color, fontsize="small")
+            text, colour = heatmap_cell(value)
+            ax.text(c, r, text, ha="center", va="center", color=colour, fontsize="small")
     fig.colorbar(image, ax=ax, label=f"{label} (fixed scale 0 to 1)", extend="both")
     ax.set_title(title)
     fig.tight_layout()
