@@ -285,6 +285,29 @@ def test_outputs_never_carry_the_training_record_of_an_input(llama, tmp_path):
     assert again.exit_code == 0 and "warning" not in again.stderr
 
 
+def test_inspect_prints_the_recipe_one_setting_a_line(families, tmp_path):
+    import yaml
+
+    paths = families("llama")
+    out = tmp_path / "int"
+    made = run(
+        "interpolate", "--alpha", "0:1=0.2,*=0.7", "-q", paths["base"], paths["trained"], out
+    )
+    assert made.exit_code == 0, made.output
+    lines = run("inspect", out).output.splitlines()
+    start = lines.index("recipe      interpolate")
+    end = next(i for i, line in enumerate(lines) if line.startswith("inputs"))
+    block = "\n".join(line[12:] for line in lines[start + 1 : end])
+    recipe = json.loads((out / "surgery_recipe.json").read_text())
+    skip = ("tool", "version", "inputs", "operation")
+    assert yaml.safe_load(block) == {k: v for k, v in recipe.items() if k not in skip}
+    assert lines[end:] == [
+        f"inputs      base: {paths['base']}",
+        f"            trained: {paths['trained']}",
+    ]
+    assert max(len(line) for line in lines[start:end]) <= 100
+
+
 def test_top_level_help_lists_every_command_by_section():
     result = run("--help")
     assert result.exit_code == 0

@@ -220,6 +220,27 @@ def test_an_outputs_mergekit_config_replays_from_any_working_directory(families,
         assert all(same_bits(original[k], again[k]) for k in original)
 
 
+def test_merge_cards_name_the_base_and_speak_of_masks_only_for_random_methods(families, tmp_path):
+    from surgery import api
+
+    paths = families("llama")
+    models = [
+        {"model": str(m), "parameters": {"weight": 1.0, "density": 0.5}}
+        for m in paths["experts"][:2]
+    ]
+    cards = {}
+    for method in ("ties", "dare_ties"):
+        config = tmp_path / f"{method}.yml"
+        spec = {"merge_method": method, "base_model": str(paths["base"]), "models": models}
+        config.write_text(yaml.safe_dump(spec))
+        cards[method] = (api.merge(config, tmp_path / method, quiet=True) / "README.md").read_text()
+    experts = ", ".join(f"**{p.name}**" for p in paths["experts"][:2])
+    assert f"merge of {experts} onto the base **base**" in cards["ties"]
+    assert "| base | base | local |" in cards["ties"] and "model3" not in cards["ties"]
+    assert "mask" not in cards["ties"] and "seed" not in cards["ties"]
+    assert "Random masks seeded with 0." in cards["dare_ties"]
+
+
 GOLDEN = Path(__file__).parent / "data" / "model_card_revert.md"
 
 

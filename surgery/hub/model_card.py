@@ -53,11 +53,14 @@ def describe_operation(recipe: dict) -> str:
             )
         )
     if operation == "merge":
-        names = ", ".join(f"**{_name(e)}**" for e in recipe.get("inputs", []))
+        inputs = recipe.get("inputs", [])
+        names = ", ".join(f"**{_name(e)}**" for e in inputs if e["role"] != "base")
+        onto = f" onto the base {roles['base']}" if "base" in roles else ""
+        seed = f" Random masks seeded with {recipe['seed']}." if "seed" in recipe else ""
         return (
-            f"A mergekit `{recipe.get('method')}` merge of {names}, run by `surgery merge` on "
-            "the streaming engine; the config is in the recipe below and in mergekit_config.yml "
-            f"(random masks seeded with {recipe.get('seed', 0)})."
+            f"A mergekit `{recipe.get('method')}` merge of {names}{onto}, run by `surgery "
+            "merge` on the streaming engine; the config is in the recipe below and in "
+            f"mergekit_config.yml.{seed}"
         )
     if operation == "train":
         return (

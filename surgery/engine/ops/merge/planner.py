@@ -294,11 +294,14 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     if spec.slices is not None:
         updates["num_hidden_layers"] = sum(s.num_layers for s in spec.slices)
     config = with_local_paths(spec.config, spec.models, checkpoints)
+    # The base model is named so (a card then says which input it is); the seed only where
+    # the method draws random masks (a TIES card must not speak of masks it has none of).
+    roles = ["base" if i == spec.base else f"model{i + 1}" for i in range(len(checkpoints))]
     recipe = make_recipe(
         "merge",
-        [(f"model{i + 1}", c) for i, c in enumerate(checkpoints)],
+        list(zip(roles, checkpoints, strict=True)),
         method=spec.method,
-        seed=spec.seed,
+        seed=spec.seed if registry.get(spec.method).random else None,
         config=config,
     )
     return Plan(
