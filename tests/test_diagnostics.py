@@ -24,7 +24,7 @@ from surgery.diagnostics.localize import (
     run_localize,
 )
 from surgery.diagnostics.plots import is_perplexity
-from surgery.diagnostics.results import format_table
+from surgery.diagnostics.results import format_table, metric_names
 from surgery.diagnostics.sweep import parse_alpha_grid, point_names, run_sweep
 from surgery.engine.reader import open_checkpoint
 from tests.support.checks import load_state, same_bits
@@ -386,3 +386,29 @@ def test_sweep_table_is_aligned_and_perplexity_axes_are_logarithmic():
         line.index("5.3") + 3 for line in lines[1:2]
     ]
     assert is_perplexity("ppl/gen/ppl") and not is_perplexity("ppl/gen/bits_per_byte")
+
+
+def test_sweep_plot_puts_forgetting_and_learning_on_one_axis_with_plain_ticks():
+    """One panel per metric kind with a line per task (the forgetting `gen` and the learning
+    `heldin` side by side), distinct titles, and tick labels that are plain numbers."""
+    from surgery.diagnostics.plots import metrics_figure, pyplot
+
+    rows = [
+        {"alpha": a, "gen/gen/ppl": 5 + 500 * a, "heldin/sla1/ppl": 900 - 800 * a}
+        | {"gen/gen/bits_per_byte": 1.955 + 0.002 * a, "heldin/sla1/bits_per_byte": 1.96 - a / 100}
+        for a in (0.0, 0.5, 1.0)
+    ]
+    metrics = metric_names(rows)
+    fig = metrics_figure(rows, metrics, "sweep")
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
+    titles = [ax.get_title() for ax in panels]
+    assert titles == ["ppl (lower is better)", "bits_per_byte (lower is better)"]
+    for ax in panels:
+        assert [line.get_label() for line in ax.lines] == ["gen/gen", "heldin/sla1"]
+        labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
+        numbers = [text.replace(".", "").replace(",", "") for text in labels if text]
+        assert numbers and all(n.isdigit() for n in numbers), labels
+        assert ax.yaxis.get_offset_text().get_text() == ""
+    assert panels[0].get_yscale() == "log" and panels[1].get_yscale() == "linear"
+    pyplot().close(fig)

@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from surgery.diagnostics.metric_kinds import is_perplexity
+from surgery.diagnostics.metric_kinds import is_perplexity, leaf, lower_is_better
 
 
 def pyplot():
@@ -22,33 +22,67 @@ def pyplot():
     return plt
 
 
-def plot_metrics_vs_alpha(
-    rows: Sequence[dict], metrics: Sequence[str], path: Path, title: str
-) -> Path:
-    """One panel per metric against alpha (0 = BASE, 1 = TRAINED)."""
+def _panels(metrics: Sequence[str]) -> dict[str, list[str]]:
+    """Metrics grouped by kind (their last name part), in order: one panel per kind, so the
+    forgetting and the learning metric (`gen/gen/ppl`, `heldin/sla1/ppl`) share an axis."""
+    panels: dict[str, list[str]] = {}
+    for metric in metrics:
+        panels.setdefault(leaf(metric), []).append(metric)
+    return panels
+
+
+def _plain_ticks(ax) -> None:
+    """Tick labels as plain numbers (4.7, 12, 1,000): never an offset (`+2.186`) or a power of
+    ten (`1.955x10^0`). A log axis (only for a range of a decade or more) labels its decades."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    def plain(value: float, _position: object) -> str:
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+    ax.yaxis.set_major_formatter(FuncFormatter(plain))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def metrics_figure(rows: Sequence[dict], metrics: Sequence[str], title: str):
+    """The figure of `plot_metrics_vs_alpha` (not saved): one panel per metric kind, a line per
+    task in it, against alpha."""
     plt = pyplot()
-    cols = min(3, len(metrics))
-    nrows = math.ceil(len(metrics) / cols)
+    panels = _panels(metrics)
+    cols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.4 * nrows), squeeze=False)
     alphas = [row["alpha"] for row in rows]
-    for ax, metric in zip(axes.flat, metrics, strict=False):
-        values = [row[metric] for row in rows]
-        ax.plot(alphas, values, marker="o", label=metric)
-        if is_perplexity(metric) and all(v > 0 for v in values):
-            ax.set_yscale("log")  # perplexities span orders of magnitude along a sweep
-        else:
-            ax.ticklabel_format(axis="y", useOffset=False)  # never "+2.186" above the axis
-        ax.set_title(metric)
+    for ax, (kind, members) in zip(axes.flat, panels.items(), strict=False):
+        values = [[row[m] for row in rows] for m in members]
+        for metric, line in zip(members, values, strict=True):
+            ax.plot(alphas, line, marker="o", label=metric.rsplit("/", 1)[0])
+        flat = [v for line in values for v in line]
+        # Perplexities spanning an order of magnitude or more (along the sweep, or between the
+        # tasks sharing the panel) get a log axis.
+        if is_perplexity(members[0]) and min(flat) > 0 and max(flat) >= 10 * min(flat):
+            ax.set_yscale("log")
+        _plain_ticks(ax)
+        better = "lower" if lower_is_better(members[0]) else "higher"
+        ax.set_title(f"{kind} ({better} is better)")
         ax.set_xlabel("alpha (0 = base, 1 = trained)")
-        ax.set_ylabel(metric.rsplit("/", 1)[-1])
+        ax.set_ylabel(kind)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-    for ax in list(axes.flat)[len(metrics) :]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0, 1, 0.97))  # leave the suptitle its own room
+    return fig
+
+
+def plot_metrics_vs_alpha(
+    rows: Sequence[dict], metrics: Sequence[str], path: Path, title: str
+) -> Path:
+    """One panel per metric kind (ppl, bits_per_byte, acc...) against alpha (0 = BASE, 1 =
+    TRAINED), one line per task: what training forgot and what it learned side by side."""
+    fig = metrics_figure(rows, metrics, title)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 
