@@ -162,11 +162,12 @@ def test_published_files_name_local_inputs_by_folder_name_only(families, tmp_pat
     outputs = [
         api.revert(base, trained, tmp_path / "reverted", "1:2", quiet=True),
         api.merge(config, tmp_path / "ties_out", quiet=True),
-        train(tiny_config(base, tmp_path / "trained_out", [str(corpus)], max_steps=1)),
+        train(tiny_config(base, tmp_path / "trained_out", [f"sk={corpus}:1.0"], max_steps=1)),
     ]
     for out in outputs:
         uploaded = _uploaded(Path(out))
-        assert [name for name, data in uploaded.items() if private in data] == [], out
+        for folder in (private, str(tmp_path).encode()):
+            assert [name for name, data in uploaded.items() if folder in data] == [], out
         hub_copy = tmp_path / "hub" / Path(out).name
         for name, data in uploaded.items():
             (hub_copy / name).parent.mkdir(parents=True, exist_ok=True)
@@ -188,6 +189,21 @@ def test_published_files_name_local_inputs_by_folder_name_only(families, tmp_pat
     assert "- model: trained" in dry.stdout and private.decode() not in dry.stdout
     (commit,) = hub.state.commits
     assert dict(commit["files"]) == _uploaded(tmp_path / "ties_out")
+
+
+def test_public_copies_keep_names_and_drop_folders():
+    from surgery.engine.recipe import public_copy
+
+    data = {
+        "inputs": [{"path": "runs/slavic-expert"}, {"path": "/home/me/base/"}],
+        "data": ["sk=/home/me/corpus/sk.jsonl:0.8", "/home/me/en.txt", "hub:org/set@train"],
+        "keep": ["acme/tiny-base@v1", "https://huggingface.co/acme/x", "1:3=0.5,*=1", 0.5],
+    }
+    assert public_copy(data, {"runs/slavic-expert"}) == {
+        "inputs": [{"path": "slavic-expert"}, {"path": "base"}],
+        "data": ["sk=sk.jsonl:0.8", "en.txt", "hub:org/set@train"],
+        "keep": data["keep"],
+    }
 
 
 def test_an_outputs_mergekit_config_replays_from_any_working_directory(families, tmp_path):

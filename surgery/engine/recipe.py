@@ -8,6 +8,7 @@ publishes, so no uploaded byte shows a local path.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection, Sequence
 from pathlib import PurePath
 
@@ -59,9 +60,15 @@ def local_inputs(recipe: dict) -> set[str]:
     }
 
 
+# The folders of an absolute path inside a longer string (a data source `NAME=PATH:SHARE`); not
+# a URL's `//host/` nor the `org/name` of a Hub id, which do not start with a lone `/`.
+_DIRECTORIES = re.compile(r"(?<![\w.:/~-])/(?:[^/\s:=,;\"']+/)+")
+
+
 def public_copy(data: object, local: Collection[str] = ()) -> object:
-    """JSON or YAML data as it may be published: every local path (an absolute one, or one of
-    `local` as recorded) becomes its last component, the folder's name. Hub ids are kept.
+    """JSON or YAML data as it may be published: every local path (an absolute one, one inside a
+    longer string, or one of `local` as recorded) becomes its last component, the folder's name.
+    Hub ids and URLs are kept.
 
     A published file must not show the user's file system (user names, project layout); the
     local copies keep full paths, which replay needs.
@@ -72,6 +79,8 @@ def public_copy(data: object, local: Collection[str] = ()) -> object:
         return [public_copy(item, local) for item in data]
     if isinstance(data, str) and (data in local or os.path.isabs(data)):
         return PurePath(data).name or data
+    if isinstance(data, str):
+        return _DIRECTORIES.sub("", data)  # `sk=/home/me/sk.jsonl:0.8` -> `sk=sk.jsonl:0.8`
     return data
 
 
