@@ -165,12 +165,14 @@ force_option = click.option(
 
 
 def _repo_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Validate --push-to before any work, not after the checkpoint is written."""
+    """Validate --push-to and the token before any work, not after the checkpoint is written."""
     if value is None:
         return None
-    from surgery.hub.push import check_repo_id
+    from surgery.hub.push import check_repo_id, check_token
 
-    return check_repo_id(value)
+    check_repo_id(value)
+    check_token()
+    return value
 
 
 push_option = click.option(

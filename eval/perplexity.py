@@ -8,7 +8,8 @@ fits, so the last partial window sees a full window of context), every token pre
 
 Metrics: ``ppl`` (exp of the NLL per scored token), ``word_perplexity`` (per whitespace-separated
 word, lm-eval's count), ``byte_perplexity`` (per UTF-8 byte), ``bits_per_byte`` (NLL / (ln 2 x
-bytes), comparable across tokenizers).
+bytes), comparable across tokenizers), each with a ``_stderr`` from the spread of the
+documents' NLLs (`ratio_stderr`), which localize uses as the metric's noise.
 
 The logits of a batch are never all held at once: windows are run in slices of positions
 (`LOGITS_BUDGET` bytes of float32 logits per slice), the later slices attending to the earlier
@@ -254,6 +255,35 @@ def document_loglikelihoods(
     return result
 
 
+def ratio_stderr(numerators: list[float], denominators: list[float]) -> float:
+    """Standard error of sum(numerators) / sum(denominators) over documents (the delta method for
+    a ratio of means: the spread of each document's NLL about the rate times its size; nan for
+    fewer than 2 documents).
+
+    Perplexities and bits per byte are such rates (NLL per token, word or byte), so their noise
+    comes from how much documents differ, not from the value itself.
+    """
+    n = len(numerators)
+    if n < 2:
+        return math.nan
+    rate = sum(numerators) / sum(denominators)
+    spread = sum((x - rate * u) ** 2 for x, u in zip(numerators, denominators, strict=True))
+    return math.sqrt(spread / (n - 1) / n) / (sum(denominators) / n)
+
+
+def rate_metrics(nll: list[float], tokens: list[int], words: list[int], n_bytes: list[int]):
+    """ppl, word_perplexity, byte_perplexity and bits_per_byte of documents' NLLs (natural log),
+    each with its `_stderr` (of a perplexity exp(r): exp(r) times the rate's, the delta method)."""
+    metrics: dict[str, float] = {}
+    for name, sizes in (("ppl", tokens), ("word_perplexity", words), ("byte_perplexity", n_bytes)):
+        rate = sum(nll) / sum(sizes)
+        metrics[name] = math.exp(rate)
+        metrics[f"{name}_stderr"] = math.exp(rate) * ratio_stderr(nll, sizes)
+    metrics["bits_per_byte"] = sum(nll) / (math.log(2) * sum(n_bytes))
+    metrics["bits_per_byte_stderr"] = ratio_stderr(nll, n_bytes) / math.log(2)
+    return metrics
+
+
 class PerplexityTask:
     """Held-out text of one or more languages, read and checked."""
 
@@ -285,7 +315,8 @@ class PerplexityTask:
         """Score the first `limit` documents of each language.
 
         Returns:
-            `({<lang>/ppl, word_perplexity, byte_perplexity, bits_per_byte, tokens, n}, info)`.
+            `({<lang>/ppl, word_perplexity, byte_perplexity, bits_per_byte, each one's _stderr,
+            tokens, n}, info)`.
         """
         encoder = TextEncoder(tokenizer, parse_add_bos(self.spec.options["add_bos"]))
         metrics: dict[str, float | int] = {}
@@ -300,16 +331,16 @@ class PerplexityTask:
                 progress=settings.progress,
                 desc=f"ppl {lang}",
             )
-            nll = -sum(ll for ll, _ in scored)
             tokens = sum(count for _, count in scored)
             if tokens == 0:  # only possible without a BOS/EOS prefix and one-token documents
                 raise data_error(self.spec.path, None, f"{lang}: no token to score")
-            n_bytes = sum(len(doc.encode("utf-8")) for doc in docs)
-            words = sum(count_words(doc) for doc in docs)
-            metrics[f"{lang}/ppl"] = math.exp(nll / tokens)
-            metrics[f"{lang}/word_perplexity"] = math.exp(nll / words)
-            metrics[f"{lang}/byte_perplexity"] = math.exp(nll / n_bytes)
-            metrics[f"{lang}/bits_per_byte"] = nll / (math.log(2) * n_bytes)
+            rates = rate_metrics(
+                [-ll for ll, _ in scored],
+                [count for _, count in scored],
+                [count_words(doc) for doc in docs],
+                [len(doc.encode("utf-8")) for doc in docs],
+            )
+            metrics |= {f"{lang}/{name}": value for name, value in rates.items()}
             metrics[f"{lang}/tokens"] = tokens
             metrics[f"{lang}/n"] = len(docs)
             if settings.log is not None:

@@ -22,7 +22,7 @@ from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
 from surgery.engine.plan import Plan
 from surgery.engine.progress import notice
-from surgery.engine.reader import CARD_NAME, MERGEKIT_CONFIG_NAME, Checkpoint
+from surgery.engine.reader import CARD_NAME, MERGEKIT_CONFIG_NAME, TRAIN_RECORD, Checkpoint
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_input
@@ -79,9 +79,6 @@ def card_file(plan: Plan, out: Path) -> dict[str, str]:
     if plan.mergekit_config is not None:
         files[MERGEKIT_CONFIG_NAME] = render_config(plan.mergekit_config)
     return files
-
-
-TRAIN_RECORD = "surgery_train.json"
 
 
 def _trained_from(checkpoint: Checkpoint) -> str | None:

@@ -265,6 +265,49 @@ def test_swapped_base_and_trained_are_warned_about(llama, tmp_path):
     assert right.exit_code == 0 and "warning" not in right.stderr
 
 
+def test_outputs_never_carry_the_training_record_of_an_input(llama, tmp_path):
+    """TRAINED's surgery_train.json describes TRAINED's run: an output that copied it would be
+    pushed with it and later named as a training output of BASE by the swap warning."""
+    base, trained = llama
+    (trained / "surgery_train.json").write_text(json.dumps({"config": {"base": str(base)}}))
+    commands = {
+        "rev": ["revert", "--layers", "0:1"],
+        "int": ["interpolate", "--alpha", "0.5"],
+        "sweep": ["sweep", "--alpha", "0,1"],
+    }
+    for out, command in commands.items():
+        result = run(*command, "-q", base, trained, tmp_path / out)
+        assert result.exit_code == 0, result.output
+    written = [p.relative_to(tmp_path) for p in tmp_path.rglob("surgery_train.json")]
+    assert written == [trained.relative_to(tmp_path) / "surgery_train.json"]
+    # The output is no training output of BASE: used as BASE it draws no swap warning.
+    again = run("revert", "--layers", "0:1", "-q", tmp_path / "rev", base, tmp_path / "o")
+    assert again.exit_code == 0 and "warning" not in again.stderr
+
+
+def test_inspect_prints_the_recipe_one_setting_a_line(families, tmp_path):
+    import yaml
+
+    paths = families("llama")
+    out = tmp_path / "int"
+    made = run(
+        "interpolate", "--alpha", "0:1=0.2,*=0.7", "-q", paths["base"], paths["trained"], out
+    )
+    assert made.exit_code == 0, made.output
+    lines = run("inspect", out).output.splitlines()
+    start = lines.index("recipe      interpolate")
+    end = next(i for i, line in enumerate(lines) if line.startswith("inputs"))
+    block = "\n".join(line[12:] for line in lines[start + 1 : end])
+    recipe = json.loads((out / "surgery_recipe.json").read_text())
+    skip = ("tool", "version", "inputs", "operation")
+    assert yaml.safe_load(block) == {k: v for k, v in recipe.items() if k not in skip}
+    assert lines[end:] == [
+        f"inputs      base: {paths['base']}",
+        f"            trained: {paths['trained']}",
+    ]
+    assert max(len(line) for line in lines[start:end]) <= 100
+
+
 def test_top_level_help_lists_every_command_by_section():
     result = run("--help")
     assert result.exit_code == 0

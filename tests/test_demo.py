@@ -5,10 +5,24 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from surgery.demo.pipeline import AXES, QUICK, STRATEGIES, copain_items, moves, run_demo
+from surgery.demo.pipeline import (
+    AXES,
+    QUICK,
+    STRATEGIES,
+    _write_report,
+    copain_items,
+    demo_commands,
+    markdown_table,
+    moves,
+    moving_axes,
+    run_demo,
+    train_config,
+    training_runs,
+)
 from surgery.demo.world import FAMILIES, build_languages, sentences, write_world
 from tests.support.checks import load_state, same_bits
 
@@ -92,3 +106,72 @@ def test_second_run_reuses_finished_stages(demo, capfd):
     stage_lines = [line for line in err.splitlines() if line.startswith("[")]
     assert stage_lines and all(line.endswith("done before, reused") for line in stage_lines)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+def _plain(config) -> dict:
+    """A TrainConfig's fields, sequences as lists and paths as text (as a command line has them)."""
+    import dataclasses
+    from pathlib import Path
+
+    def plain(value):
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return str(value) if isinstance(value, Path) else value
+
+    return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
+
+
+def test_report_commands_are_the_real_ones(tmp_path):
+    """Each command in report.md parses (with the CLI's own parsers) into exactly what the demo
+    ran: the training configs, revert's layers and paths, soup's experts. No `...` anywhere."""
+    import shlex
+
+    from cli import cli
+    from train.command import build_train_command
+    from train.config import TrainConfig
+
+    world = write_world(tmp_path / "data", train_sentences=20, eval_sentences=2, seed=0)
+    models = tmp_path / "models"
+    commands = demo_commands(world, QUICK, models, seed=0)
+    assert set(commands) == {label for label, _ in STRATEGIES}
+    lines = [line for text in commands.values() for line in text.splitlines()]
+    assert not [line for line in lines if "..." in line]
+    trains = {}
+    for line in lines:
+        words = shlex.split(line)
+        assert words[0] == "surgery"
+        command = build_train_command() if words[1] == "train" else cli.commands[words[1]]
+        params = command.make_context(words[1], words[2:]).params
+        if words[1] == "train":
+            options = {
+                k: v for k, v in params.items() if k not in ("dry_run", "gpus", "gpu_memory")
+            }
+            config = TrainConfig(base=options.pop("base"), output=options.pop("out"), **options)
+            trains[Path(config.output).name] = _plain(config)
+        elif words[1] == "revert":
+            assert params["layers"] == QUICK.middle and params["base"] == str(models / "base")
+            assert params["out"] == params["trained"] + "-reverted"
+        else:
+            assert [Path(e).name for e in params["experts"]] == [f"expert-{f}" for f in FAMILIES]
+    runs = training_runs(world, QUICK)
+    assert trains == {n: _plain(train_config(models, n, r, 0)) for n, r in runs.items()}
+
+
+def test_table_plot_and_report_drop_the_same_noise_column(tmp_path):
+    """Copain moves by one item of 56 (noise): the printed table, strategies.png and report.md
+    all leave it out, and the report says why."""
+    from surgery.demo.pipeline import plot_strategies
+
+    rows = [
+        {"strategy": label, "gen ppl": 4.0 + i, "held-in ppl": 90.0 - i, "held-out ppl": 95.0 + i}
+        | {"Copain acc": 1 / 56 if label == "EMA" else 0.0, "chrF": 10.0 + i}
+        for i, (label, _) in enumerate(STRATEGIES)
+    ]
+    axes = moving_axes(rows, copain_items(QUICK))
+    assert [a for a, _ in axes] == ["gen ppl", "held-in ppl", "held-out ppl", "chrF"]
+    assert "Copain" not in markdown_table(rows, axes)
+    titles = plot_strategies(rows, tmp_path / "p.png", axes)
+    assert [t.splitlines()[0] for t in titles] == [a for a, _ in axes]
+    commands = {label: f"surgery {label}" for label, _ in STRATEGIES}
+    report = _write_report(tmp_path, rows, QUICK, True, axes, commands).read_text()
+    assert "| Copain acc (" not in report and "Copain acc is left out" in report

@@ -11,17 +11,20 @@ from click.testing import CliRunner
 
 from cli import cli
 from eval.api import evaluate, load_model
+from eval.perplexity import rate_metrics, ratio_stderr
 from surgery.core.errors import SurgeryError
 from surgery.diagnostics.drift import drift, module_kind
 from surgery.diagnostics.localize import (
     Localization,
+    _recoveries,
+    attribute,
     format_localization,
     noise,
     recovery,
     run_localize,
 )
 from surgery.diagnostics.plots import is_perplexity
-from surgery.diagnostics.results import format_table
+from surgery.diagnostics.results import format_table, metric_names
 from surgery.diagnostics.sweep import parse_alpha_grid, point_names, run_sweep
 from surgery.engine.reader import open_checkpoint
 from tests.support.checks import load_state, same_bits
@@ -178,17 +181,15 @@ def test_drift_command_writes_table_csv_and_plot(families, tmp_path):
 
 @pytest.fixture(scope="module")
 def one_block_changed(tmp_path_factory):
-    """BASE, and a TRAINED that differs from it only in layers 2 and 3."""
+    """BASE, and a TRAINED trained on the held-out text with only layers 2 and 3 (and the final
+    norm) free: a change well beyond the noise of two documents, carried by one block."""
+    from tests.support.train_helpers import tiny_config
+    from train.api import train
+
     root = tmp_path_factory.mktemp("one_block")
-    base = build_model("llama")
-    save(base, root / "base")
-    trained = build_model("llama")
-    gen = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for name, param in trained.named_parameters():
-            if ".layers.2." in name or ".layers.3." in name:
-                param.add_((torch.randn(param.shape, generator=gen) * 0.2).to(param.dtype))
-    save(trained, root / "trained")
+    save(build_model("llama"), root / "base")
+    data = [f"{DATA}/held_out.txt"]
+    train(tiny_config(root / "base", root / "trained", data, freeze="0:2", freeze_embeddings=True))
     return root / "base", root / "trained"
 
 
@@ -200,8 +201,9 @@ def test_localize_attributes_the_effect_to_the_changed_block(one_block_changed, 
     )
     assert result.metrics and result.base != result.trained
     by_block = {(r["block"], r["alpha"]): r for r in result.rows}
+    assert result.within_noise == [] and result.improved() == result.metrics
     for metric in result.metrics:
-        assert by_block["2:4", 0.0][f"recovery/{metric}"] == 1.0
+        assert by_block["2:4", 0.0][f"recovery/{metric}"] > 0.9  # the final norm trained too
         assert by_block["0:2", 0.0][f"recovery/{metric}"] == 0.0
         assert by_block["0:2", 0.5][f"recovery/{metric}"] == 0.0
         assert result.best()[metric] == "2:4 @ alpha 0"
@@ -225,7 +227,8 @@ def test_localize_cli_and_block_size(one_block_changed, tmp_path):
     ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert "most recovery of ppl/held_out/ppl: block 2:4 @ alpha 0" in result.output
+    assert "ppl/held_out/ppl improved in training" in result.output
+    assert "reverting block 2:4 @ alpha 0 gives back the most of the gain" in result.output
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 2 and "--force" in again.stderr
     no_task = CliRunner().invoke(cli, ["localize", "--blocks", "0:2", str(base), str(trained)])
@@ -246,8 +249,109 @@ def test_noise_floor_of_accuracies_and_perplexities():
     # A reported standard error wins.
     base["mc/acc_stderr"], trained["mc/acc_stderr"] = 0.03, 0.04
     assert noise("mc/acc", base, trained) == pytest.approx(0.1)
-    # Otherwise 0.01% of the larger magnitude.
-    assert noise("ppl/x/ppl", {"ppl/x/ppl": 20.0}, {"ppl/x/ppl": 10.0}) == pytest.approx(0.002)
+    # A metric without one (chrF, a corpus score): 0.01% of the larger magnitude...
+    assert noise("mt/chrf", {"mt/chrf": 40.0}, {"mt/chrf": 30.0}) == pytest.approx(0.004)
+    # ... of a perplexity's log: perplexities are judged on the log scale.
+    floor = noise("ppl/x/ppl", {"ppl/x/ppl": 20.0}, {"ppl/x/ppl": 10.0})
+    assert floor == pytest.approx(1e-4 * math.log(20.0))
+    # A value in [0, 1] with an item count is no proportion unless its kind says so.
+    base, trained = {"p/x/bits_per_byte": 0.95, "p/x/n": 9}, {"p/x/bits_per_byte": 0.97}
+    assert noise("p/x/bits_per_byte", base, trained | {"p/x/n": 9}) == pytest.approx(0.97e-4)
+
+
+def _perplexity_scores(rng, documents: int, rate: float, spread: float) -> dict:
+    """Metrics as eval's ppl task reports them for documents whose NLL per byte varies."""
+    sizes = [rng.randint(200, 2000) for _ in range(documents)]
+    nll = [u * max(0.05, rng.gauss(rate, spread)) for u in sizes]
+    tokens, words = [u // 4 for u in sizes], [u // 6 for u in sizes]
+    metrics = {f"ppl/x/{k}": v for k, v in rate_metrics(nll, tokens, words, sizes).items()}
+    return metrics | {"ppl/x/n": documents}
+
+
+@pytest.mark.parametrize(("documents", "spread", "within"), [(9, 0.3, True), (400, 0.01, False)])
+def test_bits_per_byte_and_byte_perplexity_get_the_same_verdict(documents, spread, within):
+    """byte_perplexity = 2 ** bits_per_byte: a verdict on one is a verdict on the other. Noise
+    comes from how much documents differ (few and varied: within noise; many and alike: not),
+    never from where the value lies (bits per byte in [0, 1] is no proportion)."""
+    import random
+
+    rate = 0.95 * math.log(2)  # nats per byte: 0.95 bits per byte
+    base = _perplexity_scores(random.Random(1), documents, rate, spread)
+    trained = _perplexity_scores(random.Random(1), documents, rate * 0.97 / 0.95, spread)
+    assert trained["ppl/x/bits_per_byte"] > base["ppl/x/bits_per_byte"]  # worse after training
+    result = Localization(base=base, trained=trained)
+    attribute(result)
+    kinds = ("bits_per_byte", "byte_perplexity", "ppl", "word_perplexity")
+    assert {f"ppl/x/{k}" for k in kinds} <= set(result.metrics)
+    verdicts = {k: f"ppl/x/{k}" in result.within_noise for k in kinds}
+    assert verdicts == dict.fromkeys(kinds, within)
+    bpb, byte_ppl = (result.noise[f"ppl/x/{k}"] for k in kinds[:2])
+    assert byte_ppl == pytest.approx(bpb * math.log(2))  # the same noise, on the log scale
+
+
+def test_ratio_stderr_agrees_with_the_jackknife():
+    """The delta-method standard error of a rate (NLL per byte over documents) against the
+    jackknife's, computed independently (they agree to O(1/n))."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(3)
+    sizes = np.array([rng.randint(100, 3000) for _ in range(200)], dtype=float)
+    nll = sizes * np.array([rng.gauss(1.3, 0.25) for _ in range(200)])
+    leave_one_out = (nll.sum() - nll) / (sizes.sum() - sizes)
+    n = len(sizes)
+    jackknife = math.sqrt((n - 1) / n * ((leave_one_out - leave_one_out.mean()) ** 2).sum())
+    assert ratio_stderr(list(nll), list(sizes)) == pytest.approx(jackknife, rel=0.02)
+    assert math.isnan(ratio_stderr([1.0], [2.0]))
+
+
+def _two_metric_result() -> Localization:
+    """Training made ppl worse (forgot) and acc better (learned); block 0:2 moves both back."""
+    base = {"t/ppl": 10.0, "t/ppl_stderr": 0.01, "m/acc": 0.40, "m/acc_stderr": 0.001}
+    trained = {"t/ppl": 20.0, "t/ppl_stderr": 0.01, "m/acc": 0.60, "m/acc_stderr": 0.001}
+    result = Localization(base=base, trained=trained)
+    attribute(result)
+    for block, ppl, acc in (("0:2", 11.0, 0.42), ("2:4", 19.0, 0.59)):
+        metrics = {"t/ppl": ppl, "m/acc": acc}
+        row = {"block": block, "alpha": 0.0, **metrics}
+        result.rows.append(row | _recoveries(result, metrics))
+    return result
+
+
+def test_localize_knows_which_way_is_better():
+    """Where training improved a metric, reverting gives the gain back: no "recovery"."""
+    result = _two_metric_result()
+    assert result.improved() == ["m/acc"]
+    assert result.best() == {"t/ppl": "0:2 @ alpha 0", "m/acc": "0:2 @ alpha 0"}
+    text = format_localization(result)
+    assert "most recovery of t/ppl: block 0:2 @ alpha 0" in text
+    assert "most recovery of m/acc" not in text
+    assert "m/acc improved in training" in text and "gives back the most of the gain" in text
+    # The ppl recovery is its NLL's: log(11 / 20) / log(10 / 20).
+    row = result.rows[0]
+    assert row["recovery/t/ppl"] == pytest.approx(math.log(11 / 20) / math.log(10 / 20))
+
+
+def test_localize_files_are_strict_json_and_noise_cells_are_readable(tmp_path):
+    from matplotlib.colors import to_rgb
+
+    from surgery.diagnostics.localize import save_localization
+    from surgery.diagnostics.plots import WITHIN_NOISE_COLOUR, heatmap_cell
+
+    result = _two_metric_result()
+    result.rows[1]["recovery/m/acc"] = math.nan
+    save_localization(result, tmp_path / "loc", "title")
+
+    def refuse(constant: str):
+        raise AssertionError(f"{constant} is not JSON")
+
+    data = json.loads((tmp_path / "loc" / "localize.json").read_text(), parse_constant=refuse)
+    assert data["rows"][1]["recovery/m/acc"] is None
+    assert data["config"]["improved_in_training"] == ["m/acc"]
+    text, colour = heatmap_cell(math.nan)
+    lightness = (sum(to_rgb(colour)) / 3, sum(to_rgb(WITHIN_NOISE_COLOUR)) / 3)
+    assert text and abs(lightness[0] - lightness[1]) > 0.5  # dark text on a light cell
 
 
 def test_localize_reports_no_recovery_within_noise():
@@ -282,3 +386,29 @@ def test_sweep_table_is_aligned_and_perplexity_axes_are_logarithmic():
         line.index("5.3") + 3 for line in lines[1:2]
     ]
     assert is_perplexity("ppl/gen/ppl") and not is_perplexity("ppl/gen/bits_per_byte")
+
+
+def test_sweep_plot_puts_forgetting_and_learning_on_one_axis_with_plain_ticks():
+    """One panel per metric kind with a line per task (the forgetting `gen` and the learning
+    `heldin` side by side), distinct titles, and tick labels that are plain numbers."""
+    from surgery.diagnostics.plots import metrics_figure, pyplot
+
+    rows = [
+        {"alpha": a, "gen/gen/ppl": 5 + 500 * a, "heldin/sla1/ppl": 900 - 800 * a}
+        | {"gen/gen/bits_per_byte": 1.955 + 0.002 * a, "heldin/sla1/bits_per_byte": 1.96 - a / 100}
+        for a in (0.0, 0.5, 1.0)
+    ]
+    metrics = metric_names(rows)
+    fig = metrics_figure(rows, metrics, "sweep")
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
+    titles = [ax.get_title() for ax in panels]
+    assert titles == ["ppl (lower is better)", "bits_per_byte (lower is better)"]
+    for ax in panels:
+        assert [line.get_label() for line in ax.lines] == ["gen/gen", "heldin/sla1"]
+        labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
+        numbers = [text.replace(".", "").replace(",", "") for text in labels if text]
+        assert numbers and all(n.isdigit() for n in numbers), labels
+        assert ax.yaxis.get_offset_text().get_text() == ""
+    assert panels[0].get_yscale() == "log" and panels[1].get_yscale() == "linear"
+    pyplot().close(fig)

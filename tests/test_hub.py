@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from surgery.hub.model_card import render_card
-from tests.support.checks import assert_valid_output
+from tests.support.checks import assert_valid_output, load_state, same_bits
 from tests.support.hub_server import FakeHub
 from tests.support.train_helpers import headers, write_corpus
 
@@ -130,6 +130,133 @@ def test_training_from_a_hub_id_goes_through_the_one_resolver(hf_home, tmp_path,
     assert front["base_model"] == ["acme/tiny-base"] and front["base_model_relation"] == "finetune"
 
 
+def _uploaded(folder: Path) -> dict[str, bytes]:
+    """Every file `surgery push` would send of `folder`, by name, with the generated card."""
+    from surgery.hub.push import plan_upload
+
+    files, card = plan_upload(folder, f"acme/{folder.name}")
+    sent = {n: c if isinstance(c, bytes) else c.read_bytes() for n, c in files}
+    return sent | ({"README.md": card.encode()} if card is not None else {})
+
+
+def test_published_files_name_local_inputs_by_folder_name_only(families, tmp_path):
+    """Card, recipe, mergekit config, training record and shard headers as pushed show no local
+    path, and still verify; the local copies keep the full paths that replay needs."""
+    from surgery import api
+    from surgery.checks.verify import verify
+    from tests.support.train_helpers import tiny_config
+    from train.api import train
+
+    paths = families("llama")
+    base, trained, expert = paths["base"], paths["trained"], paths["experts"][0]
+    private = str(base.parent).encode()  # the folder of the inputs: no uploaded byte names it
+    config = tmp_path / "ties.yml"
+    models = [
+        {"model": str(m), "parameters": {"weight": w, "density": 0.5}}
+        for m, w in ((trained, 1.0), (expert, 0.5))
+    ]
+    config.write_text(
+        yaml.safe_dump({"merge_method": "ties", "base_model": str(base), "models": models})
+    )
+    corpus = write_corpus(tmp_path / "sk.jsonl", docs=20)
+    outputs = [
+        api.revert(base, trained, tmp_path / "reverted", "1:2", quiet=True),
+        api.merge(config, tmp_path / "ties_out", quiet=True),
+        train(tiny_config(base, tmp_path / "trained_out", [f"sk={corpus}:1.0"], max_steps=1)),
+    ]
+    for out in outputs:
+        uploaded = _uploaded(Path(out))
+        for folder in (private, str(tmp_path).encode()):
+            assert [name for name, data in uploaded.items() if folder in data] == [], out
+        hub_copy = tmp_path / "hub" / Path(out).name
+        for name, data in uploaded.items():
+            (hub_copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (hub_copy / name).write_bytes(data)
+        assert verify(hub_copy, quiet=True).ok, out
+    recipe = json.loads((tmp_path / "reverted" / "surgery_recipe.json").read_text())
+    assert [i["path"] for i in recipe["inputs"]] == [str(base), str(trained)]
+    published = json.loads(_uploaded(tmp_path / "reverted")["surgery_recipe.json"])
+    assert [i["path"] for i in published["inputs"]] == ["base", "trained"]
+    ties = yaml.safe_load(_uploaded(tmp_path / "ties_out")["mergekit_config.yml"])
+    assert ties["base_model"] == "base"
+    assert [m["model"] for m in ties["models"]] == ["trained", expert.name]
+    # What push sends is what plan_upload planned: the dry run and a real push agree.
+    with FakeHub() as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_test", "HF_HOME": str(tmp_path)}
+        dry = surgery("push", tmp_path / "ties_out", "acme/ties_out", "--dry-run", env=env)
+        pushed = surgery("push", tmp_path / "ties_out", "acme/ties_out", env=env)
+    assert dry.returncode == 0 and pushed.returncode == 0, dry.stderr + pushed.stderr
+    assert "- model: trained" in dry.stdout and private.decode() not in dry.stdout
+    (commit,) = hub.state.commits
+    assert dict(commit["files"]) == _uploaded(tmp_path / "ties_out")
+
+
+def test_public_copies_keep_names_and_drop_folders():
+    from surgery.engine.recipe import public_copy
+
+    data = {
+        "inputs": [{"path": "runs/slavic-expert"}, {"path": "/home/me/base/"}],
+        "data": ["sk=/home/me/corpus/sk.jsonl:0.8", "/home/me/en.txt", "hub:org/set@train"],
+        "keep": ["acme/tiny-base@v1", "https://huggingface.co/acme/x", "1:3=0.5,*=1", 0.5],
+    }
+    assert public_copy(data, {"runs/slavic-expert"}) == {
+        "inputs": [{"path": "slavic-expert"}, {"path": "base"}],
+        "data": ["sk=sk.jsonl:0.8", "en.txt", "hub:org/set@train"],
+        "keep": data["keep"],
+    }
+
+
+def test_an_outputs_mergekit_config_replays_from_any_working_directory(families, tmp_path):
+    """Inputs typed as relative paths are recorded absolute in the local mergekit config, so it
+    replays from elsewhere: for an interpolation and for a merge of a relative config."""
+    paths = families("llama")
+    work = tmp_path / "work"
+    for name in ("base", "trained"):
+        shutil.copytree(paths[name], work / name)
+    (work / "linear.yml").write_text(
+        "merge_method: linear\nmodels:\n"
+        "  - {model: base, parameters: {weight: 0.3}}\n"
+        "  - {model: trained, parameters: {weight: 0.7}}\n"
+    )
+    made = [
+        surgery(
+            "interpolate", "--alpha", "0.25", "-q", "base", "trained", "interp", env={}, cwd=work
+        ),
+        surgery("merge", "-q", "linear.yml", "merged", env={}, cwd=work),
+    ]
+    assert all(r.returncode == 0 for r in made), [r.stderr for r in made]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("interp", "merged"):
+        config = work / name / "mergekit_config.yml"
+        replay = surgery("merge", "-q", config, "replay-" + name, env={}, cwd=elsewhere)
+        assert replay.returncode == 0, replay.stderr
+        original, again = load_state(work / name), load_state(elsewhere / f"replay-{name}")
+        assert original.keys() == again.keys()
+        assert all(same_bits(original[k], again[k]) for k in original)
+
+
+def test_merge_cards_name_the_base_and_speak_of_masks_only_for_random_methods(families, tmp_path):
+    from surgery import api
+
+    paths = families("llama")
+    models = [
+        {"model": str(m), "parameters": {"weight": 1.0, "density": 0.5}}
+        for m in paths["experts"][:2]
+    ]
+    cards = {}
+    for method in ("ties", "dare_ties"):
+        config = tmp_path / f"{method}.yml"
+        spec = {"merge_method": method, "base_model": str(paths["base"]), "models": models}
+        config.write_text(yaml.safe_dump(spec))
+        cards[method] = (api.merge(config, tmp_path / method, quiet=True) / "README.md").read_text()
+    experts = ", ".join(f"**{p.name}**" for p in paths["experts"][:2])
+    assert f"merge of {experts} onto the base **base**" in cards["ties"]
+    assert "| base | base | local |" in cards["ties"] and "model3" not in cards["ties"]
+    assert "mask" not in cards["ties"] and "seed" not in cards["ties"]
+    assert "Random masks seeded with 0." in cards["dare_ties"]
+
+
 GOLDEN = Path(__file__).parent / "data" / "model_card_revert.md"
 
 
@@ -178,7 +305,9 @@ def test_push_uploads_folder_and_card(merged):
     local = {p.name: p.read_bytes() for p in merged.iterdir() if p.name != "README.md"}
     uploaded = dict(commit["files"])
     card = uploaded.pop("README.md").decode()
-    assert uploaded == local
+    assert uploaded.keys() == local.keys()
+    published = ("surgery_recipe.json", "mergekit_config.yml", "eval_results.json")
+    assert all(uploaded[name] == local[name] for name in local if name not in published)
     assert card.startswith("---\nlibrary_name: transformers") and "# acme/merged" in card
     assert "| copain/acc | 0.25 |" in card
 
@@ -209,6 +338,15 @@ def test_push_refusals(merged, tmp_path):
         hub.state.read_only.add("acme/locked")
         base_env = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "home")}
         no_token = surgery("push", merged, "acme/merged", env=base_env)
+        no_token_after = surgery(
+            "soup",
+            merged,
+            merged,
+            out_never := tmp_path / "never2",
+            "--push-to",
+            "acme/merged",
+            env=base_env,
+        )
         env = {**base_env, "HF_TOKEN": "hf_test"}
         locked = surgery("push", merged, "acme/locked", env=env)
         dry = surgery("push", merged, "acme/merged", "--dry-run", env=env)
@@ -218,7 +356,12 @@ def test_push_refusals(merged, tmp_path):
         shard = next(merged.glob("*.safetensors"))
         shard.write_bytes(shard.read_bytes()[:-10])
         broken = surgery("push", merged, "acme/merged", env=env)
-    assert no_token.returncode == 2 and "no Hugging Face token" in no_token.stderr
+    # The token is checked first: nothing said about pushing, nothing written for --push-to.
+    for refused in (no_token, no_token_after):
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+        assert refused.stderr.startswith("error: no Hugging Face token"), refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert not out_never.exists()
     assert locked.returncode == 2
     assert locked.stderr.strip() == "error: acme/locked: not writable with this token (HTTP 403)"
     assert dry.returncode == 0 and "README.md (generated)" in dry.stdout

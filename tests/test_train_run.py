@@ -495,3 +495,19 @@ def test_eval_every_scores_in_eval_mode_and_leaves_training_unchanged(families, 
     plain = train(tiny_config(base, tmp_path / "plain", [corpus], logging_steps=3))
     expected, got = load_tensors(plain), load_tensors(scored)
     assert all(_same(expected[n], got[n]) for n in expected)
+
+
+def test_quiet_training_shows_no_loading_bar_and_says_a_rerun_once(families, tmp_path):
+    """`train -q`: no transformers loading bar; a small corpus read many times over is said
+    once, with the count, not at every pass."""
+    corpus = write_corpus(tmp_path / "small.jsonl", docs=1, words=4)
+    out = tmp_path / "out"
+    args = ["train", str(families("llama")["base"]), str(out), "--data", f"small={corpus}"]
+    args += ["--max-steps", "10", "--block-size", "8", "--batch-size", "2", "--seed", "0", "-q"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "Loading" not in result.stderr and "it/s" not in result.stderr, result.stderr
+    reruns = [line for line in result.stderr.splitlines() if "ran out" in line]
+    assert len(reruns) == 1, result.stderr
+    count = int(reruns[0].split("ran out ")[1].split(" ")[0])
+    assert count > 2 and f"({count + 1} passes)" in reruns[0]

@@ -229,7 +229,7 @@ def _prepare_model(plan: TrainPlan) -> tuple[PreTrainedModel, dict[str, int | No
     from train.freezing import freeze, layer_map
     from train.lora import apply_lora
 
-    model = load_for_training(plan.layout, plan.dtype)
+    model = load_for_training(plan.layout, plan.dtype, progress=plan.config.progress)
     freeze(model, plan.frozen_layers, plan.num_layers, plan.config.freeze_embeddings)
     if plan.lora is not None:
         # Adapters only where layers train: --freeze keeps its layers bit-identical under LoRA.
@@ -354,6 +354,8 @@ def _run(plan: TrainPlan, callbacks: Sequence[TrainerCallback], score: Scorer | 
         args.world_size,
     )
     trainer.train(resume_from_checkpoint=str(plan.resume_from) if plan.resume_from else None)
+    for note in dataset.rerun_notes():
+        logger.warning("%s", note)
     _save(plan, trainer, steps * per_step * block)
     return plan.output
 

@@ -14,9 +14,10 @@ everything else is copied verbatim from BASE.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -27,7 +28,7 @@ from surgery.core.dtypes import torch_dtype
 from surgery.core.errors import CheckpointError, MismatchError
 from surgery.core.layers import Stack, select_stack
 from surgery.engine.plan import OutputTensor, Plan, copy_of, from_memory
-from surgery.engine.reader import Checkpoint, TensorInfo
+from surgery.engine.reader import TRAIN_RECORD, Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
 from surgery.engine.writer import execute
 from surgery.hub.resolve import open_input
@@ -35,8 +36,6 @@ from surgery.hub.resolve import open_input
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
-
-TRAIN_RECORD = "surgery_train.json"
 
 
 @dataclass(frozen=True)
@@ -112,8 +111,26 @@ def text_only_key_mapping(layout: CheckpointLayout) -> dict[str, str]:
     return {f"^{re.escape(body)}": "model.", f"^{re.escape(head)}": "lm_head."}
 
 
-def load_for_training(layout: CheckpointLayout, dtype: str) -> PreTrainedModel:
-    """Load BASE's causal language model in `dtype`, refusing any silently random weight.
+@contextlib.contextmanager
+def _loading_bar(progress: bool) -> Iterator[None]:
+    """transformers' weight-loading bar, hidden when progress is off (`train -q`)."""
+    from transformers.utils import logging as hf_logging
+
+    hidden = not progress and hf_logging.is_progress_bar_enabled()
+    if hidden:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if hidden:
+            hf_logging.enable_progress_bar()
+
+
+def load_for_training(
+    layout: CheckpointLayout, dtype: str, *, progress: bool = True
+) -> PreTrainedModel:
+    """Load BASE's causal language model in `dtype`, refusing any silently random weight
+    (transformers' loading bar only with `progress`).
 
     A multimodal checkpoint loads its language model only, into the text-only class, with
     its on-disk prefixes mapped to the class's `model.` and `lm_head.`.
@@ -131,7 +148,8 @@ def load_for_training(layout: CheckpointLayout, dtype: str) -> PreTrainedModel:
         kwargs["config"] = config.get_text_config()
         kwargs["key_mapping"] = text_only_key_mapping(layout)
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(layout.folder, **kwargs)
+        with _loading_bar(progress):
+            model, info = AutoModelForCausalLM.from_pretrained(layout.folder, **kwargs)
     except ValueError as error:
         raise CheckpointError(f"{layout.folder} is not a causal language model: {error}") from None
     bad = sorted(info.get("missing_keys", ())) + sorted(str(k) for k in info["mismatched_keys"])

@@ -14,11 +14,11 @@ source is only re-read from the start when it runs out, which is logged).
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +33,6 @@ from train.sources import DataSource
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-logger = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl.gz", ".jsonl", ".txt")
 _TOKENIZE_BATCH = 64
@@ -168,8 +167,10 @@ def iter_blocks(
     block_size: int,
     seed: int | None = None,
     shuffle_buffer: int = 0,
+    on_rerun: Callable[[int], None] | None = None,
 ) -> Iterator[list[int]]:
-    """Endless packed blocks of a source; the source is re-read (logged) when it runs out.
+    """Endless packed blocks of a source; the source is re-read when it runs out (`on_rerun`
+    is then called with the number of passes made so far).
 
     Args:
         source: the corpus.
@@ -201,9 +202,8 @@ def iter_blocks(
                 del buffer[:block_size]
         if tokens == 0:
             raise TrainConfigError(f"data {source.name!r} produced no tokens")
-        logger.warning(
-            "data %r ran out after %d pass(es); reading it again", source.name, epoch + 1
-        )
+        if on_rerun is not None:
+            on_rerun(epoch + 1)
 
 
 class MixtureSchedule:
@@ -281,6 +281,16 @@ class PackedMixture(IterableDataset):
         self.block_size = block_size
         self.schedule = schedule
         self.shuffle_buffer = shuffle_buffer
+        self.passes: dict[str, int] = {}  # per source that ran out: the passes started over
+
+    def rerun_notes(self) -> list[str]:
+        """One line per source that ran out, with how often: said once, after training, not
+        at every pass."""
+        return [
+            f"data {name!r} ran out {count} time(s) and was read again each time "
+            f"({count + 1} passes)"
+            for name, count in self.passes.items()
+        ]
 
     def iter_tagged(self) -> Iterator[tuple[int, list[int]]]:
         """(source index, block) pairs in training order; streams open on first use."""
@@ -294,6 +304,7 @@ class PackedMixture(IterableDataset):
                         self.block_size,
                         self.schedule.seed,
                         self.shuffle_buffer,
+                        partial(self.passes.__setitem__, self.sources[index].name),
                     )
                 yield index, next(streams[index])
 

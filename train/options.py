@@ -92,3 +92,30 @@ class SizeType(click.ParamType):
 
 
 SIZE = SizeType()
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def command_line(config: TrainConfig) -> list[str]:
+    """The `surgery train` arguments that make `config`: BASE, OUT, then each option whose value
+    is not its default (the inverse of `config_options`, so a printed command is the real one).
+    """
+    args = [str(config.base), str(config.output)]
+    for field in dataclasses.fields(TrainConfig):
+        spec = field.metadata["cli"]
+        value = getattr(config, field.name)
+        if spec["argument"] or spec["hidden"] or value == _default(field):
+            continue
+        flag = (spec["flag"] or "--" + field.name.replace("_", "-")).split("/")[-1]
+        if isinstance(value, bool):
+            args.append(flag)  # a flag sets the opposite of the default
+            continue
+        for item in value if spec["multiple"] else [value]:
+            args += [flag, str(item)]
+    return args

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import yaml
+
 from surgery.core.layers import stack_layer
 from surgery.engine.reader import Checkpoint
 
@@ -79,7 +81,12 @@ def format_description(info: dict) -> str:
         params = {
             k: v for k, v in recipe.items() if k not in ("tool", "version", "inputs", "operation")
         }
-        inputs = ", ".join(f"{i['role']}={i['path']}" for i in recipe.get("inputs", []))
-        lines.append(f"recipe      {recipe.get('operation')} {json.dumps(params, sort_keys=True)}")
-        lines.append(f"inputs      {inputs}")
+        lines.append(f"recipe      {recipe.get('operation')}")
+        # One setting a line, nested ones indented (YAML), not one long JSON line.
+        block = yaml.safe_dump(params, sort_keys=True, default_flow_style=False, width=88)
+        lines += [f"{'':12}{line}" for line in block.splitlines() if params]
+        lines += [
+            f"{'inputs' if i == 0 else '':12}{e['role']}: {e['path']}"
+            for i, e in enumerate(recipe.get("inputs", []))
+        ]
     return "\n".join(lines)

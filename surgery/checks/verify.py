@@ -24,6 +24,7 @@ from surgery.engine.reader import (
     open_regular,
     read_shard,
 )
+from surgery.engine.recipe import public_recipe
 from surgery.engine.source import SourcePool
 
 _VALUE_CHUNK = 8 * 2**20  # bytes read at a time when scanning values
@@ -184,14 +185,16 @@ def _check_hashes(path: Path, shards: list[Shard], report: Report, quiet: bool) 
 
 
 def _check_recipe(folder: Path, shards: list[Shard], report: Report) -> None:
-    """surgery_recipe.json must say what the shards' own metadata says (hashes aside)."""
+    """surgery_recipe.json must say what the shards' own metadata says (hashes aside): the shards
+    embed its public copy (older outputs: the same recipe)."""
     embedded = [s.metadata.get("surgery_recipe") for s in shards]
     if not (folder / RECIPE_NAME).is_file() or not any(embedded):
         return
     try:
         recipe = json.loads((folder / RECIPE_NAME).read_text())
         recipe.pop(SHA256_KEY, None)
-        mismatch = any(text is None or json.loads(text) != recipe for text in embedded)
+        accepted = (recipe, public_recipe(recipe))
+        mismatch = any(text is None or json.loads(text) not in accepted for text in embedded)
     except (OSError, ValueError, AttributeError):
         mismatch = True
     if mismatch:

@@ -22,6 +22,7 @@ import contextlib
 import io
 import json
 import math
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from pathlib import Path
 from surgery.demo.world import FAMILIES, WorldFiles, build_languages, write_world
 from surgery.diagnostics.localize import noise
 from surgery.engine.output_paths import check_resumable_folder
+from train.options import command_line
 
 
 @dataclass(frozen=True)
@@ -153,29 +155,66 @@ def init_base(world: WorldFiles, size: Size, out: Path, seed: int) -> None:
     tokenizer.save_pretrained(out)
 
 
-def _train(
-    base: Path, out: Path, data: list[str], steps: int, lr: float, seed: int, **extra
-) -> None:
-    from train.api import train
+@dataclass(frozen=True)
+class TrainingRun:
+    """One `surgery train` of the demo: the model it starts from (a folder under models/), its
+    data, steps, learning rate and strategy options (TrainConfig fields)."""
+
+    start: str
+    data: tuple[str, ...]
+    steps: int
+    lr: float
+    extra: tuple[tuple[str, object], ...] = ()
+
+
+def training_runs(world: WorldFiles, size: Size) -> dict[str, TrainingRun]:
+    """Every training run by output name, in the order the demo runs them: the base, dense CPT
+    and its three strategies, then one expert per family."""
+    pretrain = (f"gen={world.train['gen']}:0.6", f"copain={world.root / 'copain.txt'}:0.4")
+    family_data = {
+        f: tuple(f"{f[:3]}{i}={world.train[f'{f[:3]}{i}']}" for i in (1, 2)) for f in FAMILIES
+    }
+    dense_data = tuple(d for data in family_data.values() for d in data)
+    runs = {"base": TrainingRun("base-init", pretrain, size.base_steps, 3e-3)}
+    strategies = {
+        "dense": (),
+        "freeze": (("freeze", size.middle),),
+        "l2sp": (("l2sp", f"{size.middle}=0.5,*=0.005"),),
+        "ema": (("ema", 0.92),),
+    }
+    for name, extra in strategies.items():
+        runs[name] = TrainingRun("base", dense_data, size.cpt_steps, 2e-3, extra)
+    for family in FAMILIES:
+        runs[f"expert-{family}"] = TrainingRun("base", family_data[family], size.cpt_steps, 2e-3)
+    return runs
+
+
+def train_config(models: Path, name: str, run: TrainingRun, seed: int):
+    """The TrainConfig of a run (what `_train` trains and the report's command makes)."""
     from train.config import TrainConfig
 
-    config = TrainConfig(
-        base=str(base),
-        output=out,
-        data=data,
-        max_steps=steps,
+    return TrainConfig(
+        base=str(models / run.start),
+        output=models / name,
+        data=list(run.data),
+        max_steps=run.steps,
         block_size=64,
         batch_size=16,
-        learning_rate=lr,
+        learning_rate=run.lr,
         warmup=0.05,
         seed=seed,
         progress=True,  # the Trainer's step bar on stderr: no stage is silent for minutes
-        logging_steps=max(1, steps // 4),
+        logging_steps=max(1, run.steps // 4),
         save_steps=10**9,
         drift=False,
         shuffle_buffer=0,  # documents in file order: the README's demo table was made so
-        **extra,
+        **dict(run.extra),
     )
+
+
+def _train(config) -> None:
+    from train.api import train
+
     # The Trainer prints its log dicts on stdout even without a progress bar.
     with contextlib.redirect_stdout(io.StringIO()):
         train(config)
@@ -301,14 +340,16 @@ def markdown_table(rows: list[dict], axes: list[tuple[str, str]] | None = None) 
     return "\n".join(lines)
 
 
-def plot_strategies(rows: list[dict], path: Path) -> None:
-    """One panel per axis: each strategy's change from the base."""
+def plot_strategies(rows: list[dict], path: Path, axes: list[tuple[str, str]]) -> list[str]:
+    """One panel per axis of `axes` (those the table shows): each strategy's change from the
+    base. Returns the panels' titles."""
     from surgery.diagnostics.plots import pyplot
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(AXES), figsize=(4.2 * len(AXES), 4.2))
+    fig, panels = plt.subplots(1, len(axes), figsize=(4.2 * len(axes), 4.2), squeeze=False)
     labels = [r["strategy"] for r in rows[1:]]
-    for ax, (axis, better) in zip(axes, AXES, strict=True):
+    titles = []
+    for ax, (axis, better) in zip(panels[0], axes, strict=True):
         base = rows[0][axis]
         if axis.endswith("ppl"):
             # Perplexities move by orders of magnitude: show the ratio to the base, log scale.
@@ -329,13 +370,15 @@ def plot_strategies(rows: list[dict], path: Path) -> None:
             ax.barh(labels, deltas, color=["tab:green" if g else "tab:red" for g in good])
             ax.axvline(0, color="black", linewidth=0.8)
             ax.set_xlabel("change from the base")
-        ax.set_title(f"{axis}\n({better} is better)")
+        titles.append(f"{axis}\n({better} is better)")
+        ax.set_title(titles[-1])
         ax.invert_yaxis()
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle("Strategies against forgetting: change from the base model (green = better)")
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return titles
 
 
 # --- the pipeline ------------------------------------------------------------------------------
@@ -366,43 +409,17 @@ def run_demo(
         lambda: (models / "base-init" / "config.json").is_file(),
         lambda: init_base(world, size, models / "base-init", seed),
     )
-    base = models / "base"
-    pretrain = [f"gen={world.train['gen']}:0.6", f"copain={world.root / 'copain.txt'}:0.4"]
-    stages.run(
-        "pretrain base",
-        _trained(base),
-        lambda: _train(models / "base-init", base, pretrain, size.base_steps, 3e-3, seed),
-    )
-
-    family_data = {
-        f: [f"{f[:3]}{i}={world.train[f'{f[:3]}{i}']}" for i in (1, 2)] for f in FAMILIES
-    }
-    dense_data = [d for data in family_data.values() for d in data]
-    cpt = dict(steps=size.cpt_steps, lr=2e-3, seed=seed)
-    runs = {
-        "dense": {},
-        "freeze": {"freeze": size.middle},
-        "l2sp": {"l2sp": f"{size.middle}=0.5,*=0.005"},
-        "ema": {"ema": 0.92},
-    }
-    for name, extra in runs.items():
+    runs = training_runs(world, size)
+    for name, run in runs.items():
         stages.run(
-            f"train {name}",
+            "pretrain base" if name == "base" else f"train {name}",
             _trained(models / name),
-            lambda n=name, e=extra: _train(base, models / n, dense_data, **cpt, **e),
-        )
-    for family in FAMILIES:
-        stages.run(
-            f"train expert-{family}",
-            _trained(models / f"expert-{family}"),
-            lambda f=family: _train(base, models / f"expert-{f}", family_data[f], **cpt),
+            lambda n=name, r=run: _train(train_config(models, n, r, seed)),
         )
 
     _surgery(stages, models, size)
     model_names = [
-        "base",
         *runs,
-        *(f"expert-{f}" for f in FAMILIES),
         "dense-reverted",
         *(f"expert-{f}-reverted" for f in FAMILIES),
         "soup",
@@ -429,9 +446,11 @@ def run_demo(
         lambda: (out / "expert_sweep" / "sweep.png").is_file(),
         lambda: _diagnostics(out, models, world, size, device),
     )
-    report = _write_report(out, rows, size, quick)
+    # One decision on which columns say something feeds the printed table, the plot and report.
+    axes = moving_axes(rows, copain_items(size))
+    report = _write_report(out, rows, size, quick, axes, demo_commands(world, size, models, seed))
     log(f"report: {report}")
-    print(markdown_table(rows))
+    print(markdown_table(rows, axes))
     return report
 
 
@@ -513,74 +532,96 @@ def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device:
     )
 
 
-# What each strategy is, and the command that makes its model (the demo runs the same through the
-# Python API). {m} is the demo's models folder, {middle} the middle layers, {data} the data.
+# What each strategy is (the commands that make its models: `demo_commands`). {middle} is the
+# demo's middle layers.
 EXPLAIN = {
     "Base": (
         "the tiny Llama pretrained on the general language and Copain-style patterns: the "
-        "reference every other row is compared with.",
-        "surgery train {m}/base-init {m}/base --data gen=... --data copain=...",
+        "reference every other row is compared with."
     ),
-    "Dense CPT": (
-        "continual pretraining of every layer on all ten trained languages at once.",
-        "surgery train {m}/base {m}/dense {data}",
-    ),
+    "Dense CPT": "continual pretraining of every layer on all ten trained languages at once.",
     "Family experts": (
         "one model per language family, each trained on its family's two trained languages; "
-        "the row averages each expert on its own family.",
-        "surgery train {m}/base {m}/expert-slavic --data sla1=... --data sla2=...",
+        "the row averages each expert on its own family."
     ),
     "Layer freezing": (
         "dense CPT with the middle layers `{middle}` frozen (no gradient: they stay bit-identical "
-        "to the base).",
-        "surgery train {m}/base {m}/freeze {data} --freeze {middle}",
+        "to the base)."
     ),
     "Layer-range L2-SP": (
-        "dense CPT with an L2 pull toward the base, strong (1.0) on the middle layers and weak "
-        "(0.01) elsewhere.",
-        'surgery train {m}/base {m}/l2sp {data} --l2sp "{middle}=0.5,*=0.005"',
+        "dense CPT with an L2 pull toward the base, lambda * ||w - w0||^2, strong (0.5) on the "
+        "middle layers and weak (0.005) elsewhere."
     ),
     "EMA": (
         "dense CPT where every step the weights are averaged back toward the previous ones "
-        "(theta = 0.92 theta_prev + 0.08 theta_new) and training continues from the average.",
-        "surgery train {m}/base {m}/ema {data} --ema 0.92",
+        "(theta = 0.92 theta_prev + 0.08 theta_new) and training continues from the average."
     ),
     "Dense-Reverted": (
         "the dense CPT model with its middle layers `{middle}` copied back from the base after "
-        "training.",
-        "surgery revert --layers {middle} {m}/base {m}/dense {m}/dense-reverted",
+        "training."
     ),
-    "Expert-Reverted": (
-        "each family expert with its middle layers reverted to the base.",
-        "surgery revert --layers {middle} {m}/base {m}/expert-slavic {m}/expert-slavic-reverted",
-    ),
-    "Expert Soup": (
-        "the uniform average of the five family experts.",
-        "surgery soup {m}/expert-* {m}/soup",
-    ),
+    "Expert-Reverted": "each family expert with its middle layers reverted to the base.",
+    "Expert Soup": "the uniform average of the five family experts.",
 }
 
 
-def explain(row: dict, base: dict, axes: list[tuple[str, str]], size: Size, out: Path) -> str:
+def demo_commands(world: WorldFiles, size: Size, models: Path, seed: int) -> dict[str, str]:
+    """Per strategy, the `surgery` commands that make its models, with the very arguments the
+    demo used (it runs the same through the Python API)."""
+    runs = training_runs(world, size)
+
+    def train(name: str) -> str:
+        return shlex.join(
+            ["surgery", "train", *command_line(train_config(models, name, runs[name], seed))]
+        )
+
+    def revert(trained: str) -> str:
+        paths = [models / "base", models / trained, models / f"{trained}-reverted"]
+        return shlex.join(["surgery", "revert", "--layers", size.middle, *map(str, paths)])
+
+    experts = [f"expert-{f}" for f in FAMILIES]
+    soup = ["surgery", "soup", *(str(models / e) for e in experts), str(models / "soup")]
+    return {
+        "Base": train("base"),
+        "Dense CPT": train("dense"),
+        "Family experts": "\n".join(map(train, experts)),
+        "Layer freezing": train("freeze"),
+        "Layer-range L2-SP": train("l2sp"),
+        "EMA": train("ema"),
+        "Dense-Reverted": revert("dense"),
+        "Expert-Reverted": "\n".join(map(revert, experts)),
+        "Expert Soup": shlex.join(soup),
+    }
+
+
+def explain(
+    row: dict, base: dict, axes: list[tuple[str, str]], size: Size, commands: dict[str, str]
+) -> str:
     """One paragraph: what the strategy is, what its row shows here, how to reproduce it."""
-    what, command = EXPLAIN[row["strategy"]]
-    fill = {"m": out / "models", "middle": size.middle, "data": "--data sla1=... (all ten)"}
-    text = f"**{row['strategy']}**: {what.format(**fill)}"
+    text = f"**{row['strategy']}**: {EXPLAIN[row['strategy']].format(middle=size.middle)}"
     if row is not base:
         moves = [f"{axis} {change(axis, row[axis], base[axis])}" for axis, _ in axes]
         text += f" Here, against the base: {', '.join(moves)}."
-    return f"{text}\n\n```bash\n{command.format(**fill)}\n```"
+    return f"{text}\n\n```bash\n{commands[row['strategy']]}\n```"
 
 
-def _write_report(out: Path, rows: list[dict], size: Size, quick: bool) -> Path:
+def _write_report(
+    out: Path,
+    rows: list[dict],
+    size: Size,
+    quick: bool,
+    axes: list[tuple[str, str]],
+    commands: dict[str, str],
+) -> Path:
+    """report.md, results.json/.csv (every axis) and strategies.png: the table and the plot show
+    `axes` (see `moving_axes`), and the report says why any other axis is left out."""
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     with open(out / "results.csv", "w") as handle:
         handle.write("strategy," + ",".join(axis for axis, _ in AXES) + "\n")
         for row in rows:
             handle.write(row["strategy"] + "," + ",".join(f"{row[a]:.6g}" for a, _ in AXES) + "\n")
-    plot_strategies(rows, out / "strategies.png")
+    plot_strategies(rows, out / "strategies.png", axes)
     mode = "--quick" if quick else "default"
-    axes = moving_axes(rows, copain_items(size))
     dropped = [axis for axis, _ in AXES if (axis, dict(AXES)[axis]) not in axes]
     left_out = (
         f"\n{', '.join(dropped)} is left out: no model differs from the base's "
@@ -595,7 +636,7 @@ def _write_report(out: Path, rows: list[dict], size: Size, quick: bool) -> Path:
         if dropped
         else ""
     )
-    paragraphs = "\n\n".join(explain(row, rows[0], axes, size, out) for row in rows)
+    paragraphs = "\n\n".join(explain(row, rows[0], axes, size, commands) for row in rows)
     text = f"""# surgery demo ({mode})
 
 Continual pretraining teaches a model new languages and makes it forget the old one. This run

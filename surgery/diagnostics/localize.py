@@ -6,8 +6,12 @@ is (score - score_trained) / (score_base - score_trained): 1 means reverting tha
 restores BASE's score, 0 means it changes nothing.
 
 A recovery is only as good as the gap it divides by: where BASE and TRAINED differ by no more than
-the metric's noise (`noise`), no recovery is reported (NaN, shown as "within noise"), and a best
-block is named only when its own change from TRAINED exceeds that noise.
+the metric's noise (`noise`: from the standard error its kind has, over items or documents, never
+from its value), no recovery is reported (NaN, shown as "within noise"), and a best block is
+named only when its own change from TRAINED exceeds that noise. Perplexities are judged and
+recovered on the log scale (their mean NLL), so ppl, byte perplexity and bits per byte agree.
+Where training improved a metric (`metric_kinds.lower_is_better` says which way), the best block
+is the one carrying the gain, not a "recovery".
 """
 
 from __future__ import annotations
@@ -21,6 +25,15 @@ from surgery.api import warn_if_swapped
 from surgery.core.errors import LayerSpecError
 from surgery.core.layers import LayerValues, format_layers, parse_layer_spec
 from surgery.diagnostics.memory_blend import MemoryBlender
+from surgery.diagnostics.metric_kinds import (
+    PROPORTIONS,
+    STDERR_SUFFIX,
+    is_perplexity,
+    judged,
+    judged_stderr,
+    leaf,
+    lower_is_better,
+)
 from surgery.diagnostics.results import announce, metric_names, write_results
 from surgery.engine.output_dir import check_output, staged_output
 from surgery.hub.resolve import open_input
@@ -44,26 +57,35 @@ def parse_blocks(text: str | None, block_size: int | None, num_layers: int) -> l
     return [parse_layer_spec(item, num_layers) for item in text.split(",")]
 
 
-# Below this relative difference a metric without a standard error counts as unchanged: a blend
-# rounded to bf16 storage moves a perplexity by about this much with no change of meaning.
+# Below this relative difference a metric without a standard error (chrF: a corpus score) counts
+# as unchanged: a blend rounded to bf16 storage moves a score by about this much.
 RELATIVE_NOISE = 1e-4
 
 
-def noise(metric: str, base: dict[str, float], trained: dict[str, float]) -> float:
-    """The smallest difference of `metric` between two scores that is more than noise.
+def _stderr(metric: str, scores: dict[str, float]) -> float | None:
+    """The metric's standard error in `scores`, on the judged scale: the one eval reports
+    (`METRIC_stderr`: accuracies over items, perplexities over documents), else the binomial
+    one of a proportion over `<task>/n` items; None when the metric's kind gives none."""
+    value, reported = scores[metric], scores.get(f"{metric}{STDERR_SUFFIX}")
+    if isinstance(reported, int | float) and math.isfinite(reported):
+        return judged_stderr(metric, value, reported)
+    n = scores.get(f"{metric.rsplit('/', 1)[0]}/n")
+    if leaf(metric) in PROPORTIONS and isinstance(n, int | float) and n > 0:
+        return math.sqrt(value * (1 - value) / n)
+    return None
 
-    Twice the standard error of the difference when the eval reports one (`METRIC_stderr`), or
-    when the metric is a proportion with a known item count (`<task>/n`, binomial error);
-    otherwise 0.01% of the larger magnitude.
+
+def noise(metric: str, base: dict[str, float], trained: dict[str, float]) -> float:
+    """The smallest difference of `metric` between two scores that is more than noise, on the
+    metric's judged scale (`metric_kinds.judged`: log for perplexities).
+
+    Twice the standard error of the difference, from each score's standard error (see
+    `_stderr`); a metric whose kind gives none: 0.01% of the larger magnitude.
     """
-    se_keys = (f"{metric}_stderr", f"{metric}/stderr")
-    for key in se_keys:
-        if key in base and key in trained:
-            return 2 * math.hypot(base[key], trained[key])
-    n = base.get(f"{metric.rsplit('/', 1)[0]}/n")
-    b, t = base[metric], trained[metric]
-    if isinstance(n, int | float) and n > 0 and 0 <= b <= 1 and 0 <= t <= 1:
-        return 2 * math.sqrt((b * (1 - b) + t * (1 - t)) / n)
+    errors = (_stderr(metric, base), _stderr(metric, trained))
+    if None not in errors:
+        return 2 * math.hypot(*errors)
+    b, t = judged(metric, base[metric]), judged(metric, trained[metric])
     return RELATIVE_NOISE * max(abs(b), abs(t))
 
 
@@ -74,32 +96,74 @@ def recovery(score: float, trained: float, base: float, floor: float = 0.0) -> f
     return (score - trained) / (base - trained)
 
 
+def _improved(metric: str, base: float, trained: float) -> bool:
+    """Whether training made the metric better (lower perplexity, higher accuracy)."""
+    return trained < base if lower_is_better(metric) else trained > base
+
+
 @dataclass
 class Localization:
-    """Scores of BASE, TRAINED and every (block, alpha), and each one's recovery per metric."""
+    """Scores of BASE, TRAINED and every (block, alpha), and each one's recovery per metric
+    (computed on the judged scale, so a perplexity's recovery is its NLL's)."""
 
     base: dict[str, float]
     trained: dict[str, float]
     rows: list[dict] = field(default_factory=list)  # block, alpha, metrics, recovery/<metric>
     metrics: list[str] = field(default_factory=list)  # metrics that BASE and TRAINED differ on
-    noise: dict[str, float] = field(default_factory=dict)  # per metric (see `noise`)
+    noise: dict[str, float] = field(default_factory=dict)  # per metric, judged scale (`noise`)
     within_noise: list[str] = field(default_factory=list)  # moved, but not beyond noise
+
+    def improved(self) -> list[str]:
+        """Metrics training made better beyond noise (reverting a block gives the gain back)."""
+        return [
+            m
+            for m in self.metrics
+            if m not in self.within_noise and _improved(m, self.base[m], self.trained[m])
+        ]
 
     def best(self) -> dict[str, str]:
         """The block whose reversion recovers the most, per metric, when that block's own change
-        from TRAINED is more than noise (metrics where none is are left out)."""
+        from TRAINED is more than noise (metrics where none is are left out). For a metric that
+        training improved, that block carries most of the gain: reverting it loses the most."""
         winners = {}
         for metric in self.metrics:
+            trained = judged(metric, self.trained[metric])
             meaningful = [
                 r
                 for r in self.rows
                 if not math.isnan(r[f"recovery/{metric}"])
-                and abs(r[metric] - self.trained[metric]) > self.noise[metric]
+                and abs(judged(metric, r[metric]) - trained) > self.noise[metric]
             ]
             if meaningful:
                 top = max(meaningful, key=lambda r: r[f"recovery/{metric}"])
                 winners[metric] = f"{top['block']} @ alpha {top['alpha']:g}"
         return winners
+
+
+def attribute(result: Localization) -> None:
+    """Keep the metrics BASE and TRAINED differ on, with their noise and whether the difference
+    is within it. Those that agree have no recovery to attribute; those within noise get none
+    either (dividing by noise gives nonsense like -6)."""
+    for metric in metric_names([result.trained]):
+        if result.base[metric] == result.trained[metric]:
+            continue
+        result.noise[metric] = noise(metric, result.base, result.trained)
+        result.metrics.append(metric)
+        gap = judged(metric, result.base[metric]) - judged(metric, result.trained[metric])
+        if not abs(gap) > result.noise[metric]:  # NaN (a perplexity of 0?) counts as noise
+            result.within_noise.append(metric)
+
+
+def _recoveries(result: Localization, metrics: dict[str, float]) -> dict[str, float]:
+    return {
+        f"recovery/{m}": recovery(
+            judged(m, metrics[m]),
+            judged(m, result.trained[m]),
+            judged(m, result.base[m]),
+            result.noise[m],
+        )
+        for m in result.metrics
+    }
 
 
 def run_localize(
@@ -144,15 +208,7 @@ def run_localize(
         ]
 
     result = Localization(base=score(LayerValues(default=0.0)), trained=score(LayerValues()))
-    # Metrics on which BASE and TRAINED agree have no recovery to attribute; those that moved
-    # by no more than their noise get none either (dividing by noise gives nonsense like -6).
-    for metric in metric_names([result.trained]):
-        if result.base[metric] == result.trained[metric]:
-            continue
-        result.noise[metric] = noise(metric, result.base, result.trained)
-        result.metrics.append(metric)
-        if abs(result.base[metric] - result.trained[metric]) <= result.noise[metric]:
-            result.within_noise.append(metric)
+    attribute(result)
     step, total = 0, len(block_layers) * len(alphas)
     for layers in block_layers:
         for alpha in alphas:
@@ -162,14 +218,7 @@ def run_localize(
             )
             metrics = score(LayerValues(per_layer=dict.fromkeys(layers, alpha)))
             row = {"block": format_layers(layers), "alpha": alpha, **metrics}
-            for metric in result.metrics:
-                row[f"recovery/{metric}"] = recovery(
-                    metrics[metric],
-                    result.trained[metric],
-                    result.base[metric],
-                    result.noise[metric],
-                )
-            result.rows.append(row)
+            result.rows.append(row | _recoveries(result, metrics))
     if out_dir is not None:
         title = f"Recovery by reverted block: {Path(trained_ckpt.spec).name}"
         save_localization(result, Path(out_dir), title)
@@ -190,18 +239,30 @@ def format_localization(result: Localization) -> str:
         cells = "  ".join(cell(row[f"recovery/{m}"]) for m in result.metrics)
         lines.append(f"{row['block']:>12} {row['alpha']:>6g}  {cells}")
     for metric in result.within_noise:
-        gap = abs(result.base[metric] - result.trained[metric])
-        lines.append(
-            f"{metric}: BASE and TRAINED differ by {gap:.3g}, within noise "
-            f"({result.noise[metric]:.3g}); no recovery reported"
-        )
-    best = result.best()
+        lines.append(f"{metric}: {_scores(result, metric)}, within noise; no recovery reported")
+    best, improved = result.best(), result.improved()
     for metric in result.metrics:
-        if metric in best:
-            lines.append(f"most recovery of {metric}: block {best[metric]}")
-        elif metric not in result.within_noise:
+        if metric in result.within_noise:
+            continue
+        if metric not in best:
             lines.append(f"no block alone moves {metric} beyond noise")
+        elif metric in improved:
+            lines.append(
+                f"{metric} improved in training ({_scores(result, metric)}); reverting block "
+                f"{best[metric]} gives back the most of the gain"
+            )
+        else:
+            lines.append(f"most recovery of {metric}: block {best[metric]}")
     return "\n".join(lines)
+
+
+def _scores(result: Localization, metric: str) -> str:
+    scale = "log " if is_perplexity(metric) else ""
+    gap = abs(judged(metric, result.base[metric]) - judged(metric, result.trained[metric]))
+    return (
+        f"BASE {result.base[metric]:.4g}, TRAINED {result.trained[metric]:.4g} "
+        f"({scale}difference {gap:.3g}, noise {result.noise[metric]:.3g})"
+    )
 
 
 def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
@@ -212,7 +273,9 @@ def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
             "base_scores": result.base,
             "trained_scores": result.trained,
             "noise": result.noise,
+            "noise_scale": {m: "log" if is_perplexity(m) else "linear" for m in result.metrics},
             "within_noise": result.within_noise,
+            "improved_in_training": result.improved(),
             "best": result.best(),
         }
         write_results(result.rows, staging, "localize", config)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from surgery.core.errors import OutputError
+from surgery.diagnostics.metric_kinds import is_perplexity, leaf, lower_is_better
 
 # What a plot option may be called: formats matplotlib's Agg backend writes, chosen by suffix.
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")
@@ -36,38 +37,67 @@ def pyplot():
     return plt
 
 
-def is_perplexity(metric: str) -> bool:
-    """Whether a metric is a perplexity (plotted on a log axis)."""
-    return metric.rsplit("/", 1)[-1] in {"ppl", "perplexity", "word_perplexity", "byte_perplexity"}
+def _panels(metrics: Sequence[str]) -> dict[str, list[str]]:
+    """Metrics grouped by kind (their last name part), in order: one panel per kind, so the
+    forgetting and the learning metric (`gen/gen/ppl`, `heldin/sla1/ppl`) share an axis."""
+    panels: dict[str, list[str]] = {}
+    for metric in metrics:
+        panels.setdefault(leaf(metric), []).append(metric)
+    return panels
+
+
+def _plain_ticks(ax) -> None:
+    """Tick labels as plain numbers (4.7, 12, 1,000): never an offset (`+2.186`) or a power of
+    ten (`1.955x10^0`). A log axis (only for a range of a decade or more) labels its decades."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    def plain(value: float, _position: object) -> str:
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+    ax.yaxis.set_major_formatter(FuncFormatter(plain))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def metrics_figure(rows: Sequence[dict], metrics: Sequence[str], title: str):
+    """The figure of `plot_metrics_vs_alpha` (not saved): one panel per metric kind, a line per
+    task in it, against alpha."""
+    plt = pyplot()
+    panels = _panels(metrics)
+    cols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.4 * nrows), squeeze=False)
+    alphas = [row["alpha"] for row in rows]
+    for ax, (kind, members) in zip(axes.flat, panels.items(), strict=False):
+        values = [[row[m] for row in rows] for m in members]
+        for metric, line in zip(members, values, strict=True):
+            ax.plot(alphas, line, marker="o", label=metric.rsplit("/", 1)[0])
+        flat = [v for line in values for v in line]
+        # Perplexities spanning an order of magnitude or more (along the sweep, or between the
+        # tasks sharing the panel) get a log axis.
+        if is_perplexity(members[0]) and min(flat) > 0 and max(flat) >= 10 * min(flat):
+            ax.set_yscale("log")
+        _plain_ticks(ax)
+        better = "lower" if lower_is_better(members[0]) else "higher"
+        ax.set_title(f"{kind} ({better} is better)")
+        ax.set_xlabel("alpha (0 = base, 1 = trained)")
+        ax.set_ylabel(kind)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))  # leave the suptitle its own room
+    return fig
 
 
 def plot_metrics_vs_alpha(
     rows: Sequence[dict], metrics: Sequence[str], path: Path, title: str
 ) -> Path:
-    """One panel per metric against alpha (0 = BASE, 1 = TRAINED)."""
-    plt = pyplot()
-    cols = min(3, len(metrics))
-    nrows = math.ceil(len(metrics) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.5 * cols, 3.4 * nrows), squeeze=False)
-    alphas = [row["alpha"] for row in rows]
-    for ax, metric in zip(axes.flat, metrics, strict=False):
-        values = [row[metric] for row in rows]
-        ax.plot(alphas, values, marker="o", label=metric)
-        if is_perplexity(metric) and all(v > 0 for v in values):
-            ax.set_yscale("log")  # perplexities span orders of magnitude along a sweep
-        else:
-            ax.ticklabel_format(axis="y", useOffset=False)  # never "+2.186" above the axis
-        ax.set_title(metric)
-        ax.set_xlabel("alpha (0 = base, 1 = trained)")
-        ax.set_ylabel(metric.rsplit("/", 1)[-1])
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
-    for ax in list(axes.flat)[len(metrics) :]:
-        ax.axis("off")
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))  # leave the suptitle its own room
+    """One panel per metric kind (ppl, bits_per_byte, acc...) against alpha (0 = BASE, 1 =
+    TRAINED), one line per task: what training forgot and what it learned side by side."""
+    fig = metrics_figure(rows, metrics, title)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -93,6 +123,22 @@ def plot_drift_by_layer(layer_kinds: dict[tuple[int, str], float], path: Path, t
     return path
 
 
+# The background of a heatmap cell without a value (a recovery within noise).
+WITHIN_NOISE_COLOUR = "#d9d9d9"
+
+
+def heatmap_cell(value: float) -> tuple[str, str]:
+    """The text of a heatmap cell and its colour, readable on the cell's background: black on
+    the light within-noise grey, the bright end of viridis and the pink above 1; white on the
+    dark rest."""
+    if math.isnan(value):
+        return "noise", "black"
+    text = f"{value:.2f}"
+    if value < 0 or value > 1:
+        text = ("< " if value < 0 else "> ") + text
+    return text, "black" if value > 0.6 else "white"
+
+
 def plot_heatmap(
     values: list[list[float]],
     rows: Sequence[str],
@@ -108,20 +154,19 @@ def plot_heatmap(
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(cols) + 2.5), max(2.5, 0.5 * len(rows) + 1.5)))
     import numpy as np
 
-    grid = np.ma.masked_invalid(np.array(values, dtype=float))  # NaN cells stay blank
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_under("#7b2d26")  # below 0: reverting made it worse than TRAINED
-    cmap.set_over("#f4a6a6")  # above 1: better than BASE
+    grid = np.ma.masked_invalid(np.array(values, dtype=float))  # NaN: within noise
+    cmap = plt.get_cmap("viridis").with_extremes(
+        under="#7b2d26",  # below 0: reverting made it worse than TRAINED
+        over="#f4a6a6",  # above 1: better than BASE
+        bad=WITHIN_NOISE_COLOUR,
+    )
     image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(cols)), labels=cols, rotation=30, ha="right")
     ax.set_yticks(range(len(rows)), labels=rows)
     for r, row in enumerate(values):
         for c, value in enumerate(row):
-            text = "n/a" if value != value else f"{value:.2f}"  # NaN: within noise
-            if value < 0 or value > 1:
-                text = ("< " if value < 0 else "> ") + text
-            color = "black" if 0.6 < value <= 1 or value > 1 else "white"
-            ax.text(c, r, text, ha="center", va="center", color=color, fontsize="small")
+            text, colour = heatmap_cell(value)
+            ax.text(c, r, text, ha="center", va="center", color=colour, fontsize="small")
     fig.colorbar(image, ax=ax, label=f"{label} (fixed scale 0 to 1)", extend="both")
     ax.set_title(title)
     fig.tight_layout()

@@ -4,22 +4,38 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from surgery.diagnostics.metric_kinds import is_stderr
+
 
 def metric_names(rows: Sequence[dict]) -> list[str]:
-    """The metrics worth plotting: float columns other than alpha (integers are counts: n,
-    tokens)."""
-    names = [k for k in rows[0] if k != "alpha"] if rows else []
+    """The metrics worth plotting: float columns other than alpha and standard errors (integers
+    are counts: n, tokens)."""
+    names = [k for k in rows[0] if k != "alpha" and not is_stderr(k)] if rows else []
     return [k for k in names if all(isinstance(r.get(k), float) for r in rows)]
 
 
+def json_ready(data: object) -> object:
+    """`data` with NaN and infinities as None: JSON has no NaN (bare `NaN` breaks most parsers);
+    null means "no value" (within noise, no standard error)."""
+    if isinstance(data, dict):
+        return {key: json_ready(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [json_ready(item) for item in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    return data
+
+
 def write_results(rows: list[dict], folder: Path, stem: str, config: dict) -> list[Path]:
-    """`stem`.json (rows + config) and `stem`.csv."""
+    """`stem`.json (rows + config, strict JSON) and `stem`.csv."""
     json_path, csv_path = folder / f"{stem}.json", folder / f"{stem}.csv"
-    json_path.write_text(json.dumps({"config": config, "rows": rows}, indent=2) + "\n")
+    document = json_ready({"config": config, "rows": rows})
+    json_path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
     with open(csv_path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -41,10 +41,12 @@ from surgery.engine.reader import (
     RECIPE_NAME,
     RESULTS_NAME,
     SHA256_KEY,
+    TRAIN_RECORD,
     TensorInfo,
     checkpoint_root,
     openers,
 )
+from surgery.engine.recipe import public_recipe
 from surgery.engine.shard_hash import OrderedHash
 from surgery.engine.source import ByteSource, LocalFile, SourcePool
 from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_bytes, tensor_values
@@ -61,7 +63,8 @@ COPY_CHUNK = 64 * 2**20
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9
 
 # Companion files never copied from an input: weights (ours are rewritten), the input's recipe,
-# model card and eval results (they describe the input, not the output).
+# model card, eval results and training record (they describe the input, not the output: a
+# copied training record would make the output claim TRAINED's training run).
 _SKIP_SUFFIXES = (
     ".safetensors",
     ".bin",
@@ -79,7 +82,7 @@ _SKIP_NAMES = {
     RECIPE_NAME,
     CARD_NAME,
     RESULTS_NAME,
-    MERGEKIT_CONFIG_NAME,
+    TRAIN_RECORD,
     ".gitattributes",
 }
 
@@ -554,7 +557,8 @@ def execute(
     """
     keep_freed_memory()
     shards, names = plan_shards(plan, max_shard_size)
-    recipe_text = json.dumps(plan.recipe, sort_keys=True)
+    # The shards are published as they are: they embed the recipe without local paths.
+    recipe_text = json.dumps(public_recipe(plan.recipe), sort_keys=True)
     headers = [build_header(s, {"format": "pt", "surgery_recipe": recipe_text}) for s in shards]
     extra_files = extra_files or {}
     companions = companion_files(plan)

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from surgery.engine.reader import CARD_NAME, RECIPE_NAME, RESULTS_NAME
+from surgery.engine.recipe import public_recipe
 
 
 def _name(entry: dict) -> str:
@@ -52,11 +53,14 @@ def describe_operation(recipe: dict) -> str:
             )
         )
     if operation == "merge":
-        names = ", ".join(f"**{_name(e)}**" for e in recipe.get("inputs", []))
+        inputs = recipe.get("inputs", [])
+        names = ", ".join(f"**{_name(e)}**" for e in inputs if e["role"] != "base")
+        onto = f" onto the base {roles['base']}" if "base" in roles else ""
+        seed = f" Random masks seeded with {recipe['seed']}." if "seed" in recipe else ""
         return (
-            f"A mergekit `{recipe.get('method')}` merge of {names}, run by `surgery merge` on "
-            "the streaming engine; the config is in the recipe below and in mergekit_config.yml "
-            f"(random masks seeded with {recipe.get('seed', 0)})."
+            f"A mergekit `{recipe.get('method')}` merge of {names}{onto}, run by `surgery "
+            "merge` on the streaming engine; the config is in the recipe below and in "
+            f"mergekit_config.yml.{seed}"
         )
     if operation == "train":
         return (
@@ -111,15 +115,6 @@ def input_license(folder: Path | None) -> str | None:
     return license_id if isinstance(license_id, str) else None
 
 
-def _shareable(recipe: dict) -> dict:
-    """The recipe as a published card shows it: local inputs by folder name, not full path."""
-    inputs = [
-        entry if entry.get("repo_id") else {**entry, "path": _name(entry)}
-        for entry in recipe.get("inputs", [])
-    ]
-    return {**recipe, "inputs": inputs} if inputs else recipe
-
-
 def _results_table(results: dict) -> list[str]:
     metrics = results.get("metrics", results)
     rows = [
@@ -160,7 +155,7 @@ def render_card(recipe: dict, title: str, results: dict | None = None) -> str:
         "## Recipe",
         "",
         "```yaml",
-        yaml.safe_dump(_shareable(recipe), sort_keys=True).rstrip(),
+        yaml.safe_dump(public_recipe(recipe), sort_keys=True).rstrip(),
         "```",
         "",
         *_results_table(results or {}),

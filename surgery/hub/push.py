@@ -9,6 +9,7 @@ from surgery.checks.verify import verify
 from surgery.core.errors import SurgeryError
 from surgery.engine.reader import CARD_NAME
 from surgery.hub.model_card import card_for_folder
+from surgery.hub.published import published_files
 from surgery.hub.timeouts import bound_requests
 
 
@@ -27,11 +28,26 @@ def _files(folder: Path) -> list[Path]:
     )
 
 
-def plan_upload(folder: Path, repo_id: str) -> tuple[list[Path], str | None]:
-    """The files to upload and the model card to put in README.md (None: keep the folder's)."""
+# A file to upload: its name in the repository and its content (a local file, or bytes).
+Upload = tuple[str, Path | bytes]
+
+
+def _size(content: Path | bytes) -> int:
+    return len(content) if isinstance(content, bytes) else content.stat().st_size
+
+
+def plan_upload(folder: Path, repo_id: str) -> tuple[list[Upload], str | None]:
+    """The files to upload, with the public copies of the recipe, mergekit config, training record
+    and eval results (`published_files`), and the model card to put in README.md (None: keep the
+    folder's)."""
     card = card_for_folder(folder, title=repo_id)
-    files = [p for p in _files(folder) if not (card is not None and p == folder / CARD_NAME)]
-    return files, card
+    published = published_files(folder)
+    uploads = []
+    for path in _files(folder):
+        name = path.relative_to(folder).as_posix()
+        if not (card is not None and name == CARD_NAME):
+            uploads.append((name, published.get(name, path)))
+    return uploads, card
 
 
 def check_repo_id(repo_id: str) -> str:
@@ -50,11 +66,24 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
+def check_token() -> None:
+    """Refuse a push that would fail for want of a token, before anything is said or done
+    (huggingface_hub's own lookup: HF_TOKEN, then the token `hf auth login` saved).
+
+    Raises:
+        SurgeryError: no token.
+    """
+    from huggingface_hub import get_token
+
+    if get_token() is None:
+        raise SurgeryError("no Hugging Face token: run `hf auth login` or set HF_TOKEN")
+
+
 def describe_upload(
-    files: list[Path], card: str | None, repo_id: str, private: bool, revision: str | None
+    files: list[Upload], card: str | None, repo_id: str, private: bool, revision: str | None
 ) -> str:
     """The one line said before anything is sent: where, how visible, which branch, how much."""
-    size = sum(p.stat().st_size for p in files) + (len(card.encode()) if card else 0)
+    size = sum(_size(content) for _, content in files) + (len(card.encode()) if card else 0)
     count = len(files) + (card is not None)
     visibility = "private" if private else "public (an existing repository keeps its visibility)"
     return (
@@ -104,6 +133,8 @@ def push(
         PushError: the Hub refused (not found, not writable) or could not be reached.
     """
     check_repo_id(repo_id)
+    if not dry_run:
+        check_token()
     folder = Path(folder)
     if not folder.is_dir():
         raise SurgeryError(f"{folder}: not a checkpoint folder")
@@ -115,8 +146,8 @@ def push(
         ("dry run: " if dry_run else "") + describe_upload(files, card, repo_id, private, revision)
     )
     if dry_run:
-        for path in files:
-            echo(f"{path.stat().st_size:>14,d}  {path.relative_to(folder).as_posix()}")
+        for name, content in files:
+            echo(f"{_size(content):>14,d}  {name}")
         if card is not None:
             echo(f"{len(card.encode()):>14,d}  {CARD_NAME} (generated):\n\n{card}")
         return None
@@ -124,12 +155,11 @@ def push(
 
 
 def _upload(folder, repo_id, files, card, private, revision, commit_message) -> str:
-    from huggingface_hub import CommitOperationAdd, HfApi, get_token
+    from huggingface_hub import CommitOperationAdd, HfApi
 
-    if get_token() is None:
-        raise SurgeryError("no Hugging Face token: run `hf auth login` or set HF_TOKEN")
     operations = [
-        CommitOperationAdd(path.relative_to(folder).as_posix(), str(path)) for path in files
+        CommitOperationAdd(name, content if isinstance(content, bytes) else str(content))
+        for name, content in files
     ]
     if card is not None:
         operations.append(CommitOperationAdd(CARD_NAME, card.encode()))

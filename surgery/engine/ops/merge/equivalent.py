@@ -8,14 +8,36 @@ from collections.abc import Sequence
 from surgery.core.dtypes import CONFIG_NAMES
 from surgery.core.layers import LayerValues, Stack
 from surgery.engine.reader import Checkpoint
-from surgery.engine.recipe import describe_input
+from surgery.engine.recipe import local_path
 
 
 def _name(checkpoint: Checkpoint) -> str:
-    entry = describe_input("", checkpoint)
-    if "repo_id" in entry:
-        return f"{entry['repo_id']}@{entry['revision']}"
-    return str(checkpoint.path)
+    """A model as the config names it: `repo@revision`, or the absolute local path (the config
+    then replays from any working directory)."""
+    if checkpoint.hub is not None:
+        return f"{checkpoint.hub.repo_id}@{checkpoint.hub.revision}"
+    return local_path(checkpoint)
+
+
+def with_local_paths(config: dict, models: Sequence[str], checkpoints: Sequence[Checkpoint]):
+    """`config` (a mergekit config as the user wrote it) with each local model, named as typed
+    (relative to the working directory then), replaced by its absolute path."""
+    names = {
+        model: local_path(ckpt)
+        for model, ckpt in zip(models, checkpoints, strict=True)
+        if ckpt.hub is None
+    }
+
+    def rename(node: object, key: str | None = None) -> object:
+        if isinstance(node, dict):
+            return {k: rename(v, k) for k, v in node.items()}
+        if isinstance(node, list):
+            return [rename(item, key) for item in node]
+        if key in ("model", "base_model") and isinstance(node, str):
+            return names.get(node, node)
+        return node
+
+    return rename(config)
 
 
 def _dtype(config: dict, dtype: str | None) -> dict:

@@ -69,6 +69,7 @@ class Method:
     min_inputs: int = 1
     max_inputs: int | None = None
     non_base_count: tuple[int, int] | None = None  # (min, max) inputs besides the base
+    random: bool = False  # draws random masks (DARE, DELLA): the seed matters, and is recorded
     notes: tuple[str, ...] = field(default=())
 
     def param(self, name: str) -> Param | None:

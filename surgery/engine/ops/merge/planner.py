@@ -17,6 +17,7 @@ from surgery.core.errors import MismatchError
 from surgery.core.layers import Stack, select_stack, stack_layer
 from surgery.engine.ops.merge import registry
 from surgery.engine.ops.merge.architectures import is_pre_weight
+from surgery.engine.ops.merge.equivalent import with_local_paths
 from surgery.engine.ops.merge.method import REQUIRED, Base, Method, Param, Scope, TensorJob
 from surgery.engine.ops.merge.spec import (
     MergeConfigError,
@@ -319,12 +320,16 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     updates = {}
     if spec.slices is not None:
         updates["num_hidden_layers"] = sum(s.num_layers for s in spec.slices)
+    config = with_local_paths(spec.config, spec.models, checkpoints)
+    # The base model is named so (a card then says which input it is); the seed only where
+    # the method draws random masks (a TIES card must not speak of masks it has none of).
+    roles = ["base" if i == spec.base else f"model{i + 1}" for i in range(len(checkpoints))]
     recipe = make_recipe(
         "merge",
-        [(f"model{i + 1}", c) for i, c in enumerate(checkpoints)],
+        list(zip(roles, checkpoints, strict=True)),
         method=spec.method,
-        seed=spec.seed,
-        config=spec.config,
+        seed=spec.seed if registry.get(spec.method).random else None,
+        config=config,
     )
     return Plan(
         "merge",
@@ -334,5 +339,5 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
         inputs=list(checkpoints),
         dtype=spec.out_dtype or spec.dtype,
         config_updates=updates,
-        mergekit_config=spec.config,
+        mergekit_config=config,
     )

@@ -200,6 +200,7 @@ def method(variant: Variant) -> Method:
         params=tuple(params),
         build=partial(build, variant=variant),
         base=Base.REQUIRED,
+        random=variant.sparsify in ("random", "della_magprune"),
     )
 
 
