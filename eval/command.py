@@ -49,6 +49,12 @@ Examples:
     type=click.Path(dir_okay=False, path_type=Path),
     help="JSONL file: one line per scored item (context, choices, log-likelihoods, prediction).",
 )
+@click.option(
+    "--no-prefix-cache",
+    is_flag=True,
+    help="Run every multiple-choice context whole, not from the KV cache of the token prefix "
+    "they share (the same scores; for debugging).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def eval_command(
     checkpoint: str,
@@ -57,6 +63,7 @@ def eval_command(
     out: Path | None,
     tokenizer: str | None,
     log_samples: Path | None,
+    no_prefix_cache: bool,
     quiet: bool,
 ) -> None:
     """Run the tasks (see HELP)."""
@@ -69,7 +76,15 @@ def eval_command(
     device, dtype = options.pop("device"), options.pop("dtype")
     loaded = load_tasks(list(tasks))
     model, tok = load_model(checkpoint, device, dtype, tokenizer=tokenizer, progress=not quiet)
-    result = evaluate(model, tok, loaded, progress=not quiet, log_samples=log_samples, **options)
+    result = evaluate(
+        model,
+        tok,
+        loaded,
+        progress=not quiet,
+        log_samples=log_samples,
+        prefix_cache=not no_prefix_cache,
+        **options,
+    )
     result["config"]["model"] = checkpoint
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
