@@ -1,13 +1,13 @@
-"""The token prefix every context of a task shares, encoded once and reused by every batch.
+"""The token prefix most contexts of a task share, encoded once and reused by every batch.
 
-With ``first_n`` demonstrations every Belebele item starts with the same demonstrations, about
-two thirds of its tokens. `encode_shared_prefix` runs that prefix once per task and keeps its
-keys and values; `SharedPrefix.for_batch` lays them out for a batch so that only the rest of
-each context runs.
+With ``first_n`` demonstrations every Belebele item but the first k starts with the same k
+demonstrations, about two thirds of its tokens. `encode_shared_prefix` runs that prefix once per
+task and keeps its keys and values; `SharedPrefix.for_batch` lays them out for a batch so that
+only the rest of each context runs.
 
-Exactness. The prefix is the longest common prefix of the *token ids* that are scored (BOS,
-truncation and tokens merged across the demonstration/item boundary included), so each
-context's own ids are unchanged. A batch keeps today's layout: contexts left-padded to one
+Exactness. The prefix is a common prefix of the *token ids* that are scored (BOS, truncation
+and tokens merged across the demonstration/item boundary included), so each context's own ids
+are unchanged. A batch keeps today's layout: contexts left-padded to one
 width, real tokens contiguous, so every mask computed from column indices (causal, sliding
 window) is the one the whole-context forward sees. Column ``c`` of row ``r`` holds context token
 ``c - pad_r``; the first ``length`` columns come from the prefix's cache (a key at position
@@ -31,9 +31,6 @@ from typing import Any
 import torch
 
 from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
-
-# Cache layer classes that hold plain per-token keys and values (anything else: whole contexts).
-_PLAIN_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
 
 
 @dataclass(frozen=True)
@@ -113,12 +110,13 @@ def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 def plain_attention_cache(model: Any) -> bool:
     """Whether the model's cache holds plain keys and values per layer and token."""
-    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
     if getattr(model, "_is_stateful", False):
         return False
-    layers = DynamicCache(config=model.config).layers
-    return all(type(layer).__name__ in _PLAIN_LAYERS for layer in layers)
+    # Anything else (linear-attention or recurrent states, compressed caches): whole contexts.
+    plain = (DynamicLayer, DynamicSlidingWindowLayer)
+    return all(type(layer) in plain for layer in DynamicCache(config=model.config).layers)
 
 
 @torch.no_grad()

@@ -4,7 +4,9 @@ For a multiple-choice item with context C and choices K1..Kn, the naive way runs
 C+Ki. Here C runs once (a batch of items, left-padded), its KV cache is repeated once per
 choice, and only the choice tokens run a second forward against that cache. The last context
 position already predicts each choice's first token, so one-token choices (Belebele's " A".." D")
-need no second forward at all. tests/test_eval_scores.py checks the result against per-choice
+need no second forward at all. Contexts that start with the same tokens (few-shot
+demonstrations) run that prefix once per call and every batch of them starts from its KV cache
+(eval.prefix_cache). tests/test_eval_scores.py checks the result against per-choice
 forward passes on Llama and Gemma-3 (sliding-window layers included).
 """
 
