@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
+from cli import cli
 from eval.api import evaluate
 from eval.loading import load_task
 from eval.multiple_choice import TARGET_DELIMITER, score_items
@@ -260,3 +262,22 @@ def test_brute_force_oracle_is_not_trivial():
     contexts = [[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 6], [7, 8]]
     assert _brute_force(contexts) == 4  # [1, 2] x 2 others beats [1, 2, 3] x 1
     assert shared_prefix(contexts) == (2, [0, 1, 2])
+
+
+@pytest.mark.parametrize(("flag", "expected"), [([], True), (["--no-prefix-cache"], False)])
+def test_cli_flag_reaches_evaluate(files, monkeypatch, flag, expected):
+    import eval.api
+    import eval.model_loading
+
+    seen = {}
+
+    def fake_evaluate(model, tokenizer, tasks, **kwargs):
+        seen.update(kwargs)
+        return {"metrics": {"belebele/acc": 0.5, "belebele/n": 6}, "config": {}}
+
+    monkeypatch.setattr(eval.api, "evaluate", fake_evaluate)
+    monkeypatch.setattr(eval.model_loading, "load_model", lambda *a, **k: (None, None))
+    task = f"belebele:{files['belebele']}:shots=2"
+    result = CliRunner().invoke(cli, ["eval", "ckpt", "-t", task, "-q", *flag])
+    assert result.exit_code == 0, result.output
+    assert seen["prefix_cache"] is expected
