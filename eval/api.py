@@ -63,6 +63,7 @@ def evaluate(
     max_length: int | None = None,
     progress: bool = True,
     log_samples: str | Path | Callable[[dict[str, Any]], None] | None = None,
+    prefix_cache: bool = True,
 ) -> dict[str, Any]:
     """Score a model on tasks.
 
@@ -82,6 +83,9 @@ def evaluate(
             context, choices with their log-likelihoods and lengths, prediction and gold (or a
             document's log-likelihood, tokens, words and bytes; or a prompt and its generation),
             each with its doc_id and prompt_sha256; or a function called with each record.
+        prefix_cache: multiple choice: run the token prefix most contexts share (the
+            demonstrations) once and score from its KV cache (the same scores, faster); False
+            runs every context whole.
 
     Returns:
         ``{"metrics": {"<task>/<metric>": value, "<task>/n": count, ...},
@@ -111,6 +115,7 @@ def evaluate(
             seed=seed,
             max_length=max_length or model_context(model) or FALLBACK_MAX_LENGTH,
             progress=progress,
+            prefix_cache=prefix_cache,
             log=log,
         )
         metrics, task_configs = _run_tasks(model, tokenizer, loaded, settings)

@@ -86,6 +86,12 @@ to continue an interrupted run; under torchrun the units are shared out across r
     is_flag=True,
     help="Replace existing -o/--log-samples files, or write them inside a checkpoint folder.",
 )
+@click.option(
+    "--no-prefix-cache",
+    is_flag=True,
+    help="Run every multiple-choice context whole, not from the KV cache of the token prefix "
+    "they share (the same scores; for debugging).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def eval_command(
     checkpoint: str,
@@ -95,6 +101,7 @@ def eval_command(
     tokenizer: str | None,
     log_samples: Path | None,
     force: bool,
+    no_prefix_cache: bool,
     quiet: bool,
     suite: Path | None,
     fewshot_seeds: tuple[int, ...],
@@ -105,6 +112,8 @@ def eval_command(
     from surgery.hub.resolve import check_input
 
     if suite is not None:
+        if no_prefix_cache:
+            raise click.UsageError("--no-prefix-cache goes with -t/--task, not --suite")
         _check_suite_options(tasks, out, log_samples)
         check_input(checkpoint)
         check_resumable_folder(out)  # a results folder a rerun continues, never in a checkpoint
@@ -129,7 +138,15 @@ def eval_command(
     device, dtype = options.pop("device"), options.pop("dtype")
     loaded = load_tasks(list(tasks))
     model, tok = load_model(checkpoint, device, dtype, tokenizer=tokenizer, progress=not quiet)
-    result = evaluate(model, tok, loaded, progress=not quiet, log_samples=log_samples, **options)
+    result = evaluate(
+        model,
+        tok,
+        loaded,
+        progress=not quiet,
+        log_samples=log_samples,
+        prefix_cache=not no_prefix_cache,
+        **options,
+    )
     result["config"]["model"] = checkpoint
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,8 @@ checkpoints alike.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -164,3 +166,18 @@ def pad_id(tokenizer: Any) -> int:
 def model_device(model: Any) -> torch.device:
     """The device of the model's first parameter (where inputs must go)."""
     return next(model.parameters()).device
+
+
+@functools.cache
+def _forward_parameters(model_class: type) -> frozenset[str]:
+    return frozenset(inspect.signature(model_class.forward).parameters)
+
+
+def cache_argument(model: Any) -> str:
+    """Name of the forward argument that takes a KV cache (`cache` in recent 5.x releases)."""
+    return "cache" if "cache" in _forward_parameters(type(model)) else "past_key_values"
+
+
+def supports_logits_to_keep(model: Any) -> bool:
+    """Whether the forward takes `logits_to_keep` (logits of the last positions only)."""
+    return "logits_to_keep" in _forward_parameters(type(model))

@@ -295,5 +295,6 @@ def score_items(
         batch_size=settings.batch_size,
         progress=settings.progress,
         desc=desc,
+        prefix_cache=settings.prefix_cache,
     )
     return scores, sum(truncated for _, truncated in made)

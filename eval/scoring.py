@@ -4,14 +4,14 @@ For a multiple-choice item with context C and choices K1..Kn, the naive way runs
 C+Ki. Here C runs once (a batch of items, left-padded), its KV cache is repeated once per
 choice, and only the choice tokens run a second forward against that cache. The last context
 position already predicts each choice's first token, so one-token choices (Belebele's " A".." D")
-need no second forward at all. tests/test_eval_scores.py checks the result against per-choice
+need no second forward at all. Contexts that start with the same tokens (few-shot
+demonstrations) run that prefix once per call and every batch of them starts from its KV cache
+(eval.prefix_cache). tests/test_eval_scores.py checks the result against per-choice
 forward passes on Llama and Gemma-3 (sliding-window layers included).
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from eval.batching import left_pad, right_pad
 from eval.errors import EvalDataError
-from eval.model_loading import model_device
+from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
+from eval.prefix_cache import SharedPrefix, encode_shared_prefix
 from eval.tokens import TextEncoder
 
 
@@ -75,20 +76,6 @@ def make_request(
     return ChoiceRequest(context_ids[-room:], conts), len(context_ids) > room
 
 
-@functools.cache
-def _forward_parameters(model_class: type) -> frozenset[str]:
-    return frozenset(inspect.signature(model_class.forward).parameters)
-
-
-def cache_argument(model: Any) -> str:
-    """Name of the forward argument that takes a KV cache (`cache` in recent 5.x releases)."""
-    return "cache" if "cache" in _forward_parameters(type(model)) else "past_key_values"
-
-
-def _supports_logits_to_keep(model: Any) -> bool:
-    return "logits_to_keep" in _forward_parameters(type(model))
-
-
 @torch.no_grad()
 def choice_loglikelihoods(
     model: Any,
@@ -97,6 +84,7 @@ def choice_loglikelihoods(
     batch_size: int = 8,
     progress: bool = False,
     desc: str = "scoring",
+    prefix_cache: bool = True,
 ) -> list[list[float]]:
     """Summed log-probability of each continuation given its context.
 
@@ -106,24 +94,46 @@ def choice_loglikelihoods(
         batch_size: items per context forward (the choice forward holds items x choices rows).
         progress: show a progress bar.
         desc: its label.
+        prefix_cache: run the token prefix most contexts share (few-shot demonstrations) once
+            and start their batches from its KV cache (`eval.prefix_cache`; the same scores);
+            False runs every context whole.
 
     Returns:
         For each request, one float per continuation, in the order given.
     """
-    # Longest contexts first: batches hold similar lengths (less padding), and an out-of-memory
-    # error shows up in the first batch rather than at the end of a long run.
-    order = sorted(range(len(requests)), key=lambda i: -len(requests[i].context))
+    prefix = encode_shared_prefix(model, [r.context for r in requests]) if prefix_cache else None
+    members = set(prefix.members) if prefix is not None else set()
+    # Contexts starting with the shared prefix are batched together (they run from its cache),
+    # the others apart, as whole contexts.
+    groups = [
+        (sorted(members), prefix),
+        ([i for i in range(len(requests)) if i not in members], None),
+    ]
+    batches = [
+        (indices, group_prefix)
+        for group, group_prefix in groups
+        for indices in _batches(group, requests, batch_size)
+    ]
     results: list[list[float]] = [[] for _ in requests]
-    starts = range(0, len(order), batch_size)
-    for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
-        indices = order[start : start + batch_size]
-        scores = _score_batch(model, [requests[i] for i in indices])
+    for indices, group_prefix in tqdm(batches, desc=desc, disable=not progress, leave=False):
+        scores = _score_batch(model, [requests[i] for i in indices], group_prefix)
         for index, item_scores in zip(indices, scores, strict=True):
             results[index] = item_scores
     return results
 
 
-def _score_batch(model: Any, batch: list[ChoiceRequest]) -> list[list[float]]:
+def _batches(
+    indices: list[int], requests: Sequence[ChoiceRequest], batch_size: int
+) -> list[list[int]]:
+    """`indices` in batches, longest contexts first: batches hold similar lengths (less
+    padding), and an out-of-memory error shows up in the first batch rather than at the end."""
+    order = sorted(indices, key=lambda i: -len(requests[i].context))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def _score_batch(
+    model: Any, batch: list[ChoiceRequest], prefix: SharedPrefix | None
+) -> list[list[float]]:
     device = model_device(model)
     # One row per (item, choice).
     owners = [i for i, r in enumerate(batch) for _ in r.continuations]
@@ -133,9 +143,17 @@ def _score_batch(model: Any, batch: list[ChoiceRequest]) -> list[list[float]]:
     # Context forward, left-padded so every item's last token sits in the last column.
     ids, mask = left_pad([r.context for r in batch], device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    extra = {"logits_to_keep": 1} if _supports_logits_to_keep(model) else {}
+    extra = {"logits_to_keep": 1} if supports_logits_to_keep(model) else {}
+    if prefix is not None:
+        # The first prefix.length columns come from the shared prefix's cache; the rest runs.
+        extra[cache_argument(model)] = prefix.for_batch(mask)
+        ids, positions = ids[:, prefix.length :], positions[:, prefix.length :]
     out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=needs_tails, **extra
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=needs_tails or prefix is not None,
+        **extra,
     )
     last = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # [items, vocab]
 

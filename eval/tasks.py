@@ -249,6 +249,8 @@ class Settings:
     seed: int = 0
     max_length: int = 2048  # longest sequence fed to the model, prompt plus answer
     progress: bool = True
+    # Multiple choice: run the contexts' shared token prefix once (eval.prefix_cache).
+    prefix_cache: bool = True
     # Called with one JSON-able dict per scored item (--log-samples), or None.
     log: Callable[[dict[str, Any]], None] | None = None
 
