@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from surgery.engine.ops.merge import linear, model_stock, nuslerp, passthrough, slerp
+from surgery.engine.ops.merge import (
+    linear,
+    model_stock,
+    nearswap,
+    nuslerp,
+    passthrough,
+    slerp,
+)
 from surgery.engine.ops.merge.method import Method
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.ops.merge.task_arithmetic import METHODS as TASK_ARITHMETIC
@@ -16,6 +23,7 @@ METHODS: dict[str, Method] = {
         nuslerp.METHOD,
         model_stock.METHOD,
         passthrough.METHOD,
+        nearswap.METHOD,
     )
 }
 
