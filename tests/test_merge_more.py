@@ -25,6 +25,10 @@ def gpt2(tmp_path_factory) -> dict:
 DETERMINISTIC = [
     ("nearswap", [{}], {"t": 0.002}, True),
     ("nearswap", [{}], {"t": [0.0005, 0.01]}, True),
+    ("ram", [{}, {}, {}], {"epsilon": 0.003}, True),
+    ("ram", [{}, {}], {}, True),
+    ("ramplus_tl", [{}, {}, {}], {"epsilon": 0.003, "r": 0.5, "alpha": 0.6}, True),
+    ("ramplus_tl", [{}, {}], {"epsilon": 0.004}, True),
 ]
 
 

@@ -11,6 +11,7 @@ from surgery.engine.ops.merge import (
     slerp,
 )
 from surgery.engine.ops.merge.method import Method
+from surgery.engine.ops.merge.ram import METHODS as RAM
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.ops.merge.task_arithmetic import METHODS as TASK_ARITHMETIC
 
@@ -24,6 +25,7 @@ METHODS: dict[str, Method] = {
         model_stock.METHOD,
         passthrough.METHOD,
         nearswap.METHOD,
+        *RAM,
     )
 }
 
