@@ -29,6 +29,9 @@ DETERMINISTIC = [
     ("ram", [{}, {}], {}, True),
     ("ramplus_tl", [{}, {}, {}], {"epsilon": 0.003, "r": 0.5, "alpha": 0.6}, True),
     ("ramplus_tl", [{}, {}], {"epsilon": 0.004}, True),
+    ("multislerp", [{"weight": 0.5}, {"weight": 0.3}, {"weight": [0.1, 0.7]}], {}, True),
+    ("multislerp", [{"weight": 1.0}, {"weight": 2.0}], {}, False),
+    ("multislerp", [{"weight": 0.2}, {"weight": 0.5}], {"normalize_weights": False}, True),
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from surgery.engine.ops.merge import (
     linear,
     model_stock,
+    multislerp,
     nearswap,
     nuslerp,
     passthrough,
@@ -24,6 +25,7 @@ METHODS: dict[str, Method] = {
         nuslerp.METHOD,
         model_stock.METHOD,
         passthrough.METHOD,
+        multislerp.METHOD,
         nearswap.METHOD,
         *RAM,
     )
