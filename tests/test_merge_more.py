@@ -32,6 +32,8 @@ DETERMINISTIC = [
     ("multislerp", [{"weight": 0.5}, {"weight": 0.3}, {"weight": [0.1, 0.7]}], {}, True),
     ("multislerp", [{"weight": 1.0}, {"weight": 2.0}], {}, False),
     ("multislerp", [{"weight": 0.2}, {"weight": 0.5}], {"normalize_weights": False}, True),
+    ("karcher", [{}, {}, {}], {}, False),
+    ("karcher", [{}, {}], {"max_iter": 3, "tol": 1e-6}, False),
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from surgery.engine.ops.merge import (
+    karcher,
     linear,
     model_stock,
     multislerp,
@@ -26,6 +27,7 @@ METHODS: dict[str, Method] = {
         model_stock.METHOD,
         passthrough.METHOD,
         multislerp.METHOD,
+        karcher.METHOD,
         nearswap.METHOD,
         *RAM,
     )
