@@ -34,6 +34,9 @@ DETERMINISTIC = [
     ("multislerp", [{"weight": 0.2}, {"weight": 0.5}], {"normalize_weights": False}, True),
     ("karcher", [{}, {}, {}], {}, False),
     ("karcher", [{}, {}], {"max_iter": 3, "tol": 1e-6}, False),
+    ("sce", [{}, {}, {}], {"select_topk": 0.3}, True),
+    ("sce", [{}, {}], {}, True),
+    ("sce", [{}, {}, {}], {"select_topk": [0.1, 0.9], "int8_mask": True}, True),
 ]
 
 

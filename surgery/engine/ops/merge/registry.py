@@ -10,6 +10,7 @@ from surgery.engine.ops.merge import (
     nearswap,
     nuslerp,
     passthrough,
+    sce,
     slerp,
 )
 from surgery.engine.ops.merge.method import Method
@@ -30,6 +31,7 @@ METHODS: dict[str, Method] = {
         karcher.METHOD,
         nearswap.METHOD,
         *RAM,
+        sce.METHOD,
     )
 }
 
