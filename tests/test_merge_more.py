@@ -3,11 +3,15 @@ ramplus_tl) on the streaming engine, with mergekit as the oracle, as in test_mer
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from tests.support import tiny_models
-from tests.support.checks import assert_valid_output, load_state
+from tests.support.checks import assert_valid_output, load_state, same_bits
 from tests.test_merge import max_ulps, mergekit_run, models, surgery_run
 
 
@@ -83,3 +87,67 @@ def _ulps_each(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     ia = torch.where(ia < 0, -(ia + sign), ia)
     ib = torch.where(ib < 0, -(ib + sign), ib)
     return (ia - ib).abs()
+
+
+# arcee_fusion: a threshold from quantiles of float32 importances, sampled above 10^6.
+
+
+def test_arcee_fusion_matches_mergekit_but_at_its_threshold(llama, tmp_path):
+    # Importance is |delta| times a KL divergence of two nearly equal softmaxes: float32 gets it
+    # to about 1e-4 relative in either tool (torch's and numpy's exp round differently), so an
+    # element whose importance lies that near the threshold may be kept by one tool only.
+    # Every other element agrees within 1 ulp, and the near ones are a small share.
+    from mergekit.merge_methods.arcee_fusion import DynamicThresholdFusion, _compute_importance
+
+    config = {"merge_method": "arcee_fusion", "dtype": "float32", "out_dtype": "bfloat16"}
+    config |= models(llama, [{}], base=True)
+    ours = assert_valid_output(surgery_run(config, tmp_path))
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    base, other = load_state(llama["base"]), load_state(llama["experts"][0])
+    near = total = 0
+    for name, value in ours.items():
+        score = _compute_importance(other[name].float(), base[name].float())
+        threshold = DynamicThresholdFusion().calculate_dynamic_threshold(score)
+        close = (score - threshold).abs() <= 1e-3 * threshold.abs()
+        apart = _ulps_each(value, theirs[name]) > 1
+        assert not (apart & ~close).any(), name
+        near, total = near + int(close.sum()), total + value.numel()
+    assert near < 0.001 * total
+
+
+def _single_tensor_model(path: Path, tensor: torch.Tensor) -> Path:
+    path.mkdir(parents=True)
+    tensors = {"model.layers.0.mlp.up_proj.weight": tensor.contiguous()}
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return path
+
+
+def test_arcee_fusion_samples_its_threshold_above_a_million_elements(tmp_path):
+    # Above 10^6 elements mergekit takes the quantiles from a random sample of 10^6 (with
+    # replacement); so does this tool, reproducibly from (seed, tensor). Both keep the share of
+    # elements the exact quantiles keep, within the sample's error (about 1e-3 here).
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(1024, 1100, generator=gen)
+    other = base + 0.02 * torch.randn(1024, 1100, generator=gen)
+    paths = [_single_tensor_model(tmp_path / n, t) for n, t in (("b", base), ("o", other))]
+    config = {"merge_method": "arcee_fusion", "base_model": str(paths[0])}
+    config["models"] = [{"model": str(p)} for p in paths]
+    name = "model.layers.0.mlp.up_proj.weight"
+    runs = [
+        load_state(surgery_run(config, tmp_path, f"run{i}", seed))[name]
+        for i, seed in enumerate((0, 0, 1))
+    ]
+    assert same_bits(runs[0], runs[1]) and not same_bits(runs[0], runs[2])
+
+    from mergekit.merge_methods.arcee_fusion import DynamicThresholdFusion, _compute_importance
+
+    score = _compute_importance(other, base)
+    ordered = score.reshape(-1).sort().values
+    q1, median, q3 = (ordered[int(q * (ordered.numel() - 1))] for q in (0.25, 0.5, 0.75))
+    exact = float((score >= median + 1.5 * (q3 - q1)).float().mean())
+    mergekit_mask, _ = DynamicThresholdFusion().compute_fusion_mask(score)
+    ours = [float((run != base).float().mean()) for run in runs]
+    assert 0.01 < exact < 0.2
+    assert abs(float(mergekit_mask.mean()) - exact) < 2e-3
+    assert all(abs(kept - exact) < 2e-3 for kept in ours), (ours, exact)

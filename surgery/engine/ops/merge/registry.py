@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from surgery.engine.ops.merge import (
+    arcee_fusion,
     karcher,
     linear,
     model_stock,
@@ -32,6 +33,7 @@ METHODS: dict[str, Method] = {
         nearswap.METHOD,
         *RAM,
         sce.METHOD,
+        arcee_fusion.METHOD,
     )
 }
 
