@@ -4,12 +4,14 @@ ramplus_tl) on the streaming engine, with mergekit as the oracle, as in test_mer
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
+from surgery.engine.ops.merge.spec import MergeConfigError
 from tests.support import tiny_models
 from tests.support.checks import assert_valid_output, load_state, same_bits
 from tests.test_merge import max_ulps, mergekit_run, models, surgery_run
@@ -151,3 +153,30 @@ def test_arcee_fusion_samples_its_threshold_above_a_million_elements(tmp_path):
     assert 0.01 < exact < 0.2
     assert abs(float(mergekit_mask.mean()) - exact) < 2e-3
     assert all(abs(kept - exact) < 2e-3 for kept in ours), (ours, exact)
+
+
+# Contracts and parameters: refused before anything is written.
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "shared", "count", "message"),
+    [
+        ("nearswap", [{}, {}], {"t": 0.1}, 3, "takes at least 2 and at most 2 models; got 3"),
+        ("nearswap", [{}], {}, 2, "missing parameter 't'"),
+        ("arcee_fusion", [{}], {"t": 0.1}, 2, "parameter 't' is not one of arcee_fusion's"),
+        ("multislerp", [], {}, 1, "takes at least 1 models besides the base; got 0"),
+        ("sce", [{}], {"select_top": 0.5}, 2, "parameter 'select_top' is not one of sce's"),
+        ("ramplus_tl", [{}], {"r": "x"}, 2, "r 'x'"),
+    ],
+)
+def test_contracts_and_parameters_of_the_new_methods(
+    llama, tmp_path, method, params, shared, count, message
+):
+    config = {"merge_method": method, "base_model": str(llama["base"]), "parameters": shared}
+    inputs = [llama["base"], *llama["experts"]][:count]
+    config["models"] = [{"model": str(m)} for m in inputs]
+    for entry, p in zip(config["models"][1:], params, strict=False):
+        entry["parameters"] = p
+    with pytest.raises(MergeConfigError, match=re.escape(message)):
+        surgery_run(config, tmp_path)
+    assert not (tmp_path / "ours").exists()
