@@ -52,8 +52,9 @@ class Ram(Kernel):
             _, changed, counts = _changes(chunk, self.epsilon)
             alone = counts == 1
             for i, mask in enumerate(changed):
-                unique[i] += int(np.count_nonzero(mask & alone))
-                shared[i] += int(np.count_nonzero(mask)) - int(np.count_nonzero(mask & alone))
+                only = int(np.count_nonzero(mask & alone))
+                unique[i] += only
+                shared[i] += int(np.count_nonzero(mask)) - only  # changed, with others
         # float32 as in mergekit: int counts / clamp(count, min=epsilon) promote to float32.
         f32 = np.float32
         lambdas = []
