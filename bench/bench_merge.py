@@ -23,6 +23,7 @@ _TASK = "base_model: {b}\nmodels:\n" + "".join(
     f"  - model: {{e{i}}}\n    parameters: {{{{weight: {w}, density: 0.5}}}}\n"
     for i, w in ((1, 0.5), (2, 0.3), (3, 0.2))
 )
+_BASE_AND_EXPERTS = "base_model: {b}\nmodels:\n  - model: {e1}\n  - model: {e2}\n  - model: {e3}\n"
 CONFIGS = {
     "linear": "models:\n"
     + "".join(f"  - model: {{e{i}}}\n    parameters: {{{{weight: 1.0}}}}\n" for i in (1, 2, 3)),
@@ -39,7 +40,19 @@ CONFIGS = {
     "nuslerp": "base_model: {b}\nmodels:\n"
     "  - model: {e1}\n    parameters: {{weight: 0.4}}\n"
     "  - model: {e2}\n    parameters: {{weight: 0.6}}\n",
-    "model_stock": "base_model: {b}\nmodels:\n  - model: {e1}\n  - model: {e2}\n  - model: {e3}\n",
+    "model_stock": _BASE_AND_EXPERTS,
+    "sce": _BASE_AND_EXPERTS + "parameters: {{select_topk: 0.5}}\n",
+    "karcher": "models:\n  - model: {e1}\n  - model: {e2}\n  - model: {e3}\n",
+    "multislerp": "base_model: {b}\nmodels:\n"
+    + "".join(
+        f"  - model: {{e{i}}}\n    parameters: {{{{weight: {w}}}}}\n"
+        for i, w in ((1, 0.5), (2, 0.3), (3, 0.2))
+    ),
+    "nearswap": "base_model: {b}\nmodels:\n  - model: {b}\n  - model: {e1}\n"
+    "parameters: {{t: 0.001}}\n",
+    "arcee_fusion": "base_model: {b}\nmodels:\n  - model: {b}\n  - model: {e1}\n",
+    "ram": _BASE_AND_EXPERTS,
+    "ramplus_tl": _BASE_AND_EXPERTS + "parameters: {{r: 0.1, alpha: 0.2}}\n",
     "passthrough": "slices:\n"
     "  - sources: [{{model: {e1}, layer_range: [0, {lo}]}}]\n"
     "  - sources: [{{model: {b}, layer_range: [{lo}, {n}]}}]\n",

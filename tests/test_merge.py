@@ -364,7 +364,7 @@ def test_outputs_carry_a_mergekit_config_that_reproduces_them(llama, tmp_path, c
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("merge_method: sce\nmodels: [{model: a}]\n", "merge_method 'sce' is not supported"),
+        ("merge_method: nonesuch\nmodels: [{model: a}]\n", "'nonesuch' is not supported"),
         ("merge_method: linear\nmodels: [{model: a}]\nchat_template: x\n", "chat_template"),
         ("merge_method: linear\nmodels: [{model: a}]\nfoo: 1\n", "key 'foo'"),
         ("merge_method: linear\nmodels: [{model: a, weight: 1}]\n", "models[0]: key 'weight'"),

@@ -62,6 +62,24 @@ CORPUS = [
     M + "models: [{model: a}]\ntokenizer_source: base\n",
     M + "models: [{model: a}]\ntokenizer_source: 3\n",
     M + "models: [{model: a}]\nparameters: 0.5\n",
+    # mergekit's other seven methods, with their parameters.
+    "merge_method: sce\nbase_model: a\nmodels: [{model: a}, {model: b}]\n"
+    "parameters: {select_topk: 0.5, int8_mask: true}\n",
+    "merge_method: sce\nmodels: [{model: a}]\nparameters: {select_topk: [0.1, {value: 1}]}\n",
+    "merge_method: karcher\nmodels: [{model: a}, {model: b}]\n"
+    "parameters: {max_iter: 20, tol: 1e-7}\n",
+    "merge_method: multislerp\nmodels: [{model: a, parameters: {weight: 0.3}},"
+    " {model: b, parameters: {weight: [0.1, 0.9]}}]\n"
+    "parameters: {normalize_weights: false, eps: 1e-6}\n",
+    "merge_method: nearswap\nbase_model: a\nmodels: [{model: a}, {model: b}]\n"
+    "parameters: {t: [0.0001, 0.001]}\n",
+    "merge_method: arcee_fusion\nbase_model: a\nmodels: [{model: a}, {model: b}]\n",
+    "merge_method: ram\nbase_model: a\nmodels: [{model: b}, {model: c}]\n"
+    "parameters: {epsilon: 1e-4}\n",
+    "merge_method: ramplus_tl\nbase_model: a\n"
+    "slices: [{sources: [{model: a, layer_range: [0, 2]}, {model: b, layer_range: [0, 2]}]}]\n"
+    "parameters: {r: 0.2, alpha: {value: 0.3, filter: mlp}}\n",
+    "merge_method: ramplus_tl\nbase_model: a\nmodels: [{model: b}]\nparameters: {r: {value: x}}\n",
 ]
 
 

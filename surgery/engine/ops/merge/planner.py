@@ -87,9 +87,10 @@ def _check_contract(method: Method, sources: Sequence[SliceSource], base: int | 
     if method.non_base_count and not (
         method.non_base_count[0] <= non_base <= method.non_base_count[1]
     ):
+        low, high = method.non_base_count
+        count_text = f"exactly {low}" if low == high else f"at least {low}"
         raise MergeConfigError(
-            f"{method.name} takes exactly {method.non_base_count[0]} models besides the base; "
-            f"got {non_base}"
+            f"{method.name} takes {count_text} models besides the base; got {non_base}"
         )
 
 

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from surgery.engine.ops.merge import linear, model_stock, nuslerp, passthrough, slerp
+from surgery.engine.ops.merge import (
+    arcee_fusion,
+    karcher,
+    linear,
+    model_stock,
+    multislerp,
+    nearswap,
+    nuslerp,
+    passthrough,
+    sce,
+    slerp,
+)
 from surgery.engine.ops.merge.method import Method
+from surgery.engine.ops.merge.ram import METHODS as RAM
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.ops.merge.task_arithmetic import METHODS as TASK_ARITHMETIC
 
@@ -16,6 +28,12 @@ METHODS: dict[str, Method] = {
         nuslerp.METHOD,
         model_stock.METHOD,
         passthrough.METHOD,
+        multislerp.METHOD,
+        karcher.METHOD,
+        nearswap.METHOD,
+        *RAM,
+        sce.METHOD,
+        arcee_fusion.METHOD,
     )
 }
 

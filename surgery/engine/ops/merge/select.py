@@ -119,3 +119,20 @@ class RankRange:
             keep[ties[: max(0, self.hi - self.high_less - self.seen_high)]] = True
             self.seen_high += len(ties)
         return keep
+
+
+def ordered_keys(values: np.ndarray) -> np.ndarray:
+    """Unsigned integers ordered like the (signed) values: the sign bit flipped for
+    non-negative floats, every bit flipped for negative ones."""
+    unsigned = np.uint32 if values.dtype == np.float32 else np.uint64
+    bits = values.view(unsigned)
+    top = unsigned(1) << unsigned(8 * values.itemsize - 1)
+    return np.where(bits & top, ~bits, bits | top)
+
+
+def key_value(key: int, dtype: type[np.floating]) -> float:
+    """The float whose `ordered_keys` key is `key`."""
+    unsigned = np.uint32 if dtype == np.float32 else np.uint64
+    top = 1 << (8 * np.dtype(dtype).itemsize - 1)
+    bits = key ^ top if key & top else ~key & (2 * top - 1)
+    return np.array([bits], unsigned).view(dtype)[0]

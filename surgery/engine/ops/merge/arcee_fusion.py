@@ -1,0 +1,105 @@
+"""arcee_fusion: take the other model's value where its change from the base is important,
+the base's elsewhere, as mergekit's `arcee_fusion`.
+
+Importance is |other - base| times the KL divergence of the softmaxes of the row (the last
+dimension) in the two models; the threshold is median + 1.5 IQR of the importances, from
+quantiles of the whole tensor (mergekit's sorted tensor, here radix selection in chunked passes)
+or, above a million elements, of a random sample of a million (drawn with replacement, as
+mergekit does; here reproducibly from (seed, tensor) with `chunk_rng`). Chunks hold whole rows,
+so one row (at most one input's last dimension; a 1-D tensor is one row) is held at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs, Output
+from surgery.engine.ops.merge.kernel import Kernel, chunk_rng, computed
+from surgery.engine.ops.merge.method import Base, Method, TensorJob
+from surgery.engine.ops.merge.select import key_value, ordered_keys, select_ranks
+from surgery.engine.plan import OutputTensor
+
+SAMPLE_SIZE = 1_000_000  # mergekit's _QUANTILE_SAMPLE_SIZE
+QUANTILES = (0.25, 0.5, 0.75)
+KL_EPS = 1e-8
+
+
+def _softmax(rows: np.ndarray) -> np.ndarray:
+    shifted = rows - rows.max(axis=1, keepdims=True)
+    np.exp(shifted, out=shifted)
+    shifted /= shifted.sum(axis=1, keepdims=True)
+    return shifted
+
+
+def importance(base: np.ndarray, other: np.ndarray, row: int) -> np.ndarray:
+    """|other - base| * KL(softmax(other) || softmax(base)) of each element's row."""
+    work = base.dtype.type
+    p = _softmax(other.reshape(-1, row)) + work(KL_EPS)
+    q = _softmax(base.reshape(-1, row)) + work(KL_EPS)
+    kl = np.add.reduce(p * np.log(p / q), axis=1, keepdims=True)
+    diff = np.abs(other - base).reshape(-1, row)
+    return (diff * kl).reshape(-1)
+
+
+class ArceeFusion(Kernel):
+    """base + (other - base) * (importance >= median + 1.5 IQR)."""
+
+    def __init__(self, job: TensorJob) -> None:
+        (other,) = job.non_base
+        super().__init__(job.name, [job.inputs[job.base], job.inputs[other]], job.out_dtype)
+        self.row = max(1, job.shape[-1] if len(job.shape) > 1 else int(np.prod(job.shape)))
+        self.step = max(self.row, CHUNK_ELEMENTS // self.row * self.row)  # whole rows
+        self.seed = job.seed
+
+    def _importances(self, inputs: Inputs, part: range | None = None):
+        for start, (base, other) in inputs.chunks(self.step, part):
+            yield start, importance(base, other, self.row)
+
+    def _quantiles(self, inputs: Inputs) -> list[float]:
+        """The importances of ranks q * (n - 1) (truncated, n the tensor's or the sample's
+        size), as mergekit indexes its sorted tensor."""
+        work = inputs.work
+        if inputs.numel <= SAMPLE_SIZE:
+            n = inputs.numel
+            ranks = [int(np.float32(q) * np.float32(n - 1)) for q in QUANTILES]
+            width = 32 if work == np.float32 else 64
+            keys = lambda: (ordered_keys(v) for _, v in self._importances(inputs))  # noqa: E731
+            return [key_value(key, work) for key, _ in select_ranks(keys, width, ranks)]
+        rng = chunk_rng(self.seed, self.name, 0, 0)
+        picks = np.sort(rng.integers(0, inputs.numel, SAMPLE_SIZE))
+        sample = np.empty(SAMPLE_SIZE, work)
+        for start, values in self._importances(inputs):
+            lo, hi = np.searchsorted(picks, [start, start + len(values)])
+            sample[lo:hi] = values[picks[lo:hi] - start]
+        sample.sort()
+        n = SAMPLE_SIZE
+        return [sample[int(np.float32(q) * np.float32(n - 1))] for q in QUANTILES]
+
+    def prepare(self, inputs: Inputs) -> object:
+        """The threshold, median + 1.5 (q3 - q1) in the work dtype, as mergekit."""
+        work = inputs.work
+        q1, median, q3 = (work(v) for v in self._quantiles(inputs))
+        return median + work(1.5) * (q3 - q1)
+
+    def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
+        """The fused values, chunk by chunk (whole rows)."""
+        for start, (base, other) in inputs.chunks(self.step, part):
+            keep = importance(base, other, self.row) >= state
+            other -= base
+            other *= keep
+            out.put(start, np.add(base, other, out=other))
+
+
+def build(job: TensorJob) -> OutputTensor:
+    """One arcee_fusion tensor."""
+    return computed(ArceeFusion(job), job.shape)
+
+
+METHOD = Method(
+    name="arcee_fusion",
+    params=(),
+    build=build,
+    base=Base.REQUIRED,
+    min_inputs=2,
+    max_inputs=2,
+)
