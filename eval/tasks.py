@@ -125,7 +125,8 @@ _DECLARED = [
         "ppl",
         "PATH",
         "rolling perplexity as lm-eval computes it: ppl (per token), word_perplexity, "
-        "byte_perplexity, bits_per_byte, each with its stderr over documents; PATH is a .txt (documents separated by blank lines), "
+        "byte_perplexity, bits_per_byte, each with its stderr over documents; PATH is a .txt "
+        "(documents separated by blank lines), "
         '.jsonl or .jsonl.gz file ("text" field), a folder of them, or a MADLAD-400 root '
         "(data/<lang>/...): one row per language",
         {
