@@ -377,10 +377,12 @@ def test_the_token_never_reaches_the_cdn(hub, pair, tmp_path):
     }  # every shard byte came from the CDN host ...
     assert authorized(hub.received("hub"))  # ... the Hub got the token ...
     assert authorized(cdn) == []  # ... and the CDN never did
-    # The CDN location is resolved once per file: one HEAD per shard of each run.
-    heads = [p for m, p, _ in hub.received("hub") if m == "HEAD" and p.endswith(".safetensors")]
+    # The CDN location is resolved once per file (one HEAD per shard of each run) and reused:
+    # no GET of a shard's `resolve` URL (a download, too, fetches from the location).
     shards = len(shard_files(pair["base"])) + len(shard_files(pair["trained"]))
-    assert len(heads) == 2 * shards
+    for method, count in (("HEAD", 2 * shards), ("GET", 0)):
+        asked = [p for m, p, _ in hub.received("hub") if m == method and p.endswith("tensors")]
+        assert len(asked) == count, method
     same_files(tmp_path / "run0" / "out", tmp_path / "run1" / "out")
 
 
