@@ -342,18 +342,30 @@ def test_streamed_values_slice_like_the_tensor(monkeypatch):
 
 @BOTH_HUBS
 @pytest.mark.parametrize(
-    "body",
+    ("body", "by"),
     [
-        "merge_method: slerp\nbase_model: {b}\nmodels: [{{model: {b}}}, {{model: {t}}}]\n"
-        "parameters: {{t: 0.3}}\n",
-        "merge_method: dare_linear\nbase_model: {b}\n"
-        "models: [{{model: {t}, parameters: {{weight: 1.0, density: 0.5}}}}]\n",
+        # Reduction passes read every input twice: the Hub inputs are downloaded instead.
+        (
+            "merge_method: slerp\nbase_model: {b}\nmodels: [{{model: {b}}}, {{model: {t}}}]\n"
+            "parameters: {{t: 0.3}}\n",
+            "download",
+        ),
+        (
+            "merge_method: dare_linear\nbase_model: {b}\n"
+            "models: [{{model: {t}, parameters: {{weight: 1.0, density: 0.5}}}}]\n",
+            "download",
+        ),
+        (
+            "merge_method: task_arithmetic\nbase_model: {b}\n"
+            "models: [{{model: {t}, parameters: {{weight: 0.5}}}}]\n",
+            "ranges",
+        ),
     ],
 )
-def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body):
+def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body, by):
     # Merge kernels read Hub inputs block by block (reductions, then the map in segments):
     # the weights equal those of the same merge of local folders.
-    outs = []
+    outs, notes = [], []
     for name, base, trained in (
         ("ranges", "acme/base", "acme/trained"),
         ("local", pair["base"], pair["trained"]),
@@ -364,8 +376,15 @@ def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body):
         result = surgery("merge", config, out, "-q", env=hub_env(hub, tmp_path / "hf"))
         assert result.returncode == 0, result.stderr
         outs.append(assert_valid_output(out))
+        notes.append(result.stderr.strip())
     ranged, local = outs
-    assert not list((tmp_path / "hf").rglob("*.safetensors"))  # read in place, not downloaded
+    downloaded = list((tmp_path / "hf").rglob("*.safetensors"))
+    if by == "ranges":
+        assert not downloaded and notes == ["", ""]  # read in place, not downloaded
+    else:
+        assert downloaded
+        note = "note: merge: reduction passes read inputs twice; downloading Hub inputs"
+        assert notes[0].splitlines()[0] == note and notes[1] == ""  # (then the download's bars)
     assert served_shard_bytes(hub, "acme/trained") > 0
     assert ranged.keys() == local.keys()
     assert all(torch.equal(ranged[k].view(torch.uint8), local[k].view(torch.uint8)) for k in local)

@@ -170,6 +170,17 @@ def read_order(shards: Sequence[Sequence[OutputTensor]]) -> list[tuple[TensorInf
     return reads
 
 
+def rereads_remote(plan: Plan) -> bool:
+    """Whether writing `plan` reads bytes of a file not on disk more than once: a merge
+    kernel's reduction passes over a Hub input read by ranges (a download reads them once)."""
+    remote = {path for checkpoint in plan.inputs for path in checkpoint.openers}
+    return any(
+        _reduces(t.kernel) and any(i.file in remote for i in t.kernel.inputs)
+        for t in plan.tensors
+        if t.kernel is not None
+    )
+
+
 def _reduces(kernel: object) -> bool:
     """Whether a merge kernel reads its inputs in reduction passes before its map pass."""
     return bool(getattr(kernel, "reduces", False))
