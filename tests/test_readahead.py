@@ -58,6 +58,10 @@ def test_adjacent_tensors_coalesce_and_groups_interleave():
         (FILE, 80, 100),
     ]
     assert plan_spans([pair], lambda file: file == OTHER, span=40)[0].file == OTHER
+    # Pairs read side by side (drift): each file's touching tensors still coalesce.
+    pairs = [[info(f"a{i}", 10 * i, 10), info(f"b{i}", 10 * i, 10, OTHER)] for i in range(3)]
+    spans = plan_spans(pairs, lambda file: True, span=40)
+    assert [(s.file, s.start, s.stop) for s in spans] == [(FILE, 0, 30), (OTHER, 0, 30)]
     assert plan_spans([[info("empty", 7, 0)]], lambda file: True) == []
 
 

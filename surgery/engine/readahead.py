@@ -2,14 +2,14 @@
 
 A command that knows what it will read (the writer, drift) announces it, in order, to its
 `SourcePool` as groups of tensors read side by side (a copy's one source, a blend's sources, a
-pair drift compares). The announced bytes are cut into spans of at most `SPAN_BYTES`, the spans of
-a group interleaved as the group is read, and consecutive spans that touch in one file coalesced
-into one span: adjacent small tensors (norms, biases) cost one request, not one each. Up to `DEPTH`
-spans are fetched or held at once, each by its own request on a worker thread, so several
-requests are in flight and memory stays bounded (`DEPTH * SPAN_BYTES`). A span is dropped once
-all its bytes were read and the next one starts; a read the window does not hold (another order
-than announced) is fetched directly, as without read-ahead: read-ahead changes how fast, never
-which bytes a read returns.
+pair drift compares). The announced bytes are cut into spans of at most `SPAN_BYTES`, the
+spans of a group interleaved as the group is read, and spans that continue a recent one in the
+same file coalesced into it: adjacent small tensors (norms, biases) cost one request, not one
+each. Up to `DEPTH` spans are fetched or held at once, each by its own request on a worker
+thread, so several requests are in flight and memory stays bounded (`DEPTH * SPAN_BYTES`).
+A span is dropped once all its bytes were read and the next one starts; a read the window does
+not hold (another order than announced) is fetched directly, as without read-ahead: read-ahead
+changes how fast, never which bytes a read returns.
 """
 
 from __future__ import annotations
@@ -19,17 +19,32 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from surgery.engine.reader import TensorInfo
-    from surgery.engine.source import ByteSource
+from typing import Protocol
 
 # Bytes per request: large enough that a round trip is a small share of its transfer time at
 # the Hub's usual bandwidth, small enough that `DEPTH` of them are a bounded buffer.
 SPAN_BYTES = 8 * 2**20
 # Requests in flight (or fetched and waiting to be read) at once.
 DEPTH = 8
+# How far back a span may grow by the bytes that continue it.
+COALESCE_BACK = 4
+
+
+class Extent(Protocol):
+    """Where a tensor's bytes lie (a `TensorInfo` is one)."""
+
+    file: Path
+    start: int
+    nbytes: int
+
+
+class Readable(Protocol):
+    """What a span is fetched from (a `ByteSource` is one)."""
+
+    size: int
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        """Fill `buffer` with the bytes from `offset`."""
 
 
 @dataclass
@@ -45,7 +60,7 @@ class _Span:
 
 
 def plan_spans(
-    groups: Iterable[Sequence[TensorInfo]], remote: Callable[[Path], bool], span: int = SPAN_BYTES
+    groups: Iterable[Sequence[Extent]], remote: Callable[[Path], bool], span: int = SPAN_BYTES
 ) -> list[_Span]:
     """The spans to fetch for `groups`, in read order: each group's tensors (in files for which
     `remote` is true) cut into pieces of `span` bytes, interleaved, then coalesced."""
@@ -67,12 +82,15 @@ def plan_spans(
 
 
 def _append(spans: list[_Span], file: Path, start: int, stop: int, span: int) -> None:
-    """Add bytes [start, stop) of `file`, into the last span when they continue it."""
-    last = spans[-1] if spans else None
-    if last is not None and last.file == file and last.stop == start and stop - last.start <= span:
-        last.stop = stop
-    else:
-        spans.append(_Span(file, start, stop))
+    """Add bytes [start, stop) of `file`, into a recent span of that file they continue (one of
+    the last `COALESCE_BACK`: a group's other files come in between, as drift's pairs do)."""
+    for last in reversed(spans[-COALESCE_BACK:]):
+        if last.file == file:
+            if last.stop == start and stop - last.start <= span:
+                last.stop = stop
+                return
+            break
+    spans.append(_Span(file, start, stop))
 
 
 class ReadAhead:
@@ -85,7 +103,7 @@ class ReadAhead:
     """
 
     def __init__(
-        self, spans: list[_Span], source: Callable[[Path], ByteSource], depth: int = DEPTH
+        self, spans: list[_Span], source: Callable[[Path], Readable], depth: int = DEPTH
     ) -> None:
         self._spans = spans
         self._source = source
@@ -154,7 +172,7 @@ class ReadAheadSource:
     """A source whose reads are served from the window where it holds them, from the source
     itself otherwise (a `ByteSource`, as the source it wraps)."""
 
-    def __init__(self, source: ByteSource, ahead: ReadAhead, file: Path) -> None:
+    def __init__(self, source: Readable, ahead: ReadAhead, file: Path) -> None:
         self.source, self.ahead, self.file = source, ahead, file
         self.size = source.size
 

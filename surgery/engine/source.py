@@ -16,13 +16,10 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from surgery.core.errors import CheckpointError
-from surgery.engine.readahead import ReadAhead, ReadAheadSource, plan_spans
-
-if TYPE_CHECKING:
-    from surgery.engine.reader import TensorInfo
+from surgery.engine.readahead import Extent, ReadAhead, ReadAheadSource, plan_spans
 
 
 class ByteSource(Protocol):
@@ -96,7 +93,7 @@ class SourcePool:
         self._wrapped: dict[Path, ByteSource] = {}  # remote files read through `_ahead`
         self._lock = threading.Lock()  # writer threads share the pool
 
-    def expect(self, groups: Iterable[Sequence[TensorInfo]]) -> None:
+    def expect(self, groups: Iterable[Sequence[Extent]]) -> None:
         """Announce the tensors the command reads, in order, as groups read side by side, so
         that files not on disk are fetched ahead, several requests at once
         (`surgery.engine.readahead`). Local files need none of it: the page cache reads
