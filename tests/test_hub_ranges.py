@@ -361,6 +361,7 @@ def test_streamed_values_slice_like_the_tensor(monkeypatch):
             "ranges",
         ),
     ],
+    ids=["slerp", "dare_linear", "task_arithmetic"],
 )
 def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body, by):
     # Merge kernels read Hub inputs block by block (reductions, then the map in segments):
