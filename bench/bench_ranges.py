@@ -7,15 +7,26 @@ Builds a Llama-shaped bf16 base and trained checkpoint (two shards each; about 0
 - inspect BASE
 - drift BASE TRAINED
 - revert --layers 0:N/2 BASE TRAINED OUT (half the layers from BASE)
+- interpolate --alpha 0.3 --layers N/4:3N/4 BASE TRAINED OUT
+- soup BASE TRAINED OUT
+- merge (slerp, a reduction pass then the map) of BASE and TRAINED
 
 once by ranges (`surgery CMD acme/base ...`) and once as snapshot_download of the repositories
-followed by the same command on the local snapshots, and prints the bytes the server sent, the
-requests it answered, wall time and peak private memory (RssAnon) of each.
+followed by the same command on the local snapshots (`--download` reads the same way), and prints
+the bytes the server sent, the requests it answered, wall time and peak private memory (RssAnon)
+of each.
+
+Link mode (`--latency 0.04 --bandwidth 50`, seconds and MB/s, several `--latency`/`--bandwidth`
+pairs for one table): the fake Hub waits a round trip per request, shares one bandwidth cap
+between all bodies and redirects shard requests to a CDN host, as the real Hub does; the table
+then gains the floor (the fewer bytes of the two ways / bandwidth) and each time's ratio to it.
 Run by hand:  python bench/bench_ranges.py [--work DIR] [--layers 19] [--hidden 2048]
+                  [--latency 0.04 --bandwidth 50 --latency 0.1 --bandwidth 20]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -27,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from bench_engine import llama_config, size_arguments, write_checkpoint
 from measure import Measurement, measure
 
-from tests.support.hub_server import FakeHub
+from tests.support.hub_server import FakeHub, Link
 
 ROOT = Path(__file__).parents[1]
 SHAS = {"acme/base": "a" * 40, "acme/trained": "b" * 40}
@@ -40,6 +51,14 @@ for repo in sys.argv[1:]:
 """
 
 
+MERGE = """dtype: bfloat16
+merge_method: slerp
+base_model: acme/base
+models: [{model: acme/base}, {model: acme/trained}]
+parameters: {t: 0.3}
+"""
+
+
 @dataclass
 class Row:
     command: str
@@ -47,6 +66,7 @@ class Row:
     sent: int  # bytes the server sent
     requests: int
     run: Measurement
+    link: Link | None = None
 
 
 def _env(hub: FakeHub, home: Path) -> dict[str, str]:
@@ -77,76 +97,127 @@ def _surgery(args: list[str], env: dict, inputs: list[str]) -> Measurement:
     return result
 
 
-def run(work: Path, layers: int, hidden: int) -> list[Row]:
-    """Build the checkpoints, serve them and measure every command both ways."""
+def _commands(work: Path, layers: int, folders: dict[str, Path]) -> dict:
+    """Name -> (arguments, the repositories they read)."""
+    out, both = work / "out", list(folders)
+    config = work / "merge.yml"
+    config.write_text(MERGE)
+    half, quarter = layers // 2, layers // 4
+    middle = f"{quarter}:{half + quarter}"
+    return {
+        "inspect": (["inspect", "acme/base"], ["acme/base"]),
+        "drift": (["drift", "-q", *both], both),
+        f"revert 0:{half}": (["revert", "-q", "--layers", f"0:{half}", *both, str(out)], both),
+        f"interpolate {middle}": (
+            ["interpolate", "-q", "--alpha", "0.3", "--layers", middle, *both, str(out)],
+            both,
+        ),
+        "soup": (["soup", "-q", *both, str(out)], both),
+        "merge slerp": (["merge", "-q", str(config), str(out)], both),
+    }
+
+
+def run(work: Path, layers: int, hidden: int, links: list[Link | None]) -> list[Row]:
+    """Build the checkpoints, serve them and measure every command both ways on each link."""
     config = llama_config(layers, hidden)
     folders = {"acme/base": work / "base", "acme/trained": work / "trained"}
     for seed, folder in enumerate(folders.values()):
         if not folder.exists():
             write_checkpoint(folder, config, seed)
     served = [str(f) for f in folders.values()]  # warm on the server's side before each run
-    out = work / "out"
-    commands = {
-        "inspect": (["inspect", "acme/base"], ["acme/base"]),
-        "drift": (["drift", "-q", "acme/base", "acme/trained"], list(folders)),
-        f"revert 0:{layers // 2}": (
-            ["revert", "-q", "--layers", f"0:{layers // 2}", "acme/base", "acme/trained", str(out)],
-            list(folders),
-        ),
-    }
+    commands = _commands(work, layers, folders)
     rows = []
-    with FakeHub() as hub:
-        for repo, folder in folders.items():
-            hub.add_model(repo, folder, SHAS[repo])
-        for name, (args, repos) in commands.items():
-            shutil.rmtree(out, ignore_errors=True)
-            env, mark = _env(hub, work / "hf-ranges"), _mark(hub)
-            measured = _surgery(args, env, served)
-            rows.append(Row(name, "ranges", *_traffic(hub, mark), measured))
-
-            shutil.rmtree(out, ignore_errors=True)
-            env, mark = _env(hub, work / "hf-download"), _mark(hub)
-            fetch = measure([sys.executable, "-c", DOWNLOAD, *repos], env=env, inputs=served)
-            cache = work / "hf-download" / "hub"
-            local = [
-                str(cache / f"models--{r.replace('/', '--')}" / "snapshots" / SHAS[r])
-                if r in repos
-                else r
-                for r in args
-            ]
-            command = _surgery(local, env, [])
-            both = Measurement(
-                fetch.seconds + command.seconds,
-                max(fetch.peak_anon, command.peak_anon),
-                fetch.returncode or command.returncode,
-            )
-            rows.append(Row(name, "snapshot_download + local", *_traffic(hub, mark), both))
-    shutil.rmtree(out, ignore_errors=True)
+    for link in links:
+        with FakeHub(link) as hub:
+            for repo, folder in folders.items():
+                hub.add_model(repo, folder, SHAS[repo])
+            for name, (args, repos) in commands.items():
+                rows += _both_ways(hub, work, name, args, repos, served)
+    shutil.rmtree(work / "out", ignore_errors=True)
     return rows
 
 
+def _both_ways(
+    hub: FakeHub, work: Path, name: str, args: list[str], repos: list[str], served: list[str]
+) -> list[Row]:
+    """One command by ranges, then by snapshot_download and the local command."""
+    out, link = work / "out", hub.link if hub.link.cdn else None
+    shutil.rmtree(out, ignore_errors=True)
+    env, mark = _env(hub, work / "hf-ranges"), _mark(hub)
+    ranges = Row(name, "ranges", 0, 0, _surgery(args, env, served), link)
+    ranges.sent, ranges.requests = _traffic(hub, mark)
+
+    shutil.rmtree(out, ignore_errors=True)
+    env, mark = _env(hub, work / "hf-download"), _mark(hub)
+    fetch = measure([sys.executable, "-c", DOWNLOAD, *repos], env=env, inputs=served)
+    snapshots = work / "local.yml"
+    local = [_local(work, a, repos, snapshots) for a in args]
+    command = _surgery(local, env, [])
+    both = Measurement(
+        fetch.seconds + command.seconds,
+        max(fetch.peak_anon, command.peak_anon),
+        fetch.returncode or command.returncode,
+    )
+    download = Row(name, "snapshot_download + local", *_traffic(hub, mark), both, link)
+    return [ranges, download]
+
+
+def _local(work: Path, arg: str, repos: list[str], config: Path) -> str:
+    """`arg` with Hub ids as their downloaded snapshots (in a merge config, too)."""
+    cache = work / "hf-download" / "hub"
+
+    def snapshot(repo: str) -> str:
+        return str(cache / f"models--{repo.replace('/', '--')}" / "snapshots" / SHAS[repo])
+
+    if arg.endswith(".yml"):
+        text = Path(arg).read_text()
+        for repo in SHAS:
+            text = text.replace(repo, snapshot(repo))
+        config.write_text(text)
+        return str(config)
+    return snapshot(arg) if arg in repos else arg
+
+
 def report(rows: list[Row]) -> str:
-    """A Markdown table, with each download row's ratio to the ranges row above it."""
+    """A Markdown table, with each download row's ratio to the ranges row above it and, on a
+    link, each time against the floor (the fewer bytes of the two ways at the link's bandwidth)."""
     lines = [
-        "| command | how | MB sent | requests | wall s | peak RssAnon MB | bytes vs ranges "
-        "| time vs ranges |",
-        "|---|---|---|---|---|---|---|---|",
+        "| link | command | how | MB sent | requests | wall s | floor s | vs floor "
+        "| peak RssAnon MB | time vs ranges |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    ranges: Row | None = None
-    for row in rows:
-        ranges = row if row.how == "ranges" else ranges
-        assert ranges is not None
-        lines.append(
-            f"| {row.command} | {row.how} | {row.sent / 1e6:.3f} | {row.requests} | "
-            f"{row.run.seconds:.2f} | {row.run.peak_anon / 1e6:.0f} | "
-            f"{row.sent / max(1, ranges.sent):.1f}x | {row.run.seconds / ranges.run.seconds:.2f}x |"
+    for ranges, download in zip(rows[::2], rows[1::2], strict=True):
+        link = ranges.link
+        where = (
+            "loopback"
+            if link is None
+            else f"{link.latency * 1e3:.0f} ms, {link.bandwidth / 1e6:.0f} MB/s"
         )
+        floor = None
+        if link is not None and link.bandwidth:
+            floor = min(ranges.sent, download.sent) / link.bandwidth
+        for row in (ranges, download):
+            versus = "" if not floor else f"{row.run.seconds / floor:.2f}x"
+            lines.append(
+                f"| {where} | {row.command} | {row.how} | {row.sent / 1e6:.3f} | {row.requests} | "
+                f"{row.run.seconds:.2f} | {'' if floor is None else f'{floor:.2f}'} | {versus} | "
+                f"{row.run.peak_anon / 1e6:.0f} | {row.run.seconds / ranges.run.seconds:.2f}x |"
+            )
     return "\n".join(lines)
 
 
 def main() -> None:
-    args = size_arguments(__doc__, "bench/out-ranges")
-    print(report(run(args.work, args.layers, args.hidden)))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, action="append", default=[], help="seconds")
+    parser.add_argument("--bandwidth", type=float, action="append", default=[], help="MB/s")
+    args = size_arguments(__doc__, "bench/out-ranges", parser)
+    if len(args.latency) != len(args.bandwidth):
+        raise SystemExit("give as many --latency as --bandwidth (one link each)")
+    links = [
+        Link(latency=t, bandwidth=b * 1e6)
+        for t, b in zip(args.latency, args.bandwidth, strict=True)
+    ]
+    print(report(run(args.work, args.layers, args.hidden, links or [None])))
 
 
 if __name__ == "__main__":

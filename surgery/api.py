@@ -23,7 +23,7 @@ from surgery.engine.output_dir import check_output
 from surgery.engine.plan import Plan
 from surgery.engine.progress import notice
 from surgery.engine.reader import CARD_NAME, MERGEKIT_CONFIG_NAME, TRAIN_RECORD, Checkpoint
-from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
+from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute, rereads_remote
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_input
 from surgery.mergekit_config import read_config, render_config
@@ -203,4 +203,8 @@ def merge(
     spec = read_config(config, seed=seed)
     # Companion files of every model: the planner picks which one the output copies them from.
     plan = plan_merge(spec, [open_input(m, ranges=not download) for m in spec.models])
+    if not download and rereads_remote(plan):
+        # Ranges would fetch those tensors once per pass; a download fetches them once.
+        notice("note", "merge: reduction passes read inputs twice; downloading Hub inputs")
+        plan = plan_merge(spec, [open_input(m) for m in spec.models])
     return write_plan(plan, out, **write_options)

@@ -19,11 +19,15 @@ from surgery.engine.reader import INDEX_NAME, open_checkpoint
 from surgery.hub.range_source import HEAD_PROBE
 from tests.support import tiny_models
 from tests.support.checks import assert_valid_output, text_layer
-from tests.support.hub_server import FakeHub
+from tests.support.hub_server import FakeHub, Link
 
 ROOT = Path(__file__).parents[1]
 SHA_BASE, SHA_TRAINED = "a" * 40, "b" * 40
 LAYERS = 12
+# The realistic Hub: a round trip per request, a shared link, shards from a CDN host.
+LINK = Link(latency=0.003, bandwidth=500e6)
+# Correctness tests run on both the plain loopback Hub and the realistic one.
+BOTH_HUBS = pytest.mark.parametrize("hub", ["plain", "link"], indirect=True)
 
 
 def surgery(*args: object, env: dict) -> subprocess.CompletedProcess:
@@ -63,8 +67,9 @@ def pair(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def hub(pair):
-    with FakeHub() as hub:
+def hub(pair, request):
+    link = LINK if getattr(request, "param", "plain") == "link" else None
+    with FakeHub(link) as hub:
         hub.add_model("acme/base", pair["base"], SHA_BASE)
         hub.add_model("acme/trained", pair["trained"], SHA_TRAINED)
         yield hub
@@ -76,6 +81,15 @@ def hub_env(hub: FakeHub, home: Path) -> dict[str, str]:
 
 def shard_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("*.safetensors"))
+
+
+def shard_gets(hub: FakeHub) -> list[str]:
+    """GETs of shard bytes: `resolve` URLs of the plain Hub, signed URLs on the CDN host."""
+    return [
+        p
+        for m, p in hub.state.requests
+        if m == "GET" and (p.endswith(".safetensors") or p.startswith("/objects/"))
+    ]
 
 
 def shard_bytes(folder: Path) -> int:
@@ -136,6 +150,7 @@ def test_inspect_reads_headers_only(hub, pair, tmp_path):
     assert fetched == {"config.json", INDEX_NAME, *shard_files(pair["base"])}
 
 
+@BOTH_HUBS
 def test_half_layer_revert_reads_what_it_needs(hub, pair, tmp_path):
     env = hub_env(hub, tmp_path / "hf")
     out = tmp_path / "ranges" / "out"  # same name: same model card title
@@ -143,6 +158,8 @@ def test_half_layer_revert_reads_what_it_needs(hub, pair, tmp_path):
     assert result.returncode == 0, result.stderr
     assert_valid_output(out)
     names = open_checkpoint(pair["base"]).tensors
+    # Adjacent tensors coalesce: far fewer shard requests than tensors read (one each).
+    assert 0 < 4 * len(shard_gets(hub)) < len(names)
     reverted = lambda name: text_layer(name, names) in range(6)  # noqa: E731
     for repo, folder, keep in [
         ("acme/base", pair["base"], reverted),
@@ -207,6 +224,7 @@ def first_shard(folder: Path) -> str:
     return shard_files(folder)[0]
 
 
+@BOTH_HUBS
 def test_dropped_connection_is_resumed(hub, pair, tmp_path):
     env = hub_env(hub, tmp_path / "hf")
     shard = first_shard(pair["base"])
@@ -237,6 +255,7 @@ def ranged_and_downloaded(hub: FakeHub, tmp_path: Path, command: list[str]) -> N
     same_files(*outs)
 
 
+@BOTH_HUBS
 def test_blends_by_ranges_match_downloads(hub, pair, tmp_path):
     # A drop in the middle of a blended tensor's blocks, too.
     hub.drop_next("acme/trained", first_shard(pair["trained"]), after=300_000)
@@ -245,10 +264,12 @@ def test_blends_by_ranges_match_downloads(hub, pair, tmp_path):
     assert hub.state.drops == {}
 
 
+@BOTH_HUBS
 def test_soup_by_ranges_matches_download(hub, tmp_path):
     ranged_and_downloaded(hub, tmp_path, ["soup", "--weights", "2,1", "acme/trained", "acme/base"])
 
 
+@BOTH_HUBS
 def test_drift_by_ranges_matches_local(hub, pair, tmp_path):
     from surgery.diagnostics.drift import drift, format_drift
 
@@ -319,19 +340,33 @@ def test_streamed_values_slice_like_the_tensor(monkeypatch):
     assert max(source.reads) <= 7000 * 2  # bounded by the block or the slice asked for
 
 
+@BOTH_HUBS
 @pytest.mark.parametrize(
-    "body",
+    ("body", "by"),
     [
-        "merge_method: slerp\nbase_model: {b}\nmodels: [{{model: {b}}}, {{model: {t}}}]\n"
-        "parameters: {{t: 0.3}}\n",
-        "merge_method: dare_linear\nbase_model: {b}\n"
-        "models: [{{model: {t}, parameters: {{weight: 1.0, density: 0.5}}}}]\n",
+        # Reduction passes read every input twice: the Hub inputs are downloaded instead.
+        (
+            "merge_method: slerp\nbase_model: {b}\nmodels: [{{model: {b}}}, {{model: {t}}}]\n"
+            "parameters: {{t: 0.3}}\n",
+            "download",
+        ),
+        (
+            "merge_method: dare_linear\nbase_model: {b}\n"
+            "models: [{{model: {t}, parameters: {{weight: 1.0, density: 0.5}}}}]\n",
+            "download",
+        ),
+        (
+            "merge_method: task_arithmetic\nbase_model: {b}\n"
+            "models: [{{model: {t}, parameters: {{weight: 0.5}}}}]\n",
+            "ranges",
+        ),
     ],
+    ids=["slerp", "dare_linear", "task_arithmetic"],
 )
-def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body):
+def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body, by):
     # Merge kernels read Hub inputs block by block (reductions, then the map in segments):
     # the weights equal those of the same merge of local folders.
-    outs = []
+    outs, notes = [], []
     for name, base, trained in (
         ("ranges", "acme/base", "acme/trained"),
         ("local", pair["base"], pair["trained"]),
@@ -342,8 +377,60 @@ def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body):
         result = surgery("merge", config, out, "-q", env=hub_env(hub, tmp_path / "hf"))
         assert result.returncode == 0, result.stderr
         outs.append(assert_valid_output(out))
+        notes.append(result.stderr.strip())
     ranged, local = outs
-    assert not list((tmp_path / "hf").rglob("*.safetensors"))  # read in place, not downloaded
+    downloaded = list((tmp_path / "hf").rglob("*.safetensors"))
+    if by == "ranges":
+        assert not downloaded and notes == ["", ""]  # read in place, not downloaded
+    else:
+        assert downloaded
+        note = "note: merge: reduction passes read inputs twice; downloading Hub inputs"
+        assert notes[0].splitlines()[0] == note and notes[1] == ""  # (then the download's bars)
     assert served_shard_bytes(hub, "acme/trained") > 0
     assert ranged.keys() == local.keys()
     assert all(torch.equal(ranged[k].view(torch.uint8), local[k].view(torch.uint8)) for k in local)
+
+
+def authorized(requests: list[tuple[str, str, dict[str, str]]]) -> list[str]:
+    return [path for _, path, headers in requests if "authorization" in headers]
+
+
+@pytest.mark.parametrize("hub", ["link"], indirect=True)
+def test_the_token_never_reaches_the_cdn(hub, pair, tmp_path):
+    env = {**hub_env(hub, tmp_path / "hf"), "HF_TOKEN": "hf_secret_token"}
+    command = ["revert", "--layers", "0:6", "-q", "acme/base", "acme/trained"]
+    for flags in ([], ["--download"]):
+        result = surgery(*command, *flags, tmp_path / f"run{len(flags)}" / "out", env=env)
+        assert result.returncode == 0, result.stderr
+    cdn = hub.received("cdn")
+    assert {p.split("?")[0] for _, p, _ in cdn} == {
+        f"/objects/{etag}" for etag in hub.state.objects
+    }  # every shard byte came from the CDN host ...
+    assert authorized(hub.received("hub"))  # ... the Hub got the token ...
+    assert authorized(cdn) == []  # ... and the CDN never did
+    # The CDN location is resolved once per file (one HEAD per shard of each run) and reused:
+    # no GET of a shard's `resolve` URL (a download, too, fetches from the location).
+    shards = len(shard_files(pair["base"])) + len(shard_files(pair["trained"]))
+    for method, count in (("HEAD", 2 * shards), ("GET", 0)):
+        asked = [p for m, p, _ in hub.received("hub") if m == method and p.endswith("tensors")]
+        assert len(asked) == count, method
+    same_files(tmp_path / "run0" / "out", tmp_path / "run1" / "out")
+
+
+@pytest.mark.parametrize("hub", ["link"], indirect=True)
+def test_an_expired_signed_url_is_resolved_again(hub, pair, tmp_path):
+    env = hub_env(hub, tmp_path / "hf")
+    hub.expire_urls(after=8)  # mid-run: every signed URL given so far stops working
+    hub.throttle("cdn", 2, retry_after=0)  # and two 429s, waited out
+    out = tmp_path / "ranges" / "out"
+    result = surgery("revert", "--layers", "0:6", "-q", "acme/base", "acme/trained", out, env=env)
+    assert result.returncode == 0, result.stderr
+    heads = [p for m, p, _ in hub.received("hub") if m == "HEAD" and p.endswith(".safetensors")]
+    shards = len(shard_files(pair["base"])) + len(shard_files(pair["trained"]))
+    assert shards < len(heads) <= 2 * shards  # the refused files were resolved again, once
+    assert hub.state.throttled["cdn"][0] == 0
+    downloaded = tmp_path / "download" / "out"
+    args = ["revert", "--download", "--layers", "0:6", "-q", "acme/base", "acme/trained"]
+    result = surgery(*args, downloaded, env=hub_env(hub, tmp_path / "hf-download"))
+    assert result.returncode == 0, result.stderr
+    same_files(out, downloaded)

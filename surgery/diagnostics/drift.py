@@ -115,6 +115,7 @@ def drift(
     pairs = [(base.tensors[n], t) for n, t in trained.tensors.items() if t.is_float and t.numel]
     bar = byte_progress(sum(t.nbytes for _, t in pairs), "drift", quiet)
     with SourcePool(openers([base, trained])) as pool, bar:
+        pool.expect(pairs)  # each pair is read side by side, chunk by chunk
         for b, t in pairs:
             sums = tensor_sums(b, t, pool)
             kind = module_kind(t.name)

@@ -14,11 +14,12 @@ import contextlib
 import mmap
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from surgery.core.errors import CheckpointError
+from surgery.engine.readahead import Extent, ReadAhead, ReadAheadSource, plan_spans
 
 
 class ByteSource(Protocol):
@@ -88,10 +89,30 @@ class SourcePool:
     def __init__(self, openers: Mapping[Path, Opener] | None = None) -> None:
         self._openers = dict(openers or {})
         self._open: dict[Path, ByteSource] = {}
+        self._ahead: ReadAhead | None = None
+        self._wrapped: dict[Path, ByteSource] = {}  # remote files read through `_ahead`
         self._lock = threading.Lock()  # writer threads share the pool
+
+    def expect(self, groups: Iterable[Sequence[Extent]]) -> None:
+        """Announce the tensors the command reads, in order, as groups read side by side, so
+        that files not on disk are fetched ahead, several requests at once
+        (`surgery.engine.readahead`). Local files need none of it: the page cache reads
+        ahead. Call it before the first `get`."""
+        spans = plan_spans(groups, lambda path: path in self._openers)
+        if spans:
+            self._ahead = ReadAhead(spans, self._source)
 
     def get(self, path: Path) -> ByteSource:
         """The open source for `path`, opening it on first use."""
+        source = self._source(path)
+        if self._ahead is None or path not in self._openers:
+            return source
+        with self._lock:
+            if path not in self._wrapped:
+                self._wrapped[path] = ReadAheadSource(source, self._ahead, path)
+            return self._wrapped[path]
+
+    def _source(self, path: Path) -> ByteSource:
         with self._lock:
             if path not in self._open:
                 opener = self._openers.get(path)
@@ -102,6 +123,10 @@ class SourcePool:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
         for source in self._open.values():
             source.close()
         self._open.clear()
+        self._wrapped.clear()

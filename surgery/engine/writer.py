@@ -155,6 +155,40 @@ def _parts(tensor: OutputTensor) -> list[range | None]:
     return [range(s, min(s + SEGMENT_ELEMENTS, numel)) for s in range(0, numel, SEGMENT_ELEMENTS)]
 
 
+def read_order(shards: Sequence[Sequence[OutputTensor]]) -> list[tuple[TensorInfo, ...]]:
+    """The input tensors writing `shards` reads first, as groups read side by side, in the
+    order the shard writer starts its jobs: per shard, the reduction passes of segmented
+    kernels, then every other tensor. A kernel's inputs are announced once, for its first pass:
+    how many more passes it makes depends on its method, and a read not announced is only
+    slower, while an announced read that never comes would hold the window."""
+    reads: list[tuple[TensorInfo, ...]] = []
+    for tensors in shards:
+        early = [t for t in tensors if _parts(t) != [None] and _reduces(t.kernel)]
+        reads += [t.kernel.inputs for t in early]
+        for tensor in tensors:
+            if tensor.kernel is None:
+                reads.append(tuple(s.tensor for s in tensor.sources))
+            elif all(tensor is not t for t in early):
+                reads.append(tensor.kernel.inputs)
+    return reads
+
+
+def rereads_remote(plan: Plan) -> bool:
+    """Whether writing `plan` reads bytes of a file not on disk more than once: a merge
+    kernel's reduction passes over a Hub input read by ranges (a download reads them once)."""
+    remote = {path for checkpoint in plan.inputs for path in checkpoint.openers}
+    return any(
+        _reduces(t.kernel) and any(i.file in remote for i in t.kernel.inputs)
+        for t in plan.tensors
+        if t.kernel is not None
+    )
+
+
+def _reduces(kernel: object) -> bool:
+    """Whether a merge kernel reads its inputs in reduction passes before its map pass."""
+    return bool(getattr(kernel, "reduces", False))
+
+
 def _needs_torch(tensor: OutputTensor) -> bool:
     """Whether writing `tensor` takes torch: a float8 blend, or values held in memory."""
     if tensor.values is not None:
@@ -574,6 +608,7 @@ def execute(
                 bar,
                 _single_threaded_torch(plan) as workers,
             ):
+                pool.expect(read_order([ordered for _, ordered in headers]))
                 writer = _ShardWriter(pool, bar, workers)
                 try:
                     for name, (header, ordered) in zip(names, headers, strict=True):

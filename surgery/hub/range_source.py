@@ -8,6 +8,13 @@ length prefix and the JSON header usually cost one request. A connection that dr
 resumed from the byte where it stopped. Every response must describe the same file as the HEAD
 request that opened it (size, ETag, commit): a repository that changes mid-run is an error, never
 a mixed output.
+
+The Hub answers a shard's `resolve` URL with a redirect to a signed URL on its CDN (LFS or Xet
+storage), with the file's size, ETag and commit on the redirect itself. That location is taken
+from the HEAD request and reused by every range request of the file, so a read costs one round
+trip, not two; when the CDN refuses it (expired, 401/403/410), the `resolve` URL is asked again
+and the new location checked against the same size, ETag and commit. Requests to any host but
+the Hub's carry no Authorization header: the signed URL is the credential there.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from surgery.core.errors import CheckpointError
 
@@ -26,11 +35,23 @@ HEAD_PROBE = 64 * 2**10
 RETRIES = 5
 RETRY_WAIT = 0.5
 _RETRY_STATUS = {429, 500, 502, 503, 504}
+# What a CDN answers a signed URL it no longer honours (expired, revoked): resolve it again.
+_REFUSED_STATUS = {401, 403, 410}
+# The longest Retry-After obeyed (seconds); a longer one waits this long, then tries again.
+MAX_RETRY_AFTER = 30.0
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 
 
 class _Retry(Exception):
     """A response that ended early or a status worth retrying."""
+
+    def __init__(self, message: str, wait: float | None = None) -> None:
+        super().__init__(message)
+        self.wait = wait  # the server's Retry-After, seconds
+
+
+class _Refused(Exception):
+    """The CDN refused a signed URL (expired): the file's location is resolved again."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +63,30 @@ class RemoteFile:
     size: int
     etag: str | None
     commit: str
+
+
+def origin(url: str) -> tuple[str, str]:
+    """(scheme, host:port) of `url`: requests carry the Hub token only to the Hub's origin."""
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc
+
+
+class Location:
+    """Where a file's bytes are fetched from: the signed CDN URL its `resolve` URL redirected
+    to (or that URL itself when the Hub serves the file), shared by every source of the file
+    and renewed, once for all of them, when the CDN refuses it."""
+
+    def __init__(self, url: str, resolve: Callable[[], str]) -> None:
+        self.url = url
+        self._resolve = resolve  # asks the Hub again; raises if the file is not the same
+        self._lock = threading.Lock()
+
+    def renew(self, stale: str) -> str:
+        """A fresh location in place of `stale` (unless another reader renewed it already)."""
+        with self._lock:
+            if self.url == stale:
+                self.url = self._resolve()
+            return self.url
 
 
 class HeadBytes:
@@ -64,16 +109,23 @@ class HubRangeFile:
     Thread-safe: writer threads share one per file; each read is its own request.
     """
 
-    def __init__(self, remote: RemoteFile, head: HeadBytes | None = None) -> None:
+    def __init__(
+        self, remote: RemoteFile, head: HeadBytes | None = None, location: Location | None = None
+    ) -> None:
         from huggingface_hub import constants
         from huggingface_hub.utils import build_hf_headers, get_session
 
         self.remote = remote
         self.size = remote.size
         self._session = get_session()
-        self._headers = {**build_hf_headers(), "Accept-Encoding": "identity"}
+        self._hub_headers = {**build_hf_headers(), "Accept-Encoding": "identity"}
+        # Off the Hub only what any client sends: never the token (Authorization).
+        self._cdn_headers = {
+            k: v for k, v in self._hub_headers.items() if k.lower() != "authorization"
+        }
         self._timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
         self._head = head if head is not None else HeadBytes()
+        self._location = location or Location(remote.url, lambda: remote.url)
 
     def view(self, offset: int, nbytes: int) -> memoryview:
         """The bytes, copied into private memory (meant for small reads; tensors are sliced
@@ -120,12 +172,17 @@ class HubRangeFile:
         done, failures = 0, 0
         while done < len(buffer):
             start, end = offset + done, offset + len(buffer) - 1  # `end` inclusive, as in Range
-            headers = {**self._headers, "Range": f"bytes={start}-{end}"}
+            url = self._location.url
+            on_hub = origin(url) == origin(self.remote.url)
+            headers = {
+                **(self._hub_headers if on_hub else self._cdn_headers),
+                "Range": f"bytes={start}-{end}",
+            }
             try:
                 with self._session.stream(
-                    "GET", self.remote.url, headers=headers, timeout=self._timeout
+                    "GET", url, headers=headers, timeout=self._timeout
                 ) as response:
-                    self._check(response, start, end)
+                    self._check(response, start, end, on_hub)
                     for piece in response.iter_raw():
                         take = min(len(piece), len(buffer) - done)
                         buffer[done : done + take] = piece[:take]
@@ -133,30 +190,43 @@ class HubRangeFile:
                         failures = 0  # progress: a later drop starts a fresh count
                 if done < len(buffer):
                     raise _Retry("the response ended early")
+            except _Refused as error:
+                failures += 1
+                self._give_up(failures, start, end, error)
+                self._location.renew(url)  # at once: a fresh signed URL needs no waiting
             except (httpx.TransportError, _Retry) as error:
                 failures += 1
-                if failures > RETRIES:
-                    raise CheckpointError(
-                        f"{self.remote.label}: reading bytes {start}-{end} from the Hub failed "
-                        f"{failures} times in a row ({type(error).__name__}: {error})"
-                    ) from None
-                time.sleep(min(8.0, RETRY_WAIT * 2 ** (failures - 1)))
+                self._give_up(failures, start, end, error)
+                wait = min(8.0, RETRY_WAIT * 2 ** (failures - 1))
+                if isinstance(error, _Retry) and error.wait is not None:
+                    wait = min(MAX_RETRY_AFTER, max(wait, error.wait))
+                time.sleep(wait)
 
-    def _check(self, response, start: int, end: int) -> None:
+    def _give_up(self, failures: int, start: int, end: int, error: Exception) -> None:
+        if failures > RETRIES:
+            raise CheckpointError(
+                f"{self.remote.label}: reading bytes {start}-{end} from the Hub failed "
+                f"{failures} times in a row ({type(error).__name__}: {error})"
+            ) from None
+
+    def _check(self, response, start: int, end: int, on_hub: bool) -> None:
         """The response must be the asked range of the very file the HEAD request described."""
         status = response.status_code
         if status in _RETRY_STATUS:
-            raise _Retry(f"HTTP {status}")
+            raise _Retry(f"HTTP {status}", _retry_after(response.headers.get("Retry-After")))
+        if not on_hub and status in _REFUSED_STATUS:
+            raise _Refused(f"HTTP {status} from {origin(str(response.url))[1]}")
         if status in (404, 416):
             self._changed(f"HTTP {status} for bytes {start}-{end}")
         if status >= 400:
             raise CheckpointError(f"{self.remote.label}: the Hub answered HTTP {status}")
         # The Hub's own answer (the last one naming a commit, before any redirect to a CDN)
-        # carries the file's ETag and commit.
+        # carries the file's ETag and commit. A CDN's answer to the signed URL names neither
+        # (its ETag is its storage's): that URL is the content the Hub described when it gave it.
         answers = [*response.history, response]
         hub = next(
             (r.headers for r in reversed(answers) if "X-Repo-Commit" in r.headers),
-            response.headers,
+            response.headers if on_hub else {},
         )
         etag = normalize_etag(hub.get("X-Linked-Etag") or hub.get("ETag"))
         if self.remote.etag and etag and etag != self.remote.etag:
@@ -183,7 +253,20 @@ class HubRangeFile:
             self._changed(f"size {self.size} became {match[3]}")
 
     def _changed(self, what: str) -> None:
-        raise CheckpointError(
-            f"{self.remote.label} changed on the Hub while it was being read ({what}); "
-            "nothing was written, run the command again"
-        )
+        raise file_changed(self.remote, what)
+
+
+def file_changed(remote: RemoteFile, what: str) -> CheckpointError:
+    """The error for a file whose Hub answers stopped describing the same content."""
+    return CheckpointError(
+        f"{remote.label} changed on the Hub while it was being read ({what}); "
+        "nothing was written, run the command again"
+    )
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header given in seconds (an HTTP date is ignored)."""
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None

@@ -18,7 +18,14 @@ from pathlib import Path
 from surgery.core.errors import CheckpointError
 from surgery.engine.reader import INDEX_NAME, Checkpoint, HubRef, open_checkpoint
 from surgery.hub.errors import hub_errors
-from surgery.hub.range_source import HeadBytes, HubRangeFile, RemoteFile
+from surgery.hub.range_source import (
+    HeadBytes,
+    HubRangeFile,
+    Location,
+    RemoteFile,
+    file_changed,
+    normalize_etag,
+)
 from surgery.hub.timeouts import bound_requests
 
 # HEAD requests sent at once when a checkpoint is opened (one per shard not in the cache).
@@ -27,23 +34,24 @@ _PARALLEL_HEADS = 8
 
 class RemoteShard:
     """Opens one Hub shard by ranges; its HEAD request is sent once, on first use, and every
-    source opened afterwards checks its responses against that one answer."""
+    source opened afterwards checks its responses against that one answer and fetches from the
+    location it redirected to (resolved again only when the CDN refuses it)."""
 
     def __init__(self, spec: str, repo_id: str, filename: str, commit: str) -> None:
         self.spec, self.repo_id, self.filename, self.commit = spec, repo_id, filename, commit
         self._remote: RemoteFile | None = None
+        self._location: Location | None = None
         self._head = HeadBytes()
         self._lock = threading.Lock()
 
     def remote(self) -> RemoteFile:
         """The file as its HEAD request describes it (size, ETag, commit)."""
-        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+        from huggingface_hub import hf_hub_url
 
         with self._lock:
             if self._remote is None:
                 url = hf_hub_url(self.repo_id, self.filename, revision=self.commit)
-                with hub_errors(self.spec, self.commit):
-                    meta = get_hf_file_metadata(url, retry_on_errors=True)
+                meta = self._metadata(url)
                 label = f"{self.repo_id}@{self.commit[:12]}/{self.filename}"
                 if meta.size is None or (meta.commit_hash and meta.commit_hash != self.commit):
                     raise CheckpointError(
@@ -51,10 +59,28 @@ class RemoteShard:
                         f"{meta.size}; it cannot be read by ranges, pass --download"
                     )
                 self._remote = RemoteFile(label, url, meta.size, meta.etag, self.commit)
+                self._location = Location(meta.location or url, self._relocate)
             return self._remote
 
+    def _metadata(self, url: str):
+        from huggingface_hub import get_hf_file_metadata
+
+        with hub_errors(self.spec, self.commit):
+            return get_hf_file_metadata(url, retry_on_errors=True)
+
+    def _relocate(self) -> str:
+        """Ask the Hub again where the file is (its signed URL expired): the answer must
+        describe the same file."""
+        remote = self.remote()
+        meta = self._metadata(remote.url)
+        seen = (meta.size, normalize_etag(meta.etag), meta.commit_hash or remote.commit)
+        if seen != (remote.size, normalize_etag(remote.etag), remote.commit):
+            raise file_changed(remote, f"size, ETag and commit became {seen}")
+        return meta.location or remote.url
+
     def __call__(self) -> HubRangeFile:
-        return HubRangeFile(self.remote(), self._head)
+        remote = self.remote()
+        return HubRangeFile(remote, self._head, self._location)
 
 
 def _small_file(name: str, companions: Sequence[str]) -> bool:

@@ -19,6 +19,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -55,7 +56,28 @@ class HubState:
         self.models: dict[str, ModelRepo] = {}  # repositories served for reading
         self.served: list[tuple[str, str, int, int]] = []  # (repo, file, start, stop) sent
         self.drops: dict[tuple[str, str], int] = {}  # (repo, file) -> bytes before a drop
+        # Every request either host received: (host "hub" or "cdn", method, path, headers).
+        self.received: list[tuple[str, str, str, dict[str, str]]] = []
+        self.throttled: dict[str, tuple[int, int]] = {}  # host -> (429s left, Retry-After)
+        self.objects: dict[str, tuple[str, str, Path]] = {}  # CDN object -> (repo, file, path)
+        self.expire_in: int | None = None  # CDN requests before every signed URL so far expires
+        self.expired_upto = 0  # signed URLs numbered up to this one are expired
+        self.signed = 0  # signed URLs given so far (each is numbered)
         self.lock = threading.Lock()
+
+    def record(self, host: str, method: str, path: str, headers) -> None:
+        """Note one request and the headers it carried."""
+        with self.lock:
+            self.received.append((host, method, path, {k.lower(): v for k, v in headers.items()}))
+
+    def throttle_now(self, host: str) -> int | None:
+        """The Retry-After of a 429 owed to the next request to `host`, if any."""
+        with self.lock:
+            left, retry_after = self.throttled.get(host, (0, 0))
+            if left == 0:
+                return None
+            self.throttled[host] = (left - 1, retry_after)
+            return retry_after
 
     def bytes_served(self, repo: str, file: str | None = None) -> int:
         """Body bytes sent from `repo` (one `file` of it, or all), resolve URLs only."""
@@ -80,9 +102,39 @@ _RESOLVE = re.compile(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)")
 _API_MODEL = re.compile(r"/api/models/([^/]+/[^/]+)(?:/(revision|tree)/([^/]+))?")
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 _BLOCK = 2**20  # bytes per write when sending a file
+_CDN_OBJECT = re.compile(r"/objects/([0-9a-f]{64})")
 
 
-def _handler(state: HubState):
+@dataclass
+class Link:
+    """How the fake Hub's network behaves: a round trip per request, one shared bandwidth cap,
+    shard bytes from a second host by signed URLs that expire."""
+
+    latency: float = 0.0  # seconds each request waits before its answer
+    bandwidth: float | None = None  # bytes per second, shared by every body of both hosts
+    cdn: bool = True  # redirect shard `resolve` requests to the CDN host
+    url_ttl: float = 3600.0  # seconds a signed CDN URL is valid
+
+    def __post_init__(self) -> None:
+        self._free_at = 0.0  # when the shared link has sent everything reserved so far
+        self._lock = threading.Lock()
+
+    def pace(self, nbytes: int) -> None:
+        """Wait until the shared link has carried `nbytes` more bytes (its share of the cap)."""
+        if not self.bandwidth:
+            return
+        with self._lock:
+            start = max(time.monotonic(), self._free_at)
+            self._free_at = start + nbytes / self.bandwidth
+            done = self._free_at
+        time.sleep(max(0.0, done - time.monotonic()))
+
+
+_PLAIN = Link(cdn=False)
+_PACE_BLOCK = 256 * 2**10  # bytes per paced write: concurrent bodies interleave on the link
+
+
+def _handler(state: HubState, link: Link, cdn_endpoint: str | None, host: str = "hub"):
     class Handler(BaseHTTPRequestHandler):
         # Keep-alive, as the Hub: a client reuses its connection across range requests. Without
         # TCP_NODELAY, headers and body sent apart would wait on delayed ACKs (~40 ms a request).
@@ -157,7 +209,7 @@ def _handler(state: HubState):
             name = unquote(name)
             if name not in repo.files:
                 return self._not_found("EntryNotFound", f"{name} does not exist")
-            if self.command == "GET":
+            if self.command == "GET" and host == "hub":
                 with state.lock:  # a scheduled change happens between two requests
                     if name in repo.changes:
                         left, new_path = repo.changes[name]
@@ -167,6 +219,49 @@ def _handler(state: HubState):
                         else:
                             repo.changes[name] = (left - 1, new_path)
             path = repo.files[name]
+            if host == "hub" and cdn_endpoint is not None and name.endswith(".safetensors"):
+                return self._redirect(repo_id, repo, name, path)
+            self._send_range(repo_id, name, path, hub_headers=(repo.etag(name), repo.sha))
+
+        def _redirect(self, repo_id: str, repo: ModelRepo, name: str, path: Path) -> None:
+            """302 to a signed URL of the content on the CDN host, with the Hub's headers."""
+            etag = repo.etag(name)
+            with state.lock:
+                state.objects[etag] = (repo_id, name, path)
+                state.signed += 1
+                number = state.signed
+            expires = time.time() + link.url_ttl
+            location = f"{cdn_endpoint}/objects/{etag}?Expires={expires:.3f}&Signature={number}"
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("X-Repo-Commit", repo.sha)
+            self.send_header("X-Linked-Etag", f'"{etag}"')
+            self.send_header("X-Linked-Size", str(path.stat().st_size))
+            self.send_header("ETag", f'"pointer-{etag[:16]}"')  # the LFS pointer's, not the file's
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def _cdn(self) -> None:
+            """A signed URL: the bytes with only the CDN's own headers, 403 once expired."""
+            url = urlsplit(self.path)
+            match = _CDN_OBJECT.fullmatch(url.path)
+            query = dict(part.split("=", 1) for part in url.query.split("&") if "=" in part)
+            if match is None or match[1] not in state.objects:
+                return self._reply(404, {"error": "NoSuchKey"})
+            with state.lock:
+                if state.expire_in is not None:
+                    state.expire_in -= 1
+                    if state.expire_in < 0:
+                        state.expired_upto, state.expire_in = state.signed, None
+                revoked = int(query.get("Signature", 0)) <= state.expired_upto
+            if revoked or float(query.get("Expires", 0)) < time.time():
+                return self._reply(403, {"error": "Request has expired"})
+            repo_id, name, path = state.objects[match[1]]
+            self._send_range(repo_id, name, path, hub_headers=None)
+
+        def _send_range(self, repo_id: str, name: str, path: Path, hub_headers) -> None:
+            """The asked byte range of `path` (the whole file without Range); `hub_headers`
+            (ETag, commit) for an answer of the Hub itself, None for the CDN's."""
             size = path.stat().st_size
             start, stop, status = 0, size, 200
             match = _RANGE.fullmatch(self.headers.get("Range", ""))
@@ -183,8 +278,12 @@ def _handler(state: HubState):
             self.send_response(status)
             self.send_header("Content-Length", str(stop - start))
             self.send_header("Accept-Ranges", "bytes")
-            self.send_header("ETag", f'"{repo.etag(name)}"')
-            self.send_header("X-Repo-Commit", repo.sha)
+            if hub_headers is not None:
+                self.send_header("ETag", f'"{hub_headers[0]}"')
+                self.send_header("X-Repo-Commit", hub_headers[1])
+            else:  # the CDN's own ETag (of its storage), unrelated to the Hub's
+                self.send_header("ETag", f'"{hashlib.md5(str(path).encode()).hexdigest()}"')
+                self.send_header("Server", "fake-cdn")
             if status == 206:
                 self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
             self.end_headers()
@@ -202,8 +301,10 @@ def _handler(state: HubState):
             with open(path, "rb") as handle:
                 handle.seek(start)
                 position = start
+                block = _PACE_BLOCK if link.bandwidth else _BLOCK
                 while position < end:
-                    data = handle.read(min(_BLOCK, end - position))
+                    data = handle.read(min(block, end - position))
+                    link.pace(len(data))
                     self.wfile.write(data)
                     with state.lock:
                         state.served.append((repo_id, name, position, position + len(data)))
@@ -217,6 +318,10 @@ def _handler(state: HubState):
         def _route_read(self) -> None:
             path = urlsplit(self.path).path
             state.requests.append((self.command, self.path))
+            if self._delayed():
+                return
+            if host == "cdn":
+                return self._cdn()
             api = _API_MODEL.fullmatch(path)
             if api is not None and self.command == "GET":
                 return self._api(*api.groups())
@@ -224,6 +329,20 @@ def _handler(state: HubState):
             if resolve is not None:
                 return self._resolve(*resolve.groups())
             self._reply(404, {"error": "not found"})
+
+        def _delayed(self) -> bool:
+            """Record the request, wait its round trip; True when it was answered 429."""
+            state.record(host, self.command, self.path, self.headers)
+            if link.latency:
+                time.sleep(link.latency)
+            retry_after = state.throttle_now(host)
+            if retry_after is None:
+                return False
+            self.send_response(429)
+            self.send_header("Retry-After", str(retry_after))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
 
         def do_GET(self):
             self._route_read()
@@ -234,6 +353,8 @@ def _handler(state: HubState):
         def do_POST(self):
             state.requests.append(("POST", self.path))
             body = self._body()
+            if self._delayed():
+                return
             if self.path == "/api/repos/create":
                 request = json.loads(body)
                 repo = f"{request['organization']}/{request['name']}"
@@ -295,17 +416,44 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeHub:
-    """A running fake Hub: `endpoint` to put in HF_ENDPOINT, `state` to inspect afterwards."""
+    """A running fake Hub: `endpoint` to put in HF_ENDPOINT, `state` to inspect afterwards;
+    with a `link`, as the real Hub over a real link (see the module's docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, link: Link | None = None) -> None:
         self.state = HubState()
-        self.server = _Server(("127.0.0.1", 0), _handler(self.state))
+        self.link = link or _PLAIN
+        self.servers = []
+        self.cdn_endpoint: str | None = None
+        if self.link.cdn:
+            # Another host name (all of 127/8 is loopback on Linux): a different origin, as a
+            # CDN is, so clients treat it as another host.
+            cdn = _Server(("127.0.0.2", 0), _handler(self.state, self.link, None, "cdn"))
+            self.cdn_endpoint = f"http://127.0.0.2:{cdn.server_address[1]}"
+            self.servers.append(cdn)
+        handler = _handler(self.state, self.link, self.cdn_endpoint)
+        self.server = _Server(("127.0.0.1", 0), handler)
+        self.servers.append(self.server)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.threads = [
+            threading.Thread(target=server.serve_forever, daemon=True) for server in self.servers
+        ]
 
     def __enter__(self) -> FakeHub:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         return self
+
+    def received(self, host: str) -> list[tuple[str, str, dict[str, str]]]:
+        """(method, path, headers) of every request `host` ("hub" or "cdn") received."""
+        return [(m, p, h) for got, m, p, h in self.state.received if got == host]
+
+    def expire_urls(self, after: int) -> None:
+        """After the next `after` CDN requests, expire every signed URL given so far."""
+        self.state.expire_in = after
+
+    def throttle(self, host: str, count: int, retry_after: int = 1) -> None:
+        """Answer the next `count` requests to `host` ("hub" or "cdn") 429 with Retry-After."""
+        self.state.throttled[host] = (count, retry_after)
 
     def add_model(self, repo_id: str, folder: Path, sha: str) -> None:
         """Serve every file of `folder` as model repository `repo_id` at commit `sha`."""
@@ -322,8 +470,9 @@ class FakeHub:
         self.state.models[repo_id].changes[name] = (after, Path(new_path))
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
 
 
 class SilentHub:

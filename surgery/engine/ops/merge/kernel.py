@@ -67,6 +67,11 @@ class Kernel(ABC):
         """The reduction passes (norms, thresholds, rescaling factors); none by default."""
         return None
 
+    @property
+    def reduces(self) -> bool:
+        """Whether `prepare` reads the inputs (a pass over them before the map's)."""
+        return type(self).prepare is not Kernel.prepare
+
     @abstractmethod
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         """`out.put` every chunk of the result whose elements lie in `part`."""

@@ -103,6 +103,14 @@ class TaskArithmetic(Kernel):
         Breadcrumbs count boundary ties from the first chunk on, so they run whole."""
         return self.variant.sparsify not in ("magnitude", "magnitude_outliers")
 
+    @property
+    def reduces(self) -> bool:
+        """Whether a sparsifier passes over the deltas before the map (thresholds, rescaling):
+        only a method that sparsifies, at a density below 1."""
+        return self.variant.sparsify is not None and any(
+            float(self.job.per_input[i]["density"]) < 1 for i in self.others
+        )
+
     def prepare(self, inputs: Inputs) -> list[Sparsifier]:
         """Every sparsifier's reduction passes (thresholds, rescaling factors)."""
         sparsifiers = [self._sparsifier(inputs, p, i) for p, i in enumerate(self.others)]

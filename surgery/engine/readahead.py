@@ -1,0 +1,197 @@
+"""Read-ahead for sources that are not on disk (Hub files read by ranges): keep the link full.
+
+A command that knows what it will read (the writer, drift) announces it, in order, to its
+`SourcePool` as groups of tensors read side by side (a copy's one source, a blend's sources, a
+pair drift compares). The announced bytes are cut into spans of at most `SPAN_BYTES`, the
+spans of a group interleaved as the group is read, and spans that continue a recent one in the
+same file coalesced into it: adjacent small tensors (norms, biases) cost one request, not one
+each. Up to `DEPTH` spans are fetched or held at once, each by its own request on a worker
+thread, so several requests are in flight and memory stays bounded (`DEPTH * SPAN_BYTES`).
+A span is dropped once all its bytes were read and the next one starts; a read the window does
+not hold (another order than announced) is fetched directly, as without read-ahead: read-ahead
+changes how fast, never which bytes a read returns.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+# Bytes per request: large enough that a round trip is a small share of its transfer time at
+# the Hub's usual bandwidth, small enough that `DEPTH` of them are a bounded buffer.
+SPAN_BYTES = 8 * 2**20
+# Requests in flight (or fetched and waiting to be read) at once.
+DEPTH = 8
+# How far back a span may grow by the bytes that continue it.
+COALESCE_BACK = 4
+
+
+class Extent(Protocol):
+    """Where a tensor's bytes lie (a `TensorInfo` is one)."""
+
+    file: Path
+    start: int
+    nbytes: int
+
+
+class Readable(Protocol):
+    """What a span is fetched from (a `ByteSource` is one)."""
+
+    size: int
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        """Fill `buffer` with the bytes from `offset`."""
+
+
+@dataclass
+class _Span:
+    """Bytes [start, stop) of one file, fetched ahead of the reads that use them."""
+
+    file: Path
+    start: int
+    stop: int
+    future: Future | None = None
+    read: int = 0  # bytes handed out so far
+    data: bytearray = field(default_factory=bytearray, repr=False)
+
+
+def plan_spans(
+    groups: Iterable[Sequence[Extent]], remote: Callable[[Path], bool], span: int = SPAN_BYTES
+) -> list[_Span]:
+    """The spans to fetch for `groups`, in read order: each group's tensors (in files for which
+    `remote` is true) cut into pieces of `span` bytes, interleaved, then coalesced."""
+    spans: list[_Span] = []
+    for group in groups:
+        pieces = [
+            [
+                (t.file, start, min(start + span, t.start + t.nbytes))
+                for start in range(t.start, t.start + t.nbytes, span)
+            ]
+            for t in group
+            if t.nbytes and remote(t.file)
+        ]
+        for row in range(max(map(len, pieces), default=0)):
+            for piece in pieces:
+                if row < len(piece):
+                    _append(spans, *piece[row], span)
+    return spans
+
+
+def _append(spans: list[_Span], file: Path, start: int, stop: int, span: int) -> None:
+    """Add bytes [start, stop) of `file`, into a recent span of that file they continue (one of
+    the last `COALESCE_BACK`: a group's other files come in between, as drift's pairs do)."""
+    for last in reversed(spans[-COALESCE_BACK:]):
+        if last.file == file:
+            if last.stop == start and stop - last.start <= span:
+                last.stop = stop
+                return
+            break
+    spans.append(_Span(file, start, stop))
+
+
+class ReadAhead:
+    """Fetches announced spans ahead of the reads, `depth` requests at a time.
+
+    Args:
+        spans: what will be read, in order (`plan_spans`).
+        source: the source of a file (not wrapped: what the span's request reads from).
+        depth: spans fetched or held at once.
+    """
+
+    def __init__(
+        self, spans: list[_Span], source: Callable[[Path], Readable], depth: int = DEPTH
+    ) -> None:
+        self._spans = spans
+        self._source = source
+        self._depth = depth
+        self._next = 0  # the first span not started yet
+        self._held: list[_Span] = []  # started, not all read, in read order
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(depth, thread_name_prefix="read-ahead")
+        with self._lock:
+            self._fill()
+
+    def read_into(self, file: Path, offset: int, buffer: memoryview) -> int:
+        """Copy the bytes from `offset` of `file` the window holds into the start of `buffer`.
+
+        Returns:
+            How many bytes were copied (0 when the window does not hold those at `offset`).
+
+        Raises:
+            CheckpointError: the span's request failed (the source's own error).
+        """
+        done = 0
+        while done < len(buffer):
+            with self._lock:
+                span = next(
+                    (s for s in self._held if s.file == file and s.start <= offset + done < s.stop),
+                    None,
+                )
+                data = None if span is None else span.data  # kept even if the span is freed
+            if span is None:
+                break
+            span.future.result()  # waits for its request; re-raises its error
+            at = offset + done - span.start
+            take = min(len(buffer) - done, span.stop - span.start - at)
+            buffer[done : done + take] = data[at : at + take]
+            done += take
+            self._consumed(span, take)
+        return done
+
+    def close(self) -> None:
+        """Stop fetching: spans not started are cancelled, those in flight finish."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._held.clear()
+
+    def _consumed(self, span: _Span, nbytes: int) -> None:
+        with self._lock:
+            span.read += nbytes
+            if span.read >= span.stop - span.start and span in self._held:
+                self._held.remove(span)
+                span.data = bytearray()  # freed now, whoever still holds the span
+                self._fill()
+
+    def _fill(self) -> None:
+        """Start spans until `depth` are held (called with the lock held)."""
+        while len(self._held) < self._depth and self._next < len(self._spans):
+            span = self._spans[self._next]
+            self._next += 1
+            span.data = bytearray(span.stop - span.start)
+            span.future = self._pool.submit(self._fetch, span)
+            self._held.append(span)
+
+    def _fetch(self, span: _Span) -> None:
+        self._source(span.file).read_into(span.start, memoryview(span.data))
+
+
+class ReadAheadSource:
+    """A source whose reads are served from the window where it holds them, from the source
+    itself otherwise (a `ByteSource`, as the source it wraps)."""
+
+    def __init__(self, source: Readable, ahead: ReadAhead, file: Path) -> None:
+        self.source, self.ahead, self.file = source, ahead, file
+        self.size = source.size
+
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        """The bytes, copied into private memory (as a remote source's `view`)."""
+        buffer = memoryview(bytearray(nbytes))
+        self.read_into(offset, buffer)
+        return buffer
+
+    def read_into(self, offset: int, buffer: memoryview) -> None:
+        """Fill `buffer` from `offset`: the window's bytes first, then the source's."""
+        done = 0
+        while done < len(buffer):
+            got = self.ahead.read_into(self.file, offset + done, buffer[done:])
+            if got == 0:
+                # Not held here: read directly up to where a held span might start again.
+                self.source.read_into(offset + done, buffer[done:])
+                return
+            done += got
+
+    def close(self) -> None:
+        """The wrapped source is closed by its pool."""
