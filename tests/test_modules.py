@@ -233,3 +233,36 @@ def test_localize_accepts_modules_and_records_them(families, tmp_path):
         assert same_bits(param.detach().to(reverted[name].dtype), reverted[name]), name
     with pytest.raises(LayerSpecError, match="matches no tensor"):
         run_localize(paths["base"], paths["trained"], task, blocks="1:3", modules="xyz", quiet=True)
+
+
+def test_sweep_with_modules_agrees_in_memory_and_written(families, tmp_path):
+    from surgery.diagnostics.sweep import run_sweep
+
+    paths = families("gemma3")
+    task = ["ppl:tests/data/eval/held_out.txt"]
+    common = dict(layers="1:3", modules="attn", tasks=task, quiet=True)
+    memory = run_sweep(
+        paths["base"],
+        paths["trained"],
+        tmp_path / "m",
+        [0.0, 0.5],
+        save=False,
+        in_memory=True,
+        **common,
+    )
+    written = run_sweep(
+        paths["base"],
+        paths["trained"],
+        tmp_path / "w",
+        [0.0, 0.5],
+        save=True,
+        in_memory=False,
+        **common,
+    )
+    assert memory == written
+    base, trained = load_state(paths["base"]), load_state(paths["trained"])
+    zero = load_state(tmp_path / "w" / "alpha-0.00")
+    for name, tensor in zero.items():
+        named = text_layer(name, zero) in (1, 2) and _group("gemma3", name, zero) == "attn"
+        assert same_bits(tensor, base[name] if named else trained[name]), name
+    assert json.loads((tmp_path / "w" / "sweep.json").read_text())["config"]["modules"] == "attn"
