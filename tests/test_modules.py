@@ -165,7 +165,8 @@ def test_freeze_with_modules_keeps_only_those_modules_bit_identical(families, tm
     moved = [n for n in before if n not in frozen]
     assert all(not same_bits(before[n], after[n]) for n in moved)
     record = json.loads((out / "surgery_train.json").read_text())
-    assert record["config"]["modules"] == "mlp"
+    recipe = json.loads((out / "surgery_recipe.json").read_text())
+    assert record["config"]["modules"] == recipe["config"]["modules"] == "mlp"
 
 
 def test_l2sp_with_modules_regularizes_only_those_modules(families, tmp_path, monkeypatch):
@@ -266,3 +267,19 @@ def test_sweep_with_modules_agrees_in_memory_and_written(families, tmp_path):
         named = text_layer(name, zero) in (1, 2) and _group("gemma3", name, zero) == "attn"
         assert same_bits(tensor, base[name] if named else trained[name]), name
     assert json.loads((tmp_path / "w" / "sweep.json").read_text())["config"]["modules"] == "attn"
+
+
+def test_the_dry_run_counts_what_modules_leave_trained_and_regularized(families, tmp_path):
+    from tests.support.tiny_models import build_model
+    from train.memory_plan import count_parameters
+
+    base = families("llama")["base"]
+    sizes = {n: p.numel() for n, p in build_model("llama").named_parameters()}
+
+    def mlp(layers):
+        return sum(v for n, v in sizes.items() if text_layer(n, sizes) in layers and ".mlp." in n)
+
+    config = tiny_config(base, tmp_path / "o", [], freeze="0", modules="mlp", l2sp="1:3=1,*=0")
+    counts = count_parameters(build_model("llama"), config)
+    assert counts.trained == counts.total - mlp({0})  # layer 0's attention and norms still train
+    assert counts.regularized == mlp({1, 2})  # lambda 1 on those MLPs only, 0 elsewhere
