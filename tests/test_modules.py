@@ -283,3 +283,20 @@ def test_the_dry_run_counts_what_modules_leave_trained_and_regularized(families,
     counts = count_parameters(build_model("llama"), config)
     assert counts.trained == counts.total - mlp({0})  # layer 0's attention and norms still train
     assert counts.regularized == mlp({1, 2})  # lambda 1 on those MLPs only, 0 elsewhere
+
+
+def test_mergekit_filters_are_left_out_when_a_substring_would_catch_more():
+    from surgery.core.layers import find_stacks
+    from surgery.engine.ops.merge.equivalent import _module_filters
+
+    names = [
+        "model.layers.0.mlp.up.weight",
+        "model.layers.0.mlp.up.weight_scale",  # contains the first name, not matched by `up\.w.*t$`
+        "model.layers.0.self_attn.q.weight",
+    ]
+    stack = find_stacks(names)[0]
+    groups = _module_filters(names, stack, [0], parse_module_filter("mlp"))
+    assert groups == {0: ["model.layers.0.mlp."]}
+    assert _module_filters(names, stack, [0], parse_module_filter(r"up\.weight$")) is None
+    exact = _module_filters(names, stack, [0], parse_module_filter("q"))
+    assert exact == {0: ["model.layers.0.self_attn.q.weight"]}
