@@ -291,7 +291,7 @@ def test_mergekit_filters_are_left_out_when_a_substring_would_catch_more():
 
     names = [
         "model.layers.0.mlp.up.weight",
-        "model.layers.0.mlp.up.weight_scale",  # contains the first name, not matched by `up\.w.*t$`
+        "model.layers.0.mlp.up.weight_scale",  # contains the first; `up\.weight$` leaves it out
         "model.layers.0.self_attn.q.weight",
     ]
     stack = find_stacks(names)[0]
