@@ -234,6 +234,14 @@ stack_option = click.option(
 )
 
 
+modules_option = click.option(
+    "--modules",
+    default=None,
+    help="Only these modules of the chosen layers: attn, mlp, attn,mlp, or a regex on names "
+    "inside a layer (q_proj|v_proj); norms between blocks are in neither group.",
+)
+
+
 extrapolate_option = click.option(
     "--extrapolate",
     is_flag=True,
@@ -254,11 +262,23 @@ base_trained_out = options(
     "--layers", required=True, help="Layers to take from BASE, e.g. 9:28, -6:, 0:9,28:34."
 )
 @stack_option
+@modules_option
 @write_options
 @download_option
 @base_trained_out
 def revert(
-    layers, stack, dtype, max_shard_size, force, push_to, quiet, download, base, trained, out
+    layers,
+    stack,
+    modules,
+    dtype,
+    max_shard_size,
+    force,
+    push_to,
+    quiet,
+    download,
+    base,
+    trained,
+    out,
 ):
     """Take LAYERS from BASE and everything else from TRAINED (byte copies).
 
@@ -267,12 +287,13 @@ def revert(
       surgery revert --layers 9:28 base trained out          # middle 19 of 34 layers
       surgery revert --layers -6: base trained out           # the last six layers
       surgery revert --layers 0:4 --stack vision base trained out
+      surgery revert --layers 9:28 --modules mlp base trained out  # only their MLPs
     """
     from surgery.api import revert as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
     kwargs["download"] = download
-    _done(run(base, trained, out, layers, stack=stack, **kwargs), quiet, push_to)
+    _done(run(base, trained, out, layers, stack=stack, modules=modules, **kwargs), quiet, push_to)
 
 
 @cli.command()
@@ -310,6 +331,7 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, download, expert
     "--layers", default=None, help="Blend only these layers; all other tensors from TRAINED."
 )
 @stack_option
+@modules_option
 @extrapolate_option
 @write_options
 @download_option
@@ -318,6 +340,7 @@ def interpolate(
     alpha,
     layers,
     stack,
+    modules,
     extrapolate,
     dtype,
     max_shard_size,
@@ -340,13 +363,22 @@ def interpolate(
       surgery interpolate --alpha 0.5 base trained out
       surgery interpolate --alpha 0.3 --layers 9:28 base trained out
       surgery interpolate --alpha 9:28=0.3,*=1.0 base trained out
+      surgery interpolate --alpha 9:28=0.3,*=1.0 --modules attn base trained out
     """
     from surgery.api import interpolate as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
     kwargs["download"] = download
     out = run(
-        base, trained, out, alpha, layers=layers, stack=stack, extrapolate=extrapolate, **kwargs
+        base,
+        trained,
+        out,
+        alpha,
+        layers=layers,
+        stack=stack,
+        modules=modules,
+        extrapolate=extrapolate,
+        **kwargs,
     )
     _done(out, quiet, push_to)
 
@@ -435,6 +467,7 @@ def verify(values, quiet, checkpoint):
 )
 @click.option("--layers", default=None, help="Blend only these layers; others from TRAINED.")
 @stack_option
+@modules_option
 @extrapolate_option
 @click.option("--no-save", is_flag=True, help="Do not keep a checkpoint per alpha (needs -t).")
 @click.option(
@@ -451,6 +484,7 @@ def sweep(
     grid,
     layers,
     stack,
+    modules,
     extrapolate,
     no_save,
     in_memory,
@@ -484,6 +518,7 @@ def sweep(
         parse_alpha_grid(grid),
         layers=layers,
         stack=stack,
+        modules=modules,
         tasks=list(tasks),
         save=not no_save,
         in_memory=in_memory,
@@ -556,6 +591,7 @@ def drift(stack, csv_path, plot, force, quiet, download, base, trained):
     help="Blend of each block toward TRAINED while scoring (0 = full revert), e.g. 0,0.5.",
 )
 @stack_option
+@modules_option
 @click.option(
     "--out-dir",
     default="localize",
@@ -569,7 +605,18 @@ def drift(stack, csv_path, plot, force, quiet, download, base, trained):
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
 def localize(
-    blocks, block_size, alphas, stack, out_dir, force, tasks, eval_options, quiet, base, trained
+    blocks,
+    block_size,
+    alphas,
+    stack,
+    modules,
+    out_dir,
+    force,
+    tasks,
+    eval_options,
+    quiet,
+    base,
+    trained,
 ):
     """Revert one block of layers at a time to BASE and score: which block carries each metric?
 
@@ -594,6 +641,7 @@ def localize(
         block_size=block_size,
         alphas=parse_alpha_grid(alphas),
         stack=stack,
+        modules=modules,
         quiet=quiet,
         eval_options=eval_options,
         out_dir=out_dir,

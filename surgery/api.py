@@ -125,6 +125,7 @@ def revert(
     layers: str,
     *,
     stack: str | None = None,
+    modules: str | None = None,
     dtype: str | None = None,
     download: bool = False,
     **write_options: object,
@@ -135,7 +136,7 @@ def revert(
     """
     base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
     warn_if_swapped(base_ckpt, trained_ckpt)
-    plan = plan_revert(base_ckpt, trained_ckpt, layers, stack=stack, dtype=dtype)
+    plan = plan_revert(base_ckpt, trained_ckpt, layers, stack=stack, modules=modules, dtype=dtype)
     return write_plan(plan, out, **write_options)
 
 
@@ -161,6 +162,7 @@ def interpolate(
     *,
     layers: str | None = None,
     stack: str | None = None,
+    modules: str | None = None,
     dtype: str | None = None,
     extrapolate: bool = False,
     download: bool = False,
@@ -177,6 +179,7 @@ def interpolate(
         stack=stack,
         dtype=dtype,
         extrapolate=extrapolate,
+        modules=modules,
     )
     return write_plan(plan, out, **write_options)
 

@@ -196,11 +196,14 @@ def _attach_strategies(
     (this rank's shards under FSDP)."""
     from train.drift import DriftMonitor
     from train.ema import EMA
+    from train.freezing import layer_map
     from train.regularizers import L2SP
     from train.sharding import any_sharded
 
     if plan.l2sp is not None:
-        trainer.l2sp = L2SP.from_model(model, plan.l2sp, layers, plan.config.l2sp_form)
+        # --modules narrows the ranges: a tensor it leaves out gets the `*` lambda.
+        narrowed = layer_map(layers, plan.num_layers, plan.modules) if plan.modules else layers
+        trainer.l2sp = L2SP.from_model(model, plan.l2sp, narrowed, plan.config.l2sp_form)
         held = _nbytes(t.reference for t in trainer.l2sp.terms)
         trainer.held_bytes["l2sp_reference"] = held
         logger.info("L2-SP: %d regularized tensors, reference %d bytes", len(trainer.l2sp), held)
@@ -230,7 +233,7 @@ def _prepare_model(plan: TrainPlan) -> tuple[PreTrainedModel, dict[str, int | No
     from train.lora import apply_lora
 
     model = load_for_training(plan.layout, plan.dtype, progress=plan.config.progress)
-    freeze(model, plan.frozen_layers, plan.num_layers, plan.config.freeze_embeddings)
+    freeze(model, plan.frozen_layers, plan.num_layers, plan.config.freeze_embeddings, plan.modules)
     if plan.lora is not None:
         # Adapters only where layers train: --freeze keeps its layers bit-identical under LoRA.
         keep = [i for i in range(plan.num_layers) if i not in set(plan.frozen_layers)]
@@ -249,6 +252,7 @@ def strategies(config: TrainConfig) -> str:
             ("--freeze", config.freeze),
             ("--freeze-embeddings", "" if config.freeze_embeddings else None),
             ("--l2sp", config.l2sp),
+            ("--modules", config.modules),
             ("--l2sp-form", config.l2sp_form if config.l2sp else None),
             ("--ema", config.ema),
             ("--lora", config.lora),

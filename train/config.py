@@ -16,7 +16,14 @@ from pathlib import Path
 
 from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype
 from surgery.core.errors import OutputError, SurgeryError
-from surgery.core.layers import LayerValues, format_layers, parse_layer_spec, parse_layer_values
+from surgery.core.layers import (
+    LayerValues,
+    format_layers,
+    parse_layer_spec,
+    parse_layer_values,
+    require_modules,
+)
+from surgery.core.modules import ModuleFilter, parse_module_filter
 from surgery.engine.output_dir import check_output
 from surgery.engine.output_paths import existing_output
 from train.checkpoint_io import CheckpointLayout, open_layout
@@ -151,6 +158,7 @@ class TrainPlan:
     num_layers: int
     frozen_layers: tuple[int, ...]
     l2sp: LayerValues | None
+    modules: ModuleFilter | None  # narrows --freeze and --l2sp's layers to these modules
     lora: LoraSpec | None
     early_stopping: EarlyStop | None
     drift_groups: tuple[tuple[str, tuple[int, ...]], ...]
@@ -246,6 +254,14 @@ class TrainConfig:
         default=None, metadata=cli("Layers that get no gradient, e.g. 9:28.", metavar="LAYERS")
     )
     freeze_embeddings: bool = field(default=False, metadata=cli("Also freeze embeddings and head."))
+    modules: str | None = field(
+        default=None,
+        metadata=cli(
+            "Only these modules of the --freeze and --l2sp layers: attn, mlp, or a regex on "
+            "names inside a layer; the rest of those layers train as unnamed layers do.",
+            metavar="MODULES",
+        ),
+    )
     l2sp: str | None = field(
         default=None,
         metadata=cli(
@@ -395,6 +411,7 @@ class TrainConfig:
         frozen = tuple(parse_layer_spec(self.freeze, num_layers)) if self.freeze else ()
         l2sp = _parse_l2sp(self.l2sp, num_layers) if self.l2sp else None
         lora = parse_lora(self.lora) if self.lora else None
+        modules = self._modules(layout, frozen, l2sp, lora)
         early = self._early_stopping()
         if lora is not None and (l2sp is not None or self.ema is not None):
             raise TrainConfigError("--lora is a baseline on its own: drop --l2sp and --ema")
@@ -408,6 +425,7 @@ class TrainConfig:
             num_layers=num_layers,
             frozen_layers=frozen,
             l2sp=l2sp,
+            modules=modules,
             lora=lora,
             early_stopping=early,
             drift_groups=groups,
@@ -416,6 +434,29 @@ class TrainConfig:
             dtype=_training_dtype(self.dtype),
             block_size=_block_size(self.block_size, layout.config),
         )
+
+    def _modules(
+        self,
+        layout: CheckpointLayout,
+        frozen: Sequence[int],
+        l2sp: LayerValues | None,
+        lora: LoraSpec | None,
+    ) -> ModuleFilter | None:
+        """The parsed --modules, checked against BASE's tensors in the layers it narrows."""
+        if self.modules is None:
+            return None
+        named = [*frozen, *(l2sp.per_layer if l2sp is not None else ())]
+        if not named:
+            raise TrainConfigError("--modules narrows layers: give --freeze or per-range --l2sp")
+        if lora is not None:
+            raise TrainConfigError("--modules does not apply to --lora (choose targets=...)")
+        modules = parse_module_filter(self.modules)
+        stack = layout.text_stack
+        if frozen:
+            require_modules(modules, layout.tensors, stack, frozen)
+        if l2sp is not None and l2sp.per_layer:
+            require_modules(modules, layout.tensors, stack, l2sp.per_layer)
+        return modules
 
     def _early_stopping(self) -> EarlyStop | None:
         if self.early_stopping is None:

@@ -5,15 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from surgery.core.layers import find_stacks, layer_of, select_stack
+from surgery.core.layers import find_stacks, select_stack, stack_layer
+from surgery.core.modules import ModuleFilter
 from train.errors import TrainConfigError
 
 if TYPE_CHECKING:
     from torch import nn
 
 
-def layer_map(names: Iterable[str], num_layers: int) -> dict[str, int | None]:
-    """Each parameter name's index in the model's text layer stack (None: outside the stack).
+def layer_map(
+    names: Iterable[str], num_layers: int, modules: ModuleFilter | None = None
+) -> dict[str, int | None]:
+    """Each parameter name's index in the model's text layer stack (None: outside the stack, or
+    left out by `modules`, so layer specs treat it as they treat an unnamed layer).
 
     Works on wrapped names too (`base_model.model.model.layers.3...` under peft).
 
@@ -27,15 +31,15 @@ def layer_map(names: Iterable[str], num_layers: int) -> dict[str, int | None]:
             f"the loaded model has {stack.num_layers} layers in {stack.prefix}, the checkpoint "
             f"{num_layers}: the layer specs would address the wrong layers"
         )
-    result: dict[str, int | None] = {}
-    for name in names:
-        ref = layer_of(name)
-        result[name] = ref[1] if ref is not None and ref[0] == stack.prefix else None
-    return result
+    return {name: stack_layer(name, stack, modules) for name in names}
 
 
 def freeze(
-    model: nn.Module, layers: Iterable[int], num_layers: int, embeddings: bool = False
+    model: nn.Module,
+    layers: Iterable[int],
+    num_layers: int,
+    embeddings: bool = False,
+    modules: ModuleFilter | None = None,
 ) -> list[str]:
     """Stop gradients for the given layers (and the embeddings and head when asked).
 
@@ -47,6 +51,7 @@ def freeze(
         layers: layer indices of the text stack.
         num_layers: the checkpoint's layer count (checked against the model).
         embeddings: also freeze the input embeddings and the output head (tied or not).
+        modules: freeze only these modules of the layers (`--modules`).
 
     Returns:
         The names of the parameters frozen by this call.
@@ -55,7 +60,7 @@ def freeze(
         TrainConfigError: when nothing would be left to train.
     """
     selected = set(layers)
-    names = layer_map((n for n, _ in model.named_parameters()), num_layers)
+    names = layer_map((n for n, _ in model.named_parameters()), num_layers, modules)
     frozen = []
     for name, param in model.named_parameters():
         if names[name] in selected:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from surgery.core.errors import CheckpointError
 from surgery.core.layers import find_stacks, layer_of, parse_layer_spec, select_stack
+from surgery.core.modules import parse_module_filter
 from surgery.core.sizes import format_size
 from train.config import LoraSpec, TrainConfig, _block_size, _parse_l2sp, parse_lora
 from train.errors import TrainConfigError
@@ -186,8 +187,10 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
     names = [n for n, _ in model.named_parameters()]
     num_layers = select_stack(find_stacks(names)).num_layers
     frozen = parse_layer_spec(cfg.freeze, num_layers) if cfg.freeze else []
-    freeze(model, frozen, num_layers, cfg.freeze_embeddings)
+    modules = parse_module_filter(cfg.modules) if cfg.modules else None
+    freeze(model, frozen, num_layers, cfg.freeze_embeddings, modules)
     layers = layer_map(names, num_layers)
+    narrowed = layer_map(names, num_layers, modules)  # what --l2sp's ranges reach
     l2sp = _parse_l2sp(cfg.l2sp, num_layers) if cfg.l2sp else None
     params = dict(model.named_parameters())
     total = sum(p.numel() for p in params.values())
@@ -203,7 +206,7 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
     for name, param in params.items():
         if param.requires_grad:
             trained += param.numel()
-            if l2sp is not None and l2sp.value_for(layers[name]):
+            if l2sp is not None and l2sp.value_for(narrowed[name]):
                 regularized += param.numel()
     return Counts(total, trained, regularized, largest_unit, largest_layer)
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from surgery.core.errors import LayerSpecError
+from surgery.core.modules import ModuleFilter
 
 # The first `<prefix ending in a stack keyword>.<N>.` in a tensor name. Matches
 # `model.layers.N.` (Llama, Mistral, Qwen, Gemma), `language_model.model.layers.N.` (Gemma-3
@@ -236,9 +237,31 @@ def format_layers(indices: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-def stack_layer(name: str, stack: Stack) -> int | None:
-    """The layer index of a tensor name within `stack`, or None if it is not in that stack (a
-    layer `beyond` the stack's count included)."""
+def inner_name(name: str) -> str | None:
+    """A tensor's name inside its layer (`self_attn.q_proj.weight`), or None outside any stack."""
+    match = _LAYER_RE.match(name)
+    return None if match is None else name[match.end() :]
+
+
+def stack_layer(name: str, stack: Stack, modules: ModuleFilter | None = None) -> int | None:
+    """The layer index of a tensor name within `stack`, as layer specs see it: None if it is not
+    in that stack (a layer `beyond` the stack's count included) or `modules` leaves it out (so a
+    value spec gives it the `*` value, as for a layer it does not name)."""
     ref = layer_of(name)
     in_stack = ref is not None and ref[0] == stack.prefix and ref[1] < stack.num_layers
+    if in_stack and modules is not None and not modules.matches(inner_name(name) or ""):
+        return None
     return ref[1] if in_stack else None
+
+
+def require_modules(
+    modules: ModuleFilter, names: Iterable[str], stack: Stack, layers: Iterable[int]
+) -> None:
+    """Refuse a module filter that selects no tensor of `layers` of `stack`.
+
+    Raises:
+        LayerSpecError: no tensor of those layers matches.
+    """
+    chosen = set(layers)
+    inner = [inner_name(n) or "" for n in names if stack_layer(n, stack) in chosen]
+    modules.require_match(inner, format_layers(chosen))

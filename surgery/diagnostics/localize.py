@@ -23,7 +23,8 @@ from pathlib import Path
 
 from surgery.api import warn_if_swapped
 from surgery.core.errors import LayerSpecError
-from surgery.core.layers import LayerValues, format_layers, parse_layer_spec
+from surgery.core.layers import LayerValues, format_layers, parse_layer_spec, require_modules
+from surgery.core.modules import parse_module_filter
 from surgery.diagnostics.memory_blend import MemoryBlender
 from surgery.diagnostics.metric_kinds import (
     PROPORTIONS,
@@ -112,6 +113,7 @@ class Localization:
     metrics: list[str] = field(default_factory=list)  # metrics that BASE and TRAINED differ on
     noise: dict[str, float] = field(default_factory=dict)  # per metric, judged scale (`noise`)
     within_noise: list[str] = field(default_factory=list)  # moved, but not beyond noise
+    modules: str | None = None  # the --modules filter that narrowed each block, if any
 
     def improved(self) -> list[str]:
         """Metrics training made better beyond noise (reverting a block gives the gain back)."""
@@ -175,6 +177,7 @@ def run_localize(
     block_size: int | None = None,
     alphas: Sequence[float] = (0.0,),
     stack: str | None = None,
+    modules: str | None = None,
     eval_options: dict | None = None,
     out_dir: str | Path | None = None,
     force: bool = False,
@@ -182,9 +185,10 @@ def run_localize(
 ) -> Localization:
     """Score TRAINED, BASE and TRAINED with each block reverted (at each alpha); with `out_dir`,
     also write localize.json, localize.csv and localize.png there (checked before any scoring).
+    With `modules` (see `surgery.core.modules`) only those tensors of a block revert.
 
     Raises:
-        LayerSpecError: bad blocks.
+        LayerSpecError: bad blocks or modules.
         OutputError: `out_dir` exists (without `force`) or overlaps an input.
         SurgeryError: bad inputs or tasks.
     """
@@ -200,14 +204,19 @@ def run_localize(
     blender = MemoryBlender(base_ckpt, trained_ckpt, **load_options)
     chosen = blender.stack(stack)
     block_layers = parse_blocks(blocks, block_size, chosen.num_layers)
+    module_filter = parse_module_filter(modules) if modules is not None else None
+    if module_filter is not None:
+        for layers in block_layers:
+            require_modules(module_filter, blender.params, chosen, layers)
 
     def score(values: LayerValues) -> dict[str, float]:
-        blender.set_alphas(values, chosen)
+        blender.set_alphas(values, chosen, module_filter)
         return evaluate(blender.model, blender.tokenizer, loaded, progress=not quiet, **options)[
             "metrics"
         ]
 
     result = Localization(base=score(LayerValues(default=0.0)), trained=score(LayerValues()))
+    result.modules = modules
     attribute(result)
     step, total = 0, len(block_layers) * len(alphas)
     for layers in block_layers:
@@ -277,6 +286,7 @@ def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
             "within_noise": result.within_noise,
             "improved_in_training": result.improved(),
             "best": result.best(),
+            "modules": result.modules,
         }
         write_results(result.rows, staging, "localize", config)
         if result.metrics:

@@ -16,6 +16,7 @@ import torch
 
 from surgery.core.dtypes import torch_dtype
 from surgery.core.layers import LayerValues, Stack, find_stacks, select_stack, stack_layer
+from surgery.core.modules import ModuleFilter
 from surgery.engine.blend import accumulate, accumulator_dtype, finish
 from surgery.engine.plan import check_compatible
 from surgery.engine.reader import Checkpoint
@@ -94,11 +95,13 @@ class MemoryBlender:
         return select_stack(self.stacks, name)
 
     @torch.no_grad()
-    def set_alphas(self, values: LayerValues, stack: Stack | None) -> None:
-        """Weights <- (1 - a) * BASE + a * TRAINED with a per layer of `stack` from `values`;
-        tensors `values` does not cover (value None) come from TRAINED."""
+    def set_alphas(
+        self, values: LayerValues, stack: Stack | None, modules: ModuleFilter | None = None
+    ) -> None:
+        """Weights <- (1 - a) * BASE + a * TRAINED with a per layer of `stack` from `values`,
+        narrowed to `modules`; tensors `values` does not cover (value None) come from TRAINED."""
         for name, param in self.params.items():
-            layer = stack_layer(name, stack) if stack is not None else None
+            layer = stack_layer(name, stack, modules) if stack is not None else None
             alpha = values.value_for(layer)
             alpha = 1.0 if alpha is None else alpha
             if alpha == self.alphas[name]:

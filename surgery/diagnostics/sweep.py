@@ -58,6 +58,7 @@ def run_sweep(
     *,
     layers: str | None = None,
     stack: str | None = None,
+    modules: str | None = None,
     tasks: Sequence[str] = (),
     save: bool = True,
     in_memory: bool | None = None,
@@ -72,6 +73,7 @@ def run_sweep(
     Args:
         alphas: the grid (see `parse_alpha_grid`).
         layers, stack: restrict the blend to these layers (others from TRAINED).
+        modules: narrow the layers to these modules (see `surgery.core.modules`).
         tasks: eval task strings; none means only checkpoints are written.
         save: write one checkpoint per alpha (alpha-0.30, ...).
         in_memory: blend in memory for scoring; None decides by whether the model fits.
@@ -91,7 +93,13 @@ def run_sweep(
     warn_if_swapped(base_ckpt, trained_ckpt)
     plans = [
         plan_interpolate(
-            base_ckpt, trained_ckpt, a, layers=layers, stack=stack, extrapolate=extrapolate
+            base_ckpt,
+            trained_ckpt,
+            a,
+            layers=layers,
+            stack=stack,
+            extrapolate=extrapolate,
+            modules=modules,
         )
         for a in alphas
     ]  # validates inputs, layers and alphas before anything is written or loaded
@@ -122,7 +130,9 @@ def run_sweep(
             if in_memory:
                 blender = MemoryBlender(base_ckpt, trained_ckpt, **load_options)
                 points = [
-                    resolve_alphas(trained_ckpt, a, layers, stack, extrapolate=extrapolate)
+                    resolve_alphas(
+                        trained_ckpt, a, layers, stack, extrapolate=extrapolate, modules=modules
+                    )
                     for a in alphas
                 ]
                 scores = _memory_scores(blender, points, alphas, tasks, options, quiet)
@@ -136,6 +146,7 @@ def run_sweep(
                 "trained": str(trained),
                 "layers": layers,
                 "stack": stack,
+                "modules": modules,
                 "in_memory": in_memory,
                 **load_options,
                 **options,
@@ -158,14 +169,14 @@ def run_sweep(
 def _memory_scores(
     blender: MemoryBlender, points, alphas, tasks, options: dict, quiet: bool
 ) -> list[dict]:
-    """Score each (LayerValues, disk stack) point on the in-memory model."""
+    """Score each (LayerValues, disk stack, module filter) point on the in-memory model."""
     from eval.api import evaluate
 
     scores = []
-    for step, (values, disk_stack) in enumerate(points, 1):
+    for step, (values, disk_stack, modules) in enumerate(points, 1):
         announce("sweep", step, len(points), f"scoring alpha {alphas[step - 1]:g}", quiet)
         memory_stack = blender.stack(disk_stack.name) if disk_stack is not None else None
-        blender.set_alphas(values, memory_stack)
+        blender.set_alphas(values, memory_stack, modules)
         result = evaluate(blender.model, blender.tokenizer, tasks, progress=not quiet, **options)
         scores.append(result["metrics"])
     return scores

@@ -10,9 +10,11 @@ from surgery.core.layers import (
     Stack,
     parse_layer_spec,
     parse_layer_values,
+    require_modules,
     select_stack,
     stack_layer,
 )
+from surgery.core.modules import ModuleFilter, parse_module_filter
 from surgery.engine.ops.merge.equivalent import interpolate_config
 from surgery.engine.plan import (
     OutputTensor,
@@ -36,18 +38,22 @@ def resolve_alphas(
     stack: str | None,
     *,
     extrapolate: bool = False,
-) -> tuple[LayerValues, Stack | None]:
+    modules: str | None = None,
+) -> tuple[LayerValues, Stack | None, ModuleFilter | None]:
     """Turn `--alpha` (a number or `9:28=0.3,*=1.0`) and `--layers` into values per layer.
 
     A bare number applies to every tensor, unless `layers` restricts it to those layers; tensors
     not covered come from TRAINED (alpha 1).
 
+    `modules` narrows the layers to those tensors (see `surgery.core.modules`): the others get
+    the `*` alpha, or TRAINED's. It needs per-range alphas or `layers`.
+
     Alphas outside [0, 1] extrapolate beyond BASE or TRAINED (task-vector extrapolation): allowed
     only with `extrapolate`, so a typo never silently writes an extrapolated model.
 
     Raises:
-        LayerSpecError: a bad spec, per-range alphas combined with --layers, or an alpha outside
-            [0, 1] without `extrapolate`.
+        LayerSpecError: a bad spec, per-range alphas combined with --layers, an alpha outside
+            [0, 1] without `extrapolate`, or `modules` without layers or matching none.
     """
     text = str(alpha)
     per_range = "=" in text
@@ -75,7 +81,20 @@ def resolve_alphas(
             f"alpha {outside[0]:g} lies outside [0, 1] (alpha {text!r}); pass --extrapolate to "
             "extrapolate beyond BASE or TRAINED on purpose"
         )
-    return values, chosen
+    return values, chosen, _module_filter(checkpoint, modules, values, chosen)
+
+
+def _module_filter(
+    checkpoint: Checkpoint, modules: str | None, values: LayerValues, chosen: Stack | None
+) -> ModuleFilter | None:
+    """The parsed `--modules`, checked against the tensors of the layers it narrows."""
+    if modules is None:
+        return None
+    if chosen is None or not values.per_layer:
+        raise LayerSpecError("--modules narrows layers: give --layers or per-range alphas")
+    module_filter = parse_module_filter(modules)
+    require_modules(module_filter, checkpoint.tensors, chosen, values.per_layer)
+    return module_filter
 
 
 def _blend(base: TensorInfo, trained: TensorInfo, alpha: float, dtype: str | None) -> OutputTensor:
@@ -96,6 +115,7 @@ def plan_interpolate(
     stack: str | None = None,
     dtype: str | None = None,
     extrapolate: bool = False,
+    modules: str | None = None,
 ) -> Plan:
     """Plan (1 - a) * BASE + a * TRAINED with a per layer (see `resolve_alphas`).
 
@@ -108,10 +128,13 @@ def plan_interpolate(
     check_compatible(
         [trained, base], ["trained", "base"], float_dtypes_may_differ=dtype is not None
     )
-    values, chosen = resolve_alphas(trained, alpha, layers, stack, extrapolate=extrapolate)
+    values, chosen, module_filter = resolve_alphas(
+        trained, alpha, layers, stack, extrapolate=extrapolate, modules=modules
+    )
     alphas = {}
     for name in trained.tensors:
-        value = values.value_for(stack_layer(name, chosen) if chosen is not None else None)
+        layer = stack_layer(name, chosen, module_filter) if chosen is not None else None
+        value = values.value_for(layer)
         alphas[name] = 1.0 if value is None else value
     blended = {name for name, value in alphas.items() if value not in (0.0, 1.0)}
     tensors = []
@@ -132,6 +155,7 @@ def plan_interpolate(
         alpha=str(alpha),
         layers=layers,
         stack=chosen.name if chosen is not None else None,
+        modules=modules,
         dtype=dtype,
         extrapolate=extrapolate or None,
     )
@@ -142,5 +166,5 @@ def plan_interpolate(
         files_from=trained,
         inputs=[base, trained],
         dtype=dtype,
-        mergekit_config=interpolate_config(base, trained, values, chosen, dtype),
+        mergekit_config=interpolate_config(base, trained, values, chosen, dtype, module_filter),
     )

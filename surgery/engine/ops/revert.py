@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from surgery.core.layers import format_layers, parse_layer_spec, select_stack, stack_layer
+from surgery.core.layers import (
+    format_layers,
+    parse_layer_spec,
+    require_modules,
+    select_stack,
+    stack_layer,
+)
+from surgery.core.modules import parse_module_filter
 from surgery.engine.ops.merge.equivalent import revert_config
 from surgery.engine.plan import Plan, check_compatible, copy_of
 from surgery.engine.quantized import refuse_cast, scale_pairs
@@ -16,11 +23,14 @@ def plan_revert(
     layers: str,
     *,
     stack: str | None = None,
+    modules: str | None = None,
     dtype: str | None = None,
 ) -> Plan:
     """Plan a revert of `layers` (a layer spec such as `9:28`) of one stack to BASE.
 
-    Embeddings, final norm, head and other stacks (a vision tower) stay from TRAINED.
+    Embeddings, final norm, head and other stacks (a vision tower) stay from TRAINED; with
+    `modules` (`mlp`, `attn` or a name regex, see `surgery.core.modules`) only those tensors of
+    the layers revert.
 
     Raises:
         MismatchError: the checkpoints do not line up.
@@ -32,15 +42,19 @@ def plan_revert(
     refuse_cast(scale_pairs(trained), dtype)  # byte copies: scales go with their layer
     chosen_stack = select_stack(trained.stacks, stack)
     indices = set(parse_layer_spec(layers, chosen_stack.num_layers))
+    module_filter = parse_module_filter(modules) if modules is not None else None
+    if module_filter is not None:
+        require_modules(module_filter, trained.tensors, chosen_stack, indices)
     tensors = []
     for name, tensor in trained.tensors.items():
-        from_base = stack_layer(name, chosen_stack) in indices
+        from_base = stack_layer(name, chosen_stack, module_filter) in indices
         tensors.append(copy_of(base.tensors[name] if from_base else tensor, dtype))
     recipe = make_recipe(
         "revert",
         [("base", base), ("trained", trained)],
         layers=format_layers(indices),
         stack=chosen_stack.name,
+        modules=modules,
         num_layers=chosen_stack.num_layers,
         dtype=dtype,
     )
@@ -51,5 +65,5 @@ def plan_revert(
         files_from=trained,
         inputs=[base, trained],
         dtype=dtype,
-        mergekit_config=revert_config(base, trained, chosen_stack, indices, dtype),
+        mergekit_config=revert_config(base, trained, chosen_stack, indices, dtype, module_filter),
     )

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from surgery.core.dtypes import CONFIG_NAMES
-from surgery.core.layers import LayerValues, Stack
+from surgery.core.layers import LayerValues, Stack, inner_name, stack_layer
+from surgery.core.modules import ModuleFilter, group_part
 from surgery.engine.reader import Checkpoint
 from surgery.engine.recipe import local_path
 
@@ -47,12 +48,22 @@ def _dtype(config: dict, dtype: str | None) -> dict:
 
 
 def revert_config(
-    base: Checkpoint, trained: Checkpoint, stack: Stack, layers: set[int], dtype: str | None
+    base: Checkpoint,
+    trained: Checkpoint,
+    stack: Stack,
+    layers: set[int],
+    dtype: str | None,
+    modules: ModuleFilter | None = None,
 ) -> dict | None:
     """passthrough slices: runs of layers from BASE or TRAINED. Embeddings, final norm and head
     come from the first and last slice's model, so empty TRAINED slices open and close the list
     when a run of BASE layers would. None when the model has several stacks (mergekit then
-    needs per-module configs)."""
+    needs per-module configs). With `modules`, slices cannot split a layer (passthrough takes
+    no filters), so the config is the interpolation at alpha 0 on those modules (a byte copy:
+    weights 1 and 0)."""
+    if modules is not None:
+        values = LayerValues(per_layer=dict.fromkeys(layers, 0.0))
+        return interpolate_config(base, trained, values, stack, dtype, modules)
     if len(trained.stacks) != 1:
         return None
     runs: list[list] = []
@@ -82,15 +93,51 @@ def soup_config(experts: Sequence[Checkpoint], weights: Sequence[float], dtype: 
     return _dtype({"merge_method": "linear", "models": models}, dtype)
 
 
+def _module_filters(
+    names: Sequence[str], stack: Stack, layers: Sequence[int], modules: ModuleFilter | None
+) -> dict[int, list[str]] | None:
+    """mergekit `filter` strings (substrings of tensor names) that select each layer's tensors:
+    the layer's prefix, or with `modules` its modules' prefixes (`model.layers.3.mlp.`) or, for
+    a regex, the tensors' full names. None when some filter would also catch a tensor the
+    filter leaves out (mergekit has no regexes), so no config is exact."""
+    if modules is None:
+        return {layer: [f"{stack.prefix}.{layer}."] for layer in layers}
+    chosen = {name: stack_layer(name, stack, modules) for name in names}
+    filters: dict[int, list[str]] = {layer: [] for layer in layers}
+    for name, layer in chosen.items():
+        if layer not in filters:
+            continue
+        inner = inner_name(name) or ""
+        found = None if modules.pattern is not None else group_part(inner)
+        parts = inner.split(".")
+        text = name if found is None else name[: len(name) - len(inner)]
+        text += ".".join(parts[: found[1] + 1]) + "." if found is not None else ""
+        if text not in filters[layer]:
+            filters[layer].append(text)
+    for layer, texts in filters.items():
+        if any(text in name and chosen[name] != layer for text in texts for name in names):
+            return None
+    return filters
+
+
 def interpolate_config(
     base: Checkpoint,
     trained: Checkpoint,
     values: LayerValues,
     stack: Stack | None,
     dtype: str | None,
-) -> dict:
+    modules: ModuleFilter | None = None,
+) -> dict | None:
     """linear without normalization: weight 1 - alpha for BASE, alpha for TRAINED, per layer
-    through filters on the layer's name prefix."""
+    through filters on the layer's name prefix (or its modules' prefixes, see
+    `_module_filters`); None when mergekit's substring filters cannot express `modules`."""
+    filters = (
+        _module_filters(list(trained.tensors), stack, sorted(values.per_layer), modules)
+        if stack is not None
+        else None
+    )
+    if stack is not None and values.per_layer and filters is None:
+        return None
 
     def weights(of_trained: bool) -> object:
         def value(alpha: float | None) -> float:
@@ -101,8 +148,9 @@ def interpolate_config(
             return value(values.default)
         return [
             *(
-                {"filter": f"{stack.prefix}.{layer}.", "value": value(alpha)}
+                {"filter": text, "value": value(alpha)}
                 for layer, alpha in sorted(values.per_layer.items())
+                for text in filters[layer]
             ),
             {"value": value(values.default)},
         ]
