@@ -225,7 +225,7 @@ def suite_text(world: WorldFiles, copain_n: int) -> str:
         "tasks:",
         '  ppl: {path: "{ppl}/data/{lang2}/"}',
         f"  copain: {{n: {copain_n}, shots: 3}}",
-        f'  chrf: {{kind: flores, dir: {world.flores.relative_to(world.root)}/, '
+        f"  chrf: {{kind: flores, dir: {world.flores.relative_to(world.root)}/, "
         f'directions: ["{gen.flores}-{{lang}}"], shots: 2, max_new_tokens: 40}}',
         "root: .",
     ]
