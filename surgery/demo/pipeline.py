@@ -350,8 +350,10 @@ def plot_strategies(
         label, task, _ = column
         cells = [cell(comparison, row, column) for row in rows[1:]]
         deltas = [c["delta"] for c in cells]
-        errors = [[d - c["ci_low"] for d, c in zip(deltas, cells, strict=True)]]
-        errors.append([c["ci_high"] - d for d, c in zip(deltas, cells, strict=True)])
+        # A percentile interval of a ratio-type metric (perplexity) need not contain the point
+        # change: the bar's whisker on that side is then empty, never negative.
+        errors = [[max(0.0, d - c["ci_low"]) for d, c in zip(deltas, cells, strict=True)]]
+        errors.append([max(0.0, c["ci_high"] - d) for d, c in zip(deltas, cells, strict=True)])
         lower = better(comparison, task) == "lower"
         good = [(d < 0) if lower else (d > 0) for d in deltas]
         colors = [
