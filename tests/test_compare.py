@@ -592,3 +592,29 @@ def test_three_tiny_models_eval_suite_then_compare(tmp_path, families):
     assert result.exit_code == 0, result.output
     result = run("compare", other, "--base", base, "-o", tmp_path / "r2")
     refused(result, "suite.tasks.belebele.options.shots is 2, not 1", tmp_path / "r2")
+
+
+def test_a_language_in_no_family_is_compared_but_in_no_mean(tmp_path):
+    """A suite's `others` (the base's own language): language rows with intervals, but in no
+    family's mean, no overall mean and no sign test."""
+    spec = Study(families=FAMILIES, others=["eng_Latn"])
+    folders = [
+        write_results(tmp_path / name, spec, name, skill, seed=seed)
+        for name, skill, seed in (("base", 0.0, 1), ("dense", DENSE, 2))
+    ]
+    comparison = compare(folders[0], folders[1:], resamples=200, seed=0)
+    english = rows_of(comparison, lang="eng_Latn", model="dense", scope="language")
+    assert len(english) >= len(spec.tasks)
+    assert all(r["family"] is None and r["split"] is None for r in english)
+    assert all(r["ci_low"] <= r["ci_high"] for r in english)
+    for row in rows_of(comparison, model="dense", scope="overall"):
+        assert row["n"] == len(FAMILIES)
+    for row in rows_of(comparison, model="dense", scope="family"):
+        where = {k: row[k] for k in ("task", "variant", "metric", "family", "split")}
+        langs = rows_of(comparison, model="dense", scope="language", **where)
+        assert row["n"] == len(FAMILIES[row["family"]][row["split"]]) == len(langs)
+        assert row["value"] == pytest.approx(np.mean([r["value"] for r in langs]))
+    for test in comparison.sign_tests:
+        if test["over"] == "languages":
+            langs = sum(len(f[test["split"]]) for f in FAMILIES.values())
+            assert test["wins"] + test["losses"] + test["ties"] == langs

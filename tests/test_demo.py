@@ -14,16 +14,16 @@ from surgery.demo.pipeline import (
     QUICK,
     STRATEGIES,
     _write_report,
-    copain_items,
+    cell,
     demo_commands,
     markdown_table,
-    moves,
     moving_axes,
     run_demo,
+    table_rows,
     train_config,
     training_runs,
 )
-from surgery.demo.world import FAMILIES, build_languages, sentences, write_world
+from surgery.demo.world import FAMILIES, build_languages, sentences, write_suite, write_world
 from tests.support.checks import load_state, same_bits
 
 
@@ -54,34 +54,57 @@ def test_world_is_deterministic_and_families_share_roots(tmp_path):
     assert len(set(concepts)) == 10
 
 
+def test_world_suite_names_every_language_and_its_data(tmp_path):
+    """The world's suite: five families of two held-in languages and one held-out relative,
+    gen in no family, and every unit's data file present (FLORES-style codes)."""
+    from eval.study.runner import missing_path
+    from eval.study.suite import load_suite, plan
+
+    world = write_world(tmp_path, train_sentences=20, eval_sentences=2, seed=0)
+    suite = load_suite(write_suite(world, copain_n=4))
+    assert [f.name for f in suite.families] == list(FAMILIES)
+    by_code = {lang.flores: lang for lang in world.languages}
+    for family in suite.families:
+        assert [by_code[c].held_out for c in family.held_in + family.held_out] == [0, 0, 1]
+        assert {by_code[c].family for c in family.held_in + family.held_out} == {family.name}
+    assert suite.others == ("gen_Latn",) and by_code["gen_Latn"].family is None
+    units = plan(suite)
+    assert not [u.id for u in units if missing_path(u)]
+    kinds = {u.kind: sum(v.kind == u.kind for v in units) for u in units}
+    assert kinds == {"ppl": 16, "copain": 1, "flores": 15}  # no gen-to-gen translation
+
+
 def test_quick_demo_reports_every_strategy(demo):
     report = (demo / "report.md").read_text()
-    rows = json.loads((demo / "results.json").read_text())
-    assert [r["strategy"] for r in rows] == [label for label, _ in STRATEGIES]
-    for row in rows:
+    table = json.loads((demo / "results.json").read_text())
+    assert [r["strategy"] for r in table] == [row.label for row in table_rows()]
+    for row in table:
         assert row["strategy"] in report
-        for axis, _ in AXES:
-            assert math.isfinite(row[axis]), (row["strategy"], axis)
+        for label, _, _ in AXES:
+            assert math.isfinite(row[label]["value"]), (row["strategy"], label)
     for picture in ("strategies.png", "expert_drift.png", "expert_sweep/sweep.png"):
         assert (demo / picture).stat().st_size > 5_000
+    # The comparison's own report, from every model's suite results folder.
+    assert (demo / "comparison" / "report.md").is_file()
+    compared = json.loads((demo / "comparison" / "comparison.json").read_text())
+    assert compared["models"] == [row.model for row in table_rows()]
+    assert compared["bootstrap"]["resamples"] == QUICK.resamples
     # The report explains: every strategy has a paragraph and the command that makes its model,
-    # changes read as factors or percentages, and no column in which nothing moves.
+    # and no column in which no change's interval excludes 0 (the comparison's rule).
     for label, _ in STRATEGIES:
         assert f"**{label}**:" in report
     assert report.count("```bash") == len(STRATEGIES)
     assert "x0.0" not in report and "e+0" not in report
-    items = copain_items(QUICK)
-    for axis, _ in AXES:
-        flat = not any(moves(axis, row, rows[0], items) for row in rows[1:])
-        assert (f"| {axis} (" in report) != flat, axis
-        assert (f"{axis} is left out" in report) == flat, axis
-    # One item of 56 either way is noise; ten are not.
-    assert not moves("Copain acc", {"Copain acc": 0.0}, {"Copain acc": 1 / 56}, 56)
-    assert moves("Copain acc", {"Copain acc": 10 / 56}, {"Copain acc": 1 / 56}, 56)
-    assert moves("gen ppl", {"gen ppl": 4.56}, {"gen ppl": 4.55}, 56)
-    base, dense = rows[0], rows[1]
+    left_out = next((line for line in report.splitlines() if "left out:" in line), "")
+    for label, _, _ in AXES:
+        flat = not any(row[label]["significant"] for row in table[1:])
+        assert (f"| {label} (" in report) != flat, label
+        assert (label in left_out.partition("left out")[0]) == flat, label
+    base, dense = table[0], table[1]
     # Continual pretraining learns the new languages and forgets the general one.
-    assert dense["held-in ppl"] < base["held-in ppl"] and dense["gen ppl"] > base["gen ppl"]
+    assert dense["held-in ppl"]["value"] < base["held-in ppl"]["value"]
+    assert dense["gen ppl"]["value"] > base["gen ppl"]["value"]
+    assert dense["held-in ppl"]["ci_low"] <= dense["held-in ppl"]["delta"]
 
 
 def test_demo_models_keep_the_surgery_invariants(demo):
@@ -157,21 +180,91 @@ def test_report_commands_are_the_real_ones(tmp_path):
     assert trains == {n: _plain(train_config(models, n, r, 0)) for n, r in runs.items()}
 
 
+def _comparison(significant: dict[str, bool]):
+    """A comparison's rows, made up, for every cell of the demo's table: `significant` per
+    column label (whether its changes' intervals exclude 0)."""
+    from types import SimpleNamespace
+
+    axes = [
+        {"task": t, "variant": None, "metric": m, "primary": True, "higher_is_better": h}
+        | {"scale": "percent" if t == "copain" else "value"}
+        for t, m, h in (("ppl", "ppl", False), ("copain", "acc", True), ("chrf", "chrf", True))
+    ]
+    rows = []
+    for i, row in enumerate(table_rows()):
+        for label, task, where in AXES:
+            if "split" in where:
+                scope = {"scope": "family", "family": row.family} if row.family else {}
+                where = {"scope": "overall", "family": None, **where, **scope}
+            delta = None if i == 0 else 0.5 * i
+            rows.append(
+                {"model": row.model, "task": task, "variant": None, "lang": None, "split": None}
+                | {"metric": axes[["ppl", "copain", "chrf"].index(task)]["metric"]}
+                | {"scope": "language", "family": None, **where, "value": 10.0 + i}
+                | {"seed_std": None, "delta": delta}
+                | {"ci_low": None if i == 0 else (0.1 if significant[label] else -1.0)}
+                | {"ci_high": None if i == 0 else delta + 1}
+                | {"significant": None if i == 0 else significant[label]}
+            )
+    return SimpleNamespace(axes=axes, rows=rows, resamples=100, seed=0)
+
+
 def test_table_plot_and_report_drop_the_same_noise_column(tmp_path):
-    """Copain moves by one item of 56 (noise): the printed table, strategies.png and report.md
-    all leave it out, and the report says why."""
+    """Copain's changes all have intervals that include 0: the printed table, strategies.png
+    and report.md all leave it out, and the report says why; the other cells carry their
+    intervals."""
     from surgery.demo.pipeline import plot_strategies
 
-    rows = [
-        {"strategy": label, "gen ppl": 4.0 + i, "held-in ppl": 90.0 - i, "held-out ppl": 95.0 + i}
-        | {"Copain acc": 1 / 56 if label == "EMA" else 0.0, "chrF": 10.0 + i}
-        for i, (label, _) in enumerate(STRATEGIES)
-    ]
-    axes = moving_axes(rows, copain_items(QUICK))
-    assert [a for a, _ in axes] == ["gen ppl", "held-in ppl", "held-out ppl", "chrF"]
-    assert "Copain" not in markdown_table(rows, axes)
-    titles = plot_strategies(rows, tmp_path / "p.png", axes)
-    assert [t.splitlines()[0] for t in titles] == [a for a, _ in axes]
+    significant = {label: label != "Copain acc" for label, _, _ in AXES}
+    comparison, rows = _comparison(significant), table_rows()
+    axes = moving_axes(comparison, rows)
+    assert [a for a, _, _ in axes] == ["gen ppl", "held-in ppl", "held-out ppl", "chrF"]
+    table = markdown_table(comparison, rows, axes)
+    assert "Copain" not in table and "**11.00 (+0.50 [0.10, 1.50])**" in table
+    expert = cell(comparison, rows[2], AXES[1])
+    assert (expert["scope"], expert["family"]) == ("family", FAMILIES[0])
+    titles = plot_strategies(comparison, rows, tmp_path / "p.png", axes)
+    assert [t.splitlines()[0] for t in titles] == [a for a, _, _ in axes]
     commands = {label: f"surgery {label}" for label, _ in STRATEGIES}
-    report = _write_report(tmp_path, rows, QUICK, True, axes, commands).read_text()
+    report = _write_report(tmp_path, comparison, rows, QUICK, True, axes, commands).read_text()
     assert "| Copain acc (" not in report and "Copain acc is left out" in report
+    assert "B = 100" in report
+    # One column that moves is enough to keep it.
+    significant["Copain acc"] = True
+    assert len(moving_axes(_comparison(significant), rows)) == len(AXES)
+
+
+@pytest.mark.slow  # 32 units per model, 15 of them translations generated by a random model
+def test_models_scored_through_the_suite_make_the_table_from_the_comparison(tmp_path):
+    """Stage 5 and 6 on three tiny models, without training: each scored through the world's
+    suite (one results folder each), compared with the base, and every table cell is the
+    comparison's row with its interval."""
+    from eval.study.formatting import format_cell
+    from surgery.demo.pipeline import TableRow, run_comparison, score
+    from tests.support.tiny_models import build_model, perturb, save
+
+    world = write_world(tmp_path / "data", train_sentences=20, eval_sentences=4, seed=0)
+    write_suite(world, copain_n=4)
+    rows = [
+        TableRow("Base", "base"),
+        TableRow("Dense CPT", "dense"),
+        TableRow("Family experts", "expert-slavic", "slavic"),
+    ]
+    for i, row in enumerate(rows):
+        model = build_model("llama")
+        save(perturb(model, seed=i, scale=0.2) if i else model, tmp_path / "models" / row.model)
+        score(tmp_path / "models" / row.model, world.suite, tmp_path / "scores" / row.model, "cpu")
+    comparison = run_comparison(tmp_path / "scores", rows, tmp_path / "comparison", 200, 0)
+    assert (tmp_path / "comparison" / "report.md").is_file()
+    assert comparison.models == ["base", "dense", "expert-slavic"]
+    gen = cell(comparison, rows[1], AXES[0])
+    assert (gen["lang"], gen["family"], gen["scope"]) == ("gen_Latn", None, "language")
+    held_in = cell(comparison, rows[1], AXES[1])
+    assert (held_in["scope"], held_in["split"], held_in["n"]) == ("overall", "held_in", 5)
+    own = cell(comparison, rows[2], AXES[2])
+    assert (own["scope"], own["family"], own["split"]) == ("family", "slavic", "held_out")
+    table = markdown_table(comparison, rows, list(AXES))
+    assert format_cell(own, 2) in table and "[" in format_cell(own, 2)
+    from surgery.demo.pipeline import plot_strategies
+
+    plot_strategies(comparison, rows, tmp_path / "strategies.png", list(AXES))

@@ -442,3 +442,22 @@ def test_torchrun_two_ranks_write_the_folder_one_process_writes(study):
     assert two.returncode == 0, two.stderr
     assert two.stdout.count("wrote") == 1  # rank 0 alone writes
     assert _files(study / "two") == _files(study / "one")
+
+
+def test_languages_in_no_family_are_planned_without_family_or_split(tmp_path):
+    text = (
+        "families:\n  indic: {held_in: [hin_Deva], held_out: [asm_Beng]}\n"
+        "others: [eng_Latn]\ntasks:\n  ppl: {path: 'madlad/{lang2}'}\n"
+    )
+    (tmp_path / "s.yml").write_text(text, encoding="utf-8")
+    suite = load_suite(tmp_path / "s.yml")
+    units = plan(suite)
+    assert [(u.lang, u.family, u.split) for u in units] == [
+        ("hin_Deva", "indic", "held_in"), ("asm_Beng", "indic", "held_out"),
+        ("eng_Latn", None, None),
+    ]  # fmt: skip
+    assert suite.normalized()["others"] == ["eng_Latn"]
+    for others, message in (("[hin_Deva]", "hin_Deva is already"), ("[english]", "not a FLORES")):
+        (tmp_path / "bad.yml").write_text(text.replace("[eng_Latn]", others), encoding="utf-8")
+        with pytest.raises(SuiteError, match=message):
+            load_suite(tmp_path / "bad.yml")

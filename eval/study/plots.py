@@ -143,8 +143,10 @@ def plot_tradeoff(comparison: Comparison, folder: Path) -> str | None:
         if rx["delta"] is None:
             ax.scatter([0], [0], marker="s", color="black", zorder=3)
         else:
-            xerr = [[x - rx["ci_low"]], [rx["ci_high"] - x]]
-            yerr = [[y - ry["ci_low"]], [ry["ci_high"] - y]]
+            # A percentile interval need not contain the point change (a ratio-type metric, or
+            # float32 resamples of a change with no spread): that whisker is empty, not negative.
+            xerr = [[max(0.0, x - rx["ci_low"])], [max(0.0, rx["ci_high"] - x)]]
+            yerr = [[max(0.0, y - ry["ci_low"])], [max(0.0, ry["ci_high"] - y)]]
             ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", capsize=3, alpha=0.8, zorder=3)
         ax.annotate(model, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
     front = pareto_front(xy * signs)

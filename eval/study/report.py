@@ -70,7 +70,10 @@ def _language_table(comparison: Comparison, axis: dict[str, Any]) -> list[str]:
             for m in comparison.models
         ]
         lines.append(
-            f"| {family} | {SPLITS.get(split, split)} | {lang} | {n} | " + " | ".join(cells) + " |"
+            # A language of the suite's `others` has neither family nor split.
+            f"| {family or ''} | {SPLITS.get(split, split or '')} | {lang} | {n} | "
+            + " | ".join(cells)
+            + " |"
         )
     return [f"### {axis_label(axis)}", "", *lines, ""]
 

@@ -11,13 +11,16 @@
       copain: {n: 150}
       arc: "lm-eval:arc_easy:shots=0"
     root: data/                      # optional, from the suite file's folder (default: cwd)
+    others: [eng_Latn]               # optional: languages in no family (the base's own)
 
 A task entry is a mapping (``kind``, default the entry's key; ``path`` or, for flores, ``dir``;
 flores ``directions``; every other key an option of the kind, as in a task string) or a task
 string. Paths, task strings and directions are templates over the language's variables:
 ``{lang}`` (its FLORES-200 code), ``{lang2}`` (its MADLAD-400 code) and any variable given
 under ``languages:``. A task whose templates name a variable runs once per language of the
-suite; one that names none runs once (copain, most lm-eval tasks).
+suite; one that names none runs once (copain, most lm-eval tasks). Languages under ``others:``
+belong to no family: they are scored like the others and reported per language, but enter no
+family's or the overall mean (a base model's own language, whose forgetting is measured).
 
 `load_suite` checks everything once, at the boundary, into the typed values below; `plan`
 expands a suite into its units. This module reads no data file and imports no torch.
@@ -43,7 +46,7 @@ SPLITS = ("held_in", "held_out")
 PAPER_SUITE = Path(__file__).parent / "suites" / "paper.yml"
 DEFAULT_DIRECTIONS = ("eng_Latn-{lang}", "{lang}-eng_Latn")
 _KEY_RE = re.compile(r"^[\w.+-]+$")
-_TOP_KEYS = {"families", "languages", "tasks", "root"}
+_TOP_KEYS = {"families", "languages", "tasks", "root", "others"}
 
 
 @dataclass(frozen=True)
@@ -85,15 +88,18 @@ class Suite:
     variables: dict[str, dict[str, str]]  # lang -> {"lang": ..., "lang2": ..., ...}
     tasks: tuple[SuiteTask, ...]
     root: Path | None = None
+    others: tuple[str, ...] = ()  # languages in no family
 
-    def languages(self) -> list[tuple[str, str, str]]:
-        """`(lang, family, split)` of every language, in file order."""
-        return [
+    def languages(self) -> list[tuple[str, str | None, str | None]]:
+        """`(lang, family, split)` of every language, in file order; ``others`` last, with
+        neither family nor split."""
+        in_families = [
             (lang, family.name, split)
             for family in self.families
             for split in SPLITS
             for lang in getattr(family, split)
         ]
+        return in_families + [(lang, None, None) for lang in self.others]
 
     def normalized(self) -> dict[str, Any]:
         """The suite as JSON values (results.json's ``suite``); the data root is left out, so
@@ -115,6 +121,7 @@ class Suite:
             },
             "languages": self.variables,
             "tasks": tasks,
+            **({"others": list(self.others)} if self.others else {}),
         }
 
 
@@ -156,6 +163,11 @@ def load_suite(path: Path) -> Suite:
     _only(data, _TOP_KEYS, where)
     families = _families(data.get("families"), where)
     languages = [lang for family in families for split in SPLITS for lang in getattr(family, split)]
+    others = _codes(data.get("others", []), f"{where}: others")
+    for code in others:
+        if code in languages or others.count(code) > 1:
+            raise SuiteError(f"{where}: others: {code} is already in the suite")
+    languages += others
     variables = _variables(languages, data.get("languages") or {}, where)
     tasks = tuple(
         _task(key, entry, where)
@@ -168,7 +180,8 @@ def load_suite(path: Path) -> Suite:
     root = data.get("root")
     if root is not None and not isinstance(root, str):
         raise SuiteError(f"{where}: root must be a folder path")
-    return Suite(families, variables, tasks, path.parent / root if root is not None else None)
+    root_path = path.parent / root if root is not None else None
+    return Suite(families, variables, tasks, root_path, others)
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -219,7 +232,7 @@ def _variables(languages: Sequence[str], overrides: Any, where: str) -> dict[str
         raise SuiteError(f"{where}: languages: expected a mapping of code -> variables")
     unknown = [code for code in overrides if code not in languages]
     if unknown:
-        raise SuiteError(f"{where}: languages: {unknown[0]} is in no family")
+        raise SuiteError(f"{where}: languages: {unknown[0]} is in no family and not in others")
     result = {}
     for lang in languages:
         given = overrides.get(lang) or {}

@@ -7,10 +7,12 @@ Read top to bottom, this is the paper's pipeline in miniature:
 3. train     Dense CPT (all families), five family experts, and Dense CPT with layer freezing,
              layer-range L2-SP and EMA (the training wrapper)
 4. surgery   Dense-Reverted, Expert-Reverted (middle layers back to the base), Expert Soup
-5. eval      perplexity on the general language, held-in and held-out family languages; Copain;
-             chrF of translation from the general language (the eval wrapper)
-6. report    a table like the paper's (deltas from the base), Markdown, CSV/JSON, PNG plots,
-             and the drift and sweep pictures of one expert
+5. eval      every model through the world's suite (data/suite.yml: perplexity on the general
+             language, held-in and held-out family languages; Copain; chrF of translation from
+             the general language), one load per model (`surgery eval --suite`)
+6. report    the comparison against the base (`surgery compare`: paired bootstrap intervals,
+             sign tests, its report and plots in comparison/), and from its cells a table like
+             the paper's, Markdown, CSV/JSON, PNG plots, the drift and sweep of one expert
 
 Every stage writes into OUT_DIR and is skipped when its output is already complete, so a second
 run reuses finished work.
@@ -21,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
 import shlex
 import sys
 import time
@@ -29,8 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from surgery.demo.world import FAMILIES, WorldFiles, build_languages, write_world
-from surgery.diagnostics.localize import noise
+from surgery.demo.world import FAMILIES, WorldFiles, build_languages, write_suite, write_world
 from surgery.engine.output_paths import check_resumable_folder
 from train.options import command_line
 
@@ -48,10 +48,11 @@ class Size:
     cpt_steps: int
     copain_n: int
     sweep_alphas: str
+    resamples: int  # bootstrap resamples B of the comparison (few in the quick run: fast)
 
 
-QUICK = Size(800, 8, 64, 6, "2:5", 250, 60, 8, "0:1:0.5")
-FULL = Size(4000, 24, 128, 6, "2:5", 1500, 300, 30, "0:1:0.25")
+QUICK = Size(800, 8, 64, 6, "2:5", 250, 60, 8, "0:1:0.5", 1000)
+FULL = Size(4000, 24, 128, 6, "2:5", 1500, 300, 30, "0:1:0.25", 10_000)
 
 STRATEGIES = [
     ("Base", "base"),
@@ -63,13 +64,6 @@ STRATEGIES = [
     ("Dense-Reverted", "dense-reverted"),
     ("Expert-Reverted", "expert-*-reverted"),
     ("Expert Soup", "soup"),
-]
-AXES = [
-    ("gen ppl", "lower"),  # forgetting of the base language
-    ("held-in ppl", "lower"),  # acquisition of the trained languages
-    ("held-out ppl", "lower"),  # generalization to never-trained relatives
-    ("Copain acc", "higher"),  # in-context learning
-    ("chrF", "higher"),  # translation from the general language
 ]
 
 
@@ -231,154 +225,172 @@ def _made(folder: Path) -> Callable[[], bool]:
 # --- stage 5: scores ------------------------------------------------------------------------
 
 
-def _tasks(world: WorldFiles, size: Size, targets: list[str]) -> list[str]:
-    flores = [
-        f"flores:{world.flores}:src=gen,tgt={t},name=chrf_{t},shots=2,max_new_tokens=40"
-        for t in targets
-    ]
-    return [
-        f"ppl:{world.gen_ppl}:name=gen",
-        f"ppl:{world.heldin_ppl}:name=heldin",
-        f"ppl:{world.heldout_ppl}:name=heldout",
-        f"copain:n={size.copain_n},shots=3",
-        *flores,
-    ]
+def score(model_dir: Path, suite: Path, out: Path, device: str) -> None:
+    """Score a checkpoint on every unit of the demo's suite (one model load) into the results
+    folder `out` (results.json and per-item samples), continuing an interrupted run."""
+    from eval.study.runner import SuiteRun, run_suite
+
+    run_suite(str(model_dir), suite, out, SuiteRun(device=device, batch_size=16))
 
 
-def score(model_dir: Path, tasks: list[str], out: Path, device: str) -> None:
-    """Evaluate a checkpoint on the tasks and save the metrics as JSON."""
-    from eval.api import evaluate, load_model
-
-    model, tokenizer = load_model(model_dir, device=device, progress=False)
-    result = evaluate(model, tokenizer, tasks, batch_size=16, progress=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+def _scored(folder: Path) -> bool:
+    results = folder / "results.json"
+    return results.is_file() and json.loads(results.read_text())["complete"]
 
 
-# --- stage 6: the table ----------------------------------------------------------------------
+# --- stage 6: the comparison and the table ---------------------------------------------------
+
+# The table's columns: (label, task, where its cell is in the comparison). A family expert's
+# held-in, held-out and chrF cells are those of its own family ("family"), other models' the
+# macro over families ("overall"); gen is a language in no family.
+AXES = [
+    ("gen ppl", "ppl", {"scope": "language", "lang": "gen_Latn"}),  # forgetting
+    ("held-in ppl", "ppl", {"split": "held_in"}),  # acquisition of the trained languages
+    ("held-out ppl", "ppl", {"split": "held_out"}),  # generalization to never-trained relatives
+    ("Copain acc", "copain", {"scope": "task"}),  # in-context learning
+    ("chrF", "chrf", {"split": "held_in"}),  # translation from gen into the trained languages
+]
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+@dataclass(frozen=True)
+class TableRow:
+    """One row of the demo's table: a strategy's model, and its family for an expert."""
+
+    strategy: str  # the STRATEGIES label
+    model: str  # the model's folder under models/ (and scores/)
+    family: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.strategy} ({self.family})" if self.family else self.strategy
 
 
-def axes_of(metrics: dict, families: list[str]) -> dict[str, float]:
-    """The five axes of one model's metrics, over the given families' languages."""
-    trained = [f"{f[:3]}{i}" for f in families for i in (1, 2)]
-    held_out = [f"{f[:3]}3" for f in families]
-    chrf = [metrics[f"chrf_{f[:3]}1/chrf"] for f in families if f"chrf_{f[:3]}1/chrf" in metrics]
-    return {
-        "gen ppl": metrics["gen/gen/ppl"],
-        "held-in ppl": _geomean([metrics[f"heldin/{lang}/ppl"] for lang in trained]),
-        "held-out ppl": _geomean([metrics[f"heldout/{lang}/ppl"] for lang in held_out]),
-        "Copain acc": metrics["copain/acc"],
-        "chrF": sum(chrf) / len(chrf) if chrf else math.nan,
-    }
-
-
-def strategy_rows(scores: dict[str, dict]) -> list[dict]:
-    """One row per strategy; expert rows average each expert on its own family."""
+def table_rows() -> list[TableRow]:
+    """The table's rows in STRATEGIES order; a strategy made per family has one row each."""
     rows = []
     for label, key in STRATEGIES:
         if "*" in key:
-            per_family = [axes_of(scores[key.replace("*", f)], [f]) for f in FAMILIES]
-            values = {axis: sum(p[axis] for p in per_family) / len(per_family) for axis, _ in AXES}
+            rows += [TableRow(label, key.replace("*", f), f) for f in FAMILIES]
         else:
-            values = axes_of(scores[key], list(FAMILIES))
-        rows.append({"strategy": label, **values})
+            rows.append(TableRow(label, key))
     return rows
 
 
-def change(axis: str, value: float, base: float) -> str:
-    """A row's change from the base, readable: perplexities as factors or percentages (they move
-    by orders of magnitude), other axes as differences."""
-    if not axis.endswith("ppl"):
-        return f"{value - base:+.2f}"
-    ratio = value / base
-    if 0.5 <= ratio <= 2:
-        return f"{(ratio - 1) * 100:+.0f}%"
-    factor = ratio if ratio > 1 else 1 / ratio
-    text = f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}"  # 3,400x, never 3.4e+03x
-    return f"{text}x higher" if ratio > 1 else f"{text}x lower"
+def primary_axis(comparison, task: str) -> dict:
+    """The comparison's axis of a task's primary metric (ppl, acc, chrf)."""
+    return next(a for a in comparison.axes if a["task"] == task and a["primary"])
 
 
-def copain_items(size: Size) -> int:
-    """How many Copain items each model is scored on (every task, `copain_n` items each)."""
-    from eval.copain import TASKS
+def cell(comparison, row: TableRow, column: tuple[str, str, dict]) -> dict:
+    """The comparison's row (value, change from the base, 95% interval) behind one cell."""
+    from eval.study.formatting import find_row
 
-    return len(TASKS) * size.copain_n
-
-
-def moves(axis: str, row: dict, base: dict, items: int) -> bool:
-    """Whether `row` differs from the base on `axis` by more than noise: Copain accuracy by
-    more than twice the binomial standard error of the difference over `items` items (the
-    quick run's 0.02 against 0.00 is one item of 56), the other axes by anything at all."""
-    if axis != "Copain acc":
-        return row[axis] != base[axis]
-    scores = [{"copain/acc": r[axis], "copain/n": items} for r in (base, row)]
-    return abs(row[axis] - base[axis]) > noise("copain/acc", *scores)
+    _, task, where = column
+    if "split" in where:
+        where = {**where, "scope": "family", "family": row.family} if row.family else where
+        where = {"scope": "overall", **where}
+    found = find_row(comparison.rows, primary_axis(comparison, task), model=row.model, **where)
+    if found is None:
+        raise ValueError(f"no comparison row for {row.model}, {column[0]}")
+    return found
 
 
-def moving_axes(rows: list[dict], items: int) -> list[tuple[str, str]]:
-    """The axes on which at least one strategy differs from the base by more than noise: a
-    column that cannot move (Copain in the quick run, whose base never learns it) says nothing."""
-    return [(a, b) for a, b in AXES if any(moves(a, row, rows[0], items) for row in rows[1:])]
+def digits(comparison, task: str) -> int:
+    """Digits of a column: the comparison report's."""
+    from eval.study.formatting import decimals
+
+    return decimals(primary_axis(comparison, task))
 
 
-def markdown_table(rows: list[dict], axes: list[tuple[str, str]] | None = None) -> str:
-    """The paper-style table: each axis with its change from the base."""
-    axes = AXES if axes is None else axes
-    base = rows[0]
-    head = "| strategy | " + " | ".join(f"{axis} ({better} is better)" for axis, better in axes)
+def moving_axes(comparison, rows: list[TableRow]) -> list[tuple[str, str, dict]]:
+    """The columns in which some strategy's change from the base has a 95% interval that
+    excludes 0 (the comparison's paired bootstrap): a column in which nothing moves beyond
+    noise (Copain in the quick run, whose base never learns it) says nothing."""
+    return [
+        column
+        for column in AXES
+        if any(cell(comparison, row, column)["significant"] for row in rows[1:])
+    ]
+
+
+def better(comparison, task: str) -> str:
+    return "higher" if primary_axis(comparison, task)["higher_is_better"] else "lower"
+
+
+def markdown_table(comparison, rows: list[TableRow], axes: list[tuple[str, str, dict]]) -> str:
+    """The paper-style table: each cell the value, its change from the base and the change's
+    95% interval, bold where the interval excludes 0 (the comparison's cells)."""
+    from eval.study.formatting import format_cell
+
+    head = "| strategy | " + " | ".join(
+        f"{label} ({better(comparison, task)} is better)" for label, task, _ in axes
+    )
     lines = [head + " |", "|---|" + "---|" * len(axes)]
     for row in rows:
         cells = [
-            f"{row[axis]:.2f}"
-            + ("" if row is base else f" ({change(axis, row[axis], base[axis])})")
-            for axis, _ in axes
+            format_cell(cell(comparison, row, column), digits(comparison, column[1]))
+            for column in axes
         ]
-        lines.append(f"| {row['strategy']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot_strategies(rows: list[dict], path: Path, axes: list[tuple[str, str]]) -> list[str]:
-    """One panel per axis of `axes` (those the table shows): each strategy's change from the
-    base. Returns the panels' titles."""
+def plot_strategies(
+    comparison, rows: list[TableRow], path: Path, axes: list[tuple[str, str, dict]]
+) -> list[str]:
+    """One panel per column of `axes` (those the table shows): each strategy's change from the
+    base with its 95% interval. Returns the panels' titles."""
     from surgery.diagnostics.plots import pyplot
 
     plt = pyplot()
-    fig, panels = plt.subplots(1, len(axes), figsize=(4.2 * len(axes), 4.2), squeeze=False)
-    labels = [r["strategy"] for r in rows[1:]]
+    fig, panels = plt.subplots(1, len(axes), figsize=(4.2 * len(axes), 5.2), squeeze=False)
+    labels = [row.label for row in rows[1:]]
     titles = []
-    for ax, (axis, better) in zip(panels[0], axes, strict=True):
-        base = rows[0][axis]
-        if axis.endswith("ppl"):
-            # Perplexities move by orders of magnitude: show the ratio to the base, log scale.
-            ratios = [r[axis] / base for r in rows[1:]]
-            good = [ratio < 1 for ratio in ratios]
-            ax.barh(
-                labels,
-                [ratio - 1 for ratio in ratios],
-                left=1,
-                color=["tab:green" if g else "tab:red" for g in good],
-            )
-            ax.set_xscale("log")
-            ax.axvline(1, color="black", linewidth=0.8)
-            ax.set_xlabel("ratio to the base (log scale)")
-        else:
-            deltas = [r[axis] - base for r in rows[1:]]
-            good = [(d < 0) if better == "lower" else (d > 0) for d in deltas]
-            ax.barh(labels, deltas, color=["tab:green" if g else "tab:red" for g in good])
-            ax.axvline(0, color="black", linewidth=0.8)
-            ax.set_xlabel("change from the base")
-        titles.append(f"{axis}\n({better} is better)")
+    for ax, column in zip(panels[0], axes, strict=True):
+        label, task, _ = column
+        cells = [cell(comparison, row, column) for row in rows[1:]]
+        deltas = [c["delta"] for c in cells]
+        # A percentile interval of a ratio-type metric (perplexity) need not contain the point
+        # change: the bar's whisker on that side is then empty, never negative.
+        errors = [[max(0.0, d - c["ci_low"]) for d, c in zip(deltas, cells, strict=True)]]
+        errors.append([max(0.0, c["ci_high"] - d) for d, c in zip(deltas, cells, strict=True)])
+        lower = better(comparison, task) == "lower"
+        good = [(d < 0) if lower else (d > 0) for d in deltas]
+        colors = [
+            ("tab:green" if g else "tab:red") if c["significant"] else "lightgray"
+            for g, c in zip(good, cells, strict=True)
+        ]
+        ax.barh(labels, deltas, xerr=errors, color=colors, capsize=2)
+        if task == "ppl":
+            ax.set_xscale("symlog")  # perplexities move by orders of magnitude
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_xlabel("change from the base, 95% interval")
+        titles.append(f"{label}\n({better(comparison, task)} is better)")
         ax.set_title(titles[-1])
         ax.invert_yaxis()
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle("Strategies against forgetting: change from the base model (green = better)")
+    fig.suptitle(
+        "Strategies against forgetting: change from the base (green = better, gray = within noise)"
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return titles
+
+
+def run_comparison(scores_dir: Path, rows: list[TableRow], out: Path, resamples: int, seed: int):
+    """`surgery compare` of every model against the base, written into `out` (report.md,
+    comparison.csv/json, plots); returns the comparison."""
+    from eval.study.compare import compare
+    from eval.study.report import write_report
+
+    models = list(dict.fromkeys(row.model for row in rows))
+    comparison = compare(
+        scores_dir / models[0], [scores_dir / m for m in models[1:]], resamples=resamples, seed=seed
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    write_report(comparison, out)
+    return comparison
 
 
 # --- the pipeline ------------------------------------------------------------------------------
@@ -400,7 +412,7 @@ def run_demo(
 
     stages.run(
         "world",
-        lambda: (world_root / "world.json").is_file(),
+        lambda: all((world_root / name).is_file() for name in ("world.json", "suite.yml")),
         lambda: _make_world(world_root, size, seed),
     )
     world = WorldFiles(world_root, build_languages(seed))
@@ -418,39 +430,33 @@ def run_demo(
         )
 
     _surgery(stages, models, size)
-    model_names = [
-        *runs,
-        "dense-reverted",
-        *(f"expert-{f}-reverted" for f in FAMILIES),
-        "soup",
-    ]
-    all_targets = [f"{f[:3]}1" for f in FAMILIES]
+    rows = table_rows()
+    model_names = [row.model for row in rows]
 
     def score_all() -> None:
         for name in model_names:
-            path = scores_dir / f"{name}.json"
-            if not path.is_file():
-                family = next((f for f in FAMILIES if name.startswith(f"expert-{f}")), None)
-                targets = [f"{family[:3]}1"] if family else all_targets
-                score(models / name, _tasks(world, size, targets), path, device)
+            score(models / name, world.suite, scores_dir / name, device)
 
     stages.run(
-        "eval all models",
-        lambda: all((scores_dir / f"{n}.json").is_file() for n in model_names),
+        "eval all models (suite)",
+        lambda: all(_scored(scores_dir / n) for n in model_names),
         score_all,
     )
-    scores = {n: json.loads((scores_dir / f"{n}.json").read_text())["metrics"] for n in model_names}
-    rows = strategy_rows(scores)
     stages.run(
         "expert diagnostics",
         lambda: (out / "expert_sweep" / "sweep.png").is_file(),
         lambda: _diagnostics(out, models, world, size, device),
     )
-    # One decision on which columns say something feeds the printed table, the plot and report.
-    axes = moving_axes(rows, copain_items(size))
-    report = _write_report(out, rows, size, quick, axes, demo_commands(world, size, models, seed))
+    start = time.perf_counter()
+    comparison = run_comparison(scores_dir, rows, out / "comparison", size.resamples, seed)
+    log(f"compare (B = {size.resamples}): {time.perf_counter() - start:.1f}s")
+    # One decision on which columns say something feeds the printed table, the plot and report:
+    # the comparison's intervals.
+    axes = moving_axes(comparison, rows)
+    commands = demo_commands(world, size, models, seed)
+    report = _write_report(out, comparison, rows, size, quick, axes, commands)
     log(f"report: {report}")
-    print(markdown_table(rows, axes))
+    print(markdown_table(comparison, rows, axes))
     return report
 
 
@@ -477,6 +483,7 @@ def _make_world(root: Path, size: Size, seed: int) -> None:
     )
     (root / "copain.txt").write_text("\n\n".join(_copain_lines(400, seed + 1000)) + "\n")
     (root / "world.json").write_text(json.dumps({"seed": seed, "size": size.__dict__}))
+    write_suite(WorldFiles(root, build_languages(seed)), size.copain_n)
 
 
 def _surgery(stages: Stages, models: Path, size: Size) -> None:
@@ -516,7 +523,7 @@ def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device:
     plot_drift(report, out / "expert_drift.png", f"Drift of expert-{family} from the base")
     tasks = [
         f"ppl:{world.gen_ppl}:name=gen",
-        f"ppl:{world.heldin_ppl / 'data' / (family[:3] + '1')}:name=heldin",
+        f"ppl:{world.heldin_ppl / 'data' / (family[:3] + '1')}:name=heldin",  # a trained one
     ]
     run_sweep(
         models / "base",
@@ -594,49 +601,90 @@ def demo_commands(world: WorldFiles, size: Size, models: Path, seed: int) -> dic
     }
 
 
+def change(value: float, base: float, ppl: bool) -> str:
+    """A change from the base in words: perplexities as factors or percentages (they move by
+    orders of magnitude), other axes as differences."""
+    if not ppl:
+        return f"{value - base:+.2f}"
+    ratio = value / base
+    if 0.5 <= ratio <= 2:
+        return f"{(ratio - 1) * 100:+.0f}%"
+    factor = ratio if ratio > 1 else 1 / ratio
+    text = f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}"  # 3,400x, never 3.4e+03x
+    return f"{text}x higher" if ratio > 1 else f"{text}x lower"
+
+
 def explain(
-    row: dict, base: dict, axes: list[tuple[str, str]], size: Size, commands: dict[str, str]
+    comparison,
+    strategy: str,
+    rows: list[TableRow],
+    axes: list[tuple[str, str, dict]],
+    size: Size,
+    commands: dict[str, str],
 ) -> str:
-    """One paragraph: what the strategy is, what its row shows here, how to reproduce it."""
-    text = f"**{row['strategy']}**: {EXPLAIN[row['strategy']].format(middle=size.middle)}"
-    if row is not base:
-        moves = [f"{axis} {change(axis, row[axis], base[axis])}" for axis, _ in axes]
-        text += f" Here, against the base: {', '.join(moves)}."
-    return f"{text}\n\n```bash\n{commands[row['strategy']]}\n```"
+    """One paragraph: what the strategy is, what its rows show here (only the changes whose
+    interval excludes 0), how to reproduce it."""
+    text = f"**{strategy}**: {EXPLAIN[strategy].format(middle=size.middle)}"
+    for row in (r for r in rows if r.strategy == strategy and r is not rows[0]):
+        cells = [(column, cell(comparison, row, column)) for column in axes]
+        moves = [
+            f"{column[0]} {change(c['value'], c['value'] - c['delta'], column[1] == 'ppl')}"
+            for column, c in cells
+            if c["significant"]
+        ]
+        where = f" ({row.family})" if row.family else ""
+        text += f" Here{where}, against the base: {', '.join(moves) or 'no change beyond noise'}."
+    return f"{text}\n\n```bash\n{commands[strategy]}\n```"
+
+
+def _write_results(out: Path, comparison, rows: list[TableRow]) -> None:
+    """results.json and results.csv: every column's cell of every row (value, change from the
+    base, interval, whether it excludes 0)."""
+    fields = ("value", "delta", "ci_low", "ci_high", "significant")
+    table = []
+    for row in rows:
+        cells = {label: cell(comparison, row, (label, t, w)) for label, t, w in AXES}
+        entry = {"strategy": row.label, "model": row.model}
+        table.append(entry | {a: {k: c[k] for k in fields} for a, c in cells.items()})
+    (out / "results.json").write_text(json.dumps(table, indent=2) + "\n")
+    with open(out / "results.csv", "w") as handle:
+        handle.write("strategy,model,axis," + ",".join(fields) + "\n")
+        for entry in table:
+            for label, _, _ in AXES:
+                values = ["" if entry[label][k] is None else str(entry[label][k]) for k in fields]
+                handle.write(f"{entry['strategy']},{entry['model']},{label}," + ",".join(values))
+                handle.write("\n")
 
 
 def _write_report(
     out: Path,
-    rows: list[dict],
+    comparison,
+    rows: list[TableRow],
     size: Size,
     quick: bool,
-    axes: list[tuple[str, str]],
+    axes: list[tuple[str, str, dict]],
     commands: dict[str, str],
 ) -> Path:
-    """report.md, results.json/.csv (every axis) and strategies.png: the table and the plot show
-    `axes` (see `moving_axes`), and the report says why any other axis is left out."""
-    (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
-    with open(out / "results.csv", "w") as handle:
-        handle.write("strategy," + ",".join(axis for axis, _ in AXES) + "\n")
-        for row in rows:
-            handle.write(row["strategy"] + "," + ",".join(f"{row[a]:.6g}" for a, _ in AXES) + "\n")
-    plot_strategies(rows, out / "strategies.png", axes)
+    """report.md, results.json/.csv (every column) and strategies.png: the table and the plot
+    show `axes` (see `moving_axes`), and the report says why any other column is left out."""
+    _write_results(out, comparison, rows)
+    plot_strategies(comparison, rows, out / "strategies.png", axes)
     mode = "--quick" if quick else "default"
-    dropped = [axis for axis, _ in AXES if (axis, dict(AXES)[axis]) not in axes]
+    dropped = [label for label, _, _ in AXES if label not in {a for a, _, _ in axes}]
     left_out = (
-        f"\n{', '.join(dropped)} is left out: no model differs from the base's "
-        f"{rows[0][dropped[0]]:.2f} by more than noise (twice the standard error over "
-        f"{copain_items(size)} items)"
+        f"\n{', '.join(dropped)} {'is' if len(dropped) == 1 else 'are'} left out: no strategy's "
+        "change from the base has a 95% interval that excludes 0"
         + (
-            ": the quick base is too small to learn Copain (`surgery demo` learns it)"
-            if quick
+            " (the quick base is too small to learn Copain: `surgery demo` learns it)"
+            if quick and "Copain acc" in dropped
             else ""
         )
         + ".\n"
         if dropped
         else ""
     )
-    paragraphs = "\n\n".join(explain(row, rows[0], axes, size, commands) for row in rows)
+    strategies = list(dict.fromkeys(row.strategy for row in rows))
+    paragraphs = "\n\n".join(explain(comparison, s, rows, axes, size, commands) for s in strategies)
     text = f"""# surgery demo ({mode})
 
 Continual pretraining teaches a model new languages and makes it forget the old one. This run
@@ -644,14 +692,21 @@ shows it on a small scale: a tiny Llama ({size.layers} layers, hidden {size.hidd
 a synthetic general language and Copain-style list patterns, then adapted to five synthetic
 language families ({", ".join(FAMILIES)}) by each strategy below. Middle layers: `{size.middle}`.
 
+Every model is scored through one suite (`data/suite.yml`, `surgery eval --suite`) and compared
+with the base item by item (`surgery compare`: its full report, per family and language, with
+sign tests and plots, is [comparison/report.md](comparison/report.md)).
+
 How to read the table: **gen ppl** is the general language's perplexity (forgetting: lower is
 better), **held-in ppl** the trained languages' (learning), **held-out ppl** that of one
 never-trained relative per family (generalization), **Copain acc** in-context learning of list
-tasks, **chrF** translation from the general language. Perplexities are geometric means over
-languages; expert rows average each expert on its own family. In brackets: the change from the
-base, as a factor ("259x higher") or a percentage for perplexities, a difference otherwise.
+tasks (%), **chrF** translation from the general language into the trained ones. Held-in,
+held-out and chrF cells are unweighted means over languages, then over families; a family
+expert's cells are those of its own family. Cells: value (change from the base [95% interval]),
+a paired bootstrap over the items with B = {comparison.resamples} resamples
+{"(few: the quick run) " if quick else ""}and seed {comparison.seed}; **bold**: the interval
+excludes 0.
 {left_out}
-{markdown_table(rows, axes)}
+{markdown_table(comparison, rows, axes)}
 
 ## The strategies
 

@@ -62,6 +62,15 @@ class Language:
     lexicon: dict[str, str]
     held_out: bool = False
 
+    @property
+    def flores(self) -> str:
+        """The language's FLORES-200-style code, as a suite names it: `gen_Latn` for gen, and
+        per family three letters from its name with a, b, c for its languages (`sla_Latn`,
+        `slb_Latn`, `slc_Latn`: slc is the held-out relative)."""
+        if self.family is None:
+            return f"{self.code}_Latn"
+        return f"{self.code[:2]}{'abc'[int(self.code[3]) - 1]}_Latn"
+
     def render(self, concepts: tuple[str, ...]) -> str:
         """A sentence from (adj_s|None, subject, verb, adj_o|None, object, place|None)."""
         adj_s, subj, verb, adj_o, obj, place = concepts
@@ -182,8 +191,51 @@ class WorldFiles:
 
     @property
     def flores(self) -> Path:
-        """FLORES-style folder: dev/<lang>.dev, devtest/<lang>.devtest."""
+        """FLORES-style folder: dev/<code>.dev, devtest/<code>.devtest (FLORES-style codes)."""
         return self.root / "flores"
+
+    @property
+    def suite(self) -> Path:
+        """The suite file naming the study over this world (`write_suite`)."""
+        return self.root / "suite.yml"
+
+    def ppl_root(self, lang: Language) -> Path:
+        """The MADLAD-style root holding `lang`'s perplexity text."""
+        if lang.family is None:
+            return self.gen_ppl
+        return self.heldout_ppl if lang.held_out else self.heldin_ppl
+
+
+def suite_text(world: WorldFiles, copain_n: int) -> str:
+    """The suite of the demo's study: the five families (two trained languages, one held-out
+    relative each), gen outside them, perplexity per language, Copain, and chrF of translation
+    from gen into every family language."""
+    lines = ["families:"]
+    for family in FAMILIES:
+        members = [lang for lang in world.languages if lang.family == family]
+        held_in = ", ".join(lang.flores for lang in members if not lang.held_out)
+        held_out = ", ".join(lang.flores for lang in members if lang.held_out)
+        lines.append(f"  {family}: {{held_in: [{held_in}], held_out: [{held_out}]}}")
+    gen = next(lang for lang in world.languages if lang.family is None)
+    lines += [f"others: [{gen.flores}]  # the base's language: forgetting", "languages:"]
+    for lang in world.languages:
+        folder = world.ppl_root(lang).relative_to(world.root)
+        lines.append(f"  {lang.flores}: {{lang2: {lang.code}, ppl: {folder}}}")
+    lines += [
+        "tasks:",
+        '  ppl: {path: "{ppl}/data/{lang2}/"}',
+        f"  copain: {{n: {copain_n}, shots: 3}}",
+        f"  chrf: {{kind: flores, dir: {world.flores.relative_to(world.root)}/, "
+        f'directions: ["{gen.flores}-{{lang}}"], shots: 2, max_new_tokens: 40}}',
+        "root: .",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_suite(world: WorldFiles, copain_n: int) -> Path:
+    """Write `suite_text` next to the world's data; returns its path."""
+    world.suite.write_text(suite_text(world, copain_n))
+    return world.suite
 
 
 def _write_madlad(root: Path, lang: str, lines: list[str]) -> None:
@@ -216,14 +268,9 @@ def write_world(
     for lang in languages:
         if not lang.held_out:
             files.train[lang.code].write_text("\n".join(lang.render(s) for s in train_part) + "\n")
-        ppl_root = (
-            files.gen_ppl
-            if lang.family is None
-            else (files.heldout_ppl if lang.held_out else files.heldin_ppl)
-        )
-        _write_madlad(ppl_root, lang.code, [lang.render(s) for s in test_part])
+        _write_madlad(files.ppl_root(lang), lang.code, [lang.render(s) for s in test_part])
         for split, part in (("dev", dev_part), ("devtest", test_part)):
             (files.flores / split).mkdir(parents=True, exist_ok=True)
             lines = "\n".join(lang.render(s) for s in part) + "\n"
-            (files.flores / split / f"{lang.code}.{split}").write_text(lines)
+            (files.flores / split / f"{lang.flores}.{split}").write_text(lines)
     return files

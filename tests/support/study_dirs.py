@@ -56,6 +56,7 @@ class Study:
     families: dict[str, dict[str, list[str]]] = field(default_factory=lambda: dict(FAMILIES))
     tasks: dict[str, dict[str, Any]] = field(default_factory=lambda: json.loads(json.dumps(TASKS)))
     fewshot_seeds: list[int | None] = field(default_factory=lambda: [None])
+    others: list[str] = field(default_factory=list)  # languages in no family
 
     def suite(self) -> dict[str, Any]:
         """The suite as the runner normalizes it: kind, path, options (and FLORES' directions)."""
@@ -70,7 +71,18 @@ class Study:
             if "directions" in spec:
                 entry["directions"] = spec["directions"]
             tasks[key] = entry
-        return {"families": self.families, "languages": {}, "tasks": tasks}
+        others = {"others": self.others} if self.others else {}
+        return {"families": self.families, "languages": {}, "tasks": tasks, **others}
+
+    def places(self) -> list[tuple[str, str | None, str | None]]:
+        """`(lang, family, split)` of every language, those in no family last (as the runner)."""
+        in_families = [
+            (lang, family, split)
+            for family, splits in self.families.items()
+            for split, langs in splits.items()
+            for lang in langs
+        ]
+        return in_families + [(lang, None, None) for lang in self.others]
 
 
 def _lines(kind: str, key: str, n: int, seed: int | None, skill: float, rng) -> list[dict]:
@@ -129,14 +141,12 @@ def write_results(
     for task, spec in study.tasks.items():
         variants = spec.get("directions") or [None]
         seeds = study.fewshot_seeds if spec.get("shots") else [None]
-        for family, splits in study.families.items():
-            for split, langs in splits.items():
-                for lang in langs:
-                    level = skill.get(lang, 0.0) if isinstance(skill, dict) else skill
-                    for variant in variants:
-                        for fewshot_seed in seeds:
-                            where = (task, spec["kind"], variant, lang, family, split)
-                            units.append(_unit(folder, *where, fewshot_seed, spec["n"], level, rng))
+        for lang, family, split in study.places():
+            level = skill.get(lang, 0.0) if isinstance(skill, dict) else skill
+            for variant in variants:
+                for fewshot_seed in seeds:
+                    where = (task, spec["kind"], variant, lang, family, split)
+                    units.append(_unit(folder, *where, fewshot_seed, spec["n"], level, rng))
     suite = study.suite()
     results = SuiteResults(
         model=ModelInfo(path=str(folder), name=name),
