@@ -37,7 +37,7 @@ from train.options import command_line
 
 @dataclass(frozen=True)
 class Size:
-    """How big the run is: quick (about 50 s on 2 idle CPU cores) or default."""
+    """How big the run is: quick (about 3 minutes on 2 idle CPU cores) or default."""
 
     train_sentences: int
     eval_sentences: int
