@@ -150,7 +150,7 @@ def test_every_dtype_is_inspected_verified_and_reverted(tmp_path):
     info = json.loads(result.output)
     assert set(info["dtypes"]) == set(DTYPES)
     assert info["bytes"] == sum(len(raw) for raw in trained_bytes.values())
-    assert info["stacks"] == [{"name": "text", "prefix": "model.layers", "layers": 2}]
+    assert info["stacks"] == [{"name": "text", "prefix": "model.layers", "layers": 2, "beyond": 0}]
     result = run("inspect", tmp_path / "trained")
     assert result.exit_code == 0 and "F8_E4M3FNUZ" in result.output and "C64" in result.output
     result = run("verify", "--values", tmp_path / "trained")

@@ -265,7 +265,7 @@ def test_brute_force_oracle_is_not_trivial():
 
 
 @pytest.mark.parametrize(("flag", "expected"), [([], True), (["--no-prefix-cache"], False)])
-def test_cli_flag_reaches_evaluate(files, monkeypatch, flag, expected):
+def test_cli_flag_reaches_evaluate(files, monkeypatch, tmp_path, flag, expected):
     import eval.api
     import eval.model_loading
 
@@ -278,6 +278,8 @@ def test_cli_flag_reaches_evaluate(files, monkeypatch, flag, expected):
     monkeypatch.setattr(eval.api, "evaluate", fake_evaluate)
     monkeypatch.setattr(eval.model_loading, "load_model", lambda *a, **k: (None, None))
     task = f"belebele:{files['belebele']}:shots=2"
-    result = CliRunner().invoke(cli, ["eval", "ckpt", "-t", task, "-q", *flag])
+    checkpoint = tmp_path / "ckpt"  # checked to exist before anything loads
+    checkpoint.mkdir()
+    result = CliRunner().invoke(cli, ["eval", str(checkpoint), "-t", task, "-q", *flag])
     assert result.exit_code == 0, result.output
     assert seen["prefix_cache"] is expected

@@ -134,8 +134,11 @@ def test_invalid_utf8_names_the_line(tmp_path):
 
 
 def test_cli_exits_2_on_bad_data_and_bad_task_strings(tmp_path):
-    # Data is checked before the model loads: this model path need not even exist.
-    model = str(tmp_path / "model")
+    # Data is checked before the model loads: this folder need not hold a model (it must exist:
+    # a mistyped path is refused first, before any data is read).
+    model = tmp_path / "model"
+    model.mkdir()
+    model = str(model)
     bad = BAD / "belebele_answer_out_of_range.jsonl"
     result = CliRunner().invoke(cli, ["eval", model, "-t", f"belebele:{bad}:shots=0"])
     assert result.exit_code == 2
