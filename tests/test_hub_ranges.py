@@ -6,9 +6,7 @@ each sees its own HF_* environment."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +17,8 @@ from surgery.engine.reader import INDEX_NAME, open_checkpoint
 from surgery.hub.range_source import HEAD_PROBE
 from tests.support import tiny_models
 from tests.support.checks import assert_valid_output, text_layer
-from tests.support.hub_server import FakeHub, Link
+from tests.support.hub_server import FakeHub, Link, run_surgery
 
-ROOT = Path(__file__).parents[1]
 SHA_BASE, SHA_TRAINED = "a" * 40, "b" * 40
 LAYERS = 12
 # The realistic Hub: a round trip per request, a shared link, shards from a CDN host.
@@ -31,14 +28,7 @@ BOTH_HUBS = pytest.mark.parametrize("hub", ["plain", "link"], indirect=True)
 
 
 def surgery(*args: object, env: dict) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *map(str, args)],
-        env={**clean, "PYTHONPATH": str(ROOT), **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    return run_surgery(*args, env=env)
 
 
 def _llama(seed: int | None) -> LlamaForCausalLM:

@@ -7,30 +7,18 @@ test); HF_HUB_DOWNLOAD_TIMEOUT=1 keeps them quick.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from cli import cli
-from tests.support.hub_server import SilentHub
-
-ROOT = Path(__file__).parents[1]
+from tests.support.hub_server import SilentHub, run_surgery
 
 
 def _surgery(*args: object, env: dict) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *map(str, args)],
-        env={**clean, "PYTHONPATH": str(ROOT), **env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,  # far above what the 1-second timeouts allow; reached only by a hang
-    )
+    # far above what the 1-second timeouts allow; reached only by a hang
+    return run_surgery(*args, env=env, timeout=300)
 
 
 @pytest.fixture

@@ -15,8 +15,10 @@ import base64
 import gzip
 import hashlib
 import json
+import os
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -490,3 +492,22 @@ class SilentHub:
 
     def __exit__(self, *exc: object) -> None:
         self.socket.close()
+
+
+ROOT = Path(__file__).parents[2]
+
+
+def run_surgery(
+    *args: object, env: dict, timeout: float | None = None
+) -> subprocess.CompletedProcess:
+    """Run the `surgery` command from this checkout as its own process, with no HF_* variables of
+    the caller's (the test's `env` names the endpoint, token and timeouts)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *map(str, args)],
+        env={**clean, "PYTHONPATH": str(ROOT), **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
