@@ -72,13 +72,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "eval"
 FAMILIES = {"slavic": ("ces_Latn", "szl_Latn"), "germanic": ("deu_Latn", "ltz_Latn")}
 LANGS = [lang for pair in FAMILIES.values() for lang in pair]
-SUITE = """\
+# The families and language codes every suite of these tests shares; the tasks follow.
+FAMILIES_YAML = """\
 families:
   slavic: {held_in: [ces_Latn], held_out: [szl_Latn]}
   germanic: {held_in: [deu_Latn], held_out: [ltz_Latn]}
 languages:
   szl_Latn: {lang2: szl}
 tasks:
+"""
+SUITE = (
+    FAMILIES_YAML
+    + """\
   ppl: {path: "madlad/data/{lang2}/"}
   belebele: {path: "belebele/{lang}.jsonl", shots: 1}
   piqa: {path: "global_piqa/{lang}.jsonl", shots: 1}
@@ -86,6 +91,7 @@ tasks:
   copain: {n: 3, shots: 1, max_new_tokens: 2}
 root: data/
 """
+)
 ARGS = ["--limit", "2", "--batch-size", "4", "-q"]
 
 
@@ -270,16 +276,13 @@ def test_a_folder_of_another_model_suite_or_settings_is_refused(study, families)
     assert _files(study / "out") == before
 
 
-PIQA_ONLY = """\
-families:
-  slavic: {held_in: [ces_Latn], held_out: [szl_Latn]}
-  germanic: {held_in: [deu_Latn], held_out: [ltz_Latn]}
-languages:
-  szl_Latn: {lang2: szl}
-tasks:
+PIQA_ONLY = (
+    FAMILIES_YAML
+    + """\
   piqa: {path: "global_piqa/{lang}.jsonl", shots: 1}
 root: data/
 """
+)
 
 
 def test_a_missing_file_is_named_before_the_model_loads_or_skipped(study, tmp_path, monkeypatch):

@@ -38,6 +38,21 @@ def scripted(values: list[float]):
     return score, calls
 
 
+def _stopping(families, tmp_path, corpus, max_steps: int, patience: int, threshold: float):
+    """A tiny run scored every step on the scripted probe/acc, stopping early on it."""
+    return tiny_config(
+        families("llama")["base"],
+        tmp_path / "out",
+        [corpus],
+        max_steps=max_steps,
+        eval_every=1,
+        eval_tasks=["probe"],
+        early_stopping="probe/acc",
+        patience=patience,
+        early_stopping_threshold=threshold,
+    )
+
+
 @pytest.fixture
 def corpus(tmp_path):
     return str(write_corpus(tmp_path / "data" / "sk.jsonl", docs=80))
@@ -47,17 +62,7 @@ def test_stops_at_the_patience_and_saves_the_best_step(families, tmp_path, corpu
     # Scores at steps 1..4: best at step 2, then two scores without improvement: stop at 4.
     score, calls = scripted([0.1, 0.3, 0.2, 0.25, 0.9, 0.9])
     weights = Weights()
-    config = tiny_config(
-        families("llama")["base"],
-        tmp_path / "out",
-        [corpus],
-        max_steps=6,
-        eval_every=1,
-        eval_tasks=["probe"],
-        early_stopping="probe/acc",
-        patience=2,
-        early_stopping_threshold=0.0,
-    )
+    config = _stopping(families, tmp_path, corpus, max_steps=6, patience=2, threshold=0.0)
     out = train(config, [weights], score)
     assert len(calls) == 4  # scored once per step, the Trainer's evaluation reuses the scores
     record = json.loads((out / "surgery_train.json").read_text())
@@ -81,17 +86,7 @@ def test_threshold_counts_small_gains_as_no_improvement(families, tmp_path, corp
     # 0.32 beats 0.3 by less than the threshold: no improvement for the patience (it stops at 3),
     # though the Trainer's best is then step 3's (it compares without the threshold).
     score, _ = scripted([0.1, 0.3, 0.32, 0.9])
-    config = tiny_config(
-        families("llama")["base"],
-        tmp_path / "out",
-        [corpus],
-        max_steps=4,
-        eval_every=1,
-        eval_tasks=["probe"],
-        early_stopping="probe/acc",
-        patience=1,
-        early_stopping_threshold=0.05,
-    )
+    config = _stopping(families, tmp_path, corpus, max_steps=4, patience=1, threshold=0.05)
     record = json.loads((train(config, [], score) / "surgery_train.json").read_text())
     assert record["early_stopping"]["stopped_at"] == 3
 
