@@ -457,6 +457,14 @@ def verify(values, quiet, checkpoint):
     sys.exit(0 if report.ok else 1)
 
 
+def _scorer(tasks, eval_options):
+    """The scorer sweep and localize receive (surgery never imports eval): the tasks, parsed
+    and their data read now, before any checkpoint is read, scored with the eval options."""
+    from eval.scorer import TaskScorer
+
+    return TaskScorer.of(tasks, eval_options)
+
+
 @cli.command()
 @click.option(
     "--alpha",
@@ -519,11 +527,10 @@ def sweep(
         layers=layers,
         stack=stack,
         modules=modules,
-        tasks=list(tasks),
+        scorer=_scorer(tasks, eval_options) if tasks else None,
         save=not no_save,
         in_memory=in_memory,
         extrapolate=extrapolate,
-        eval_options=eval_options,
         max_shard_size=parse_size(max_shard_size),
         force=force,
         quiet=quiet,
@@ -636,14 +643,13 @@ def localize(
     result = run_localize(
         base,
         trained,
-        list(tasks),
+        _scorer(tasks, eval_options),
         blocks=blocks,
         block_size=block_size,
         alphas=parse_alpha_grid(alphas),
         stack=stack,
         modules=modules,
         quiet=quiet,
-        eval_options=eval_options,
         out_dir=out_dir,
         force=force,
     )
@@ -779,12 +785,10 @@ def _train_scorer(tasks):
     """`score(model, tokenizer)` for `train --eval-every`, built here because train and eval
     are siblings: the eval wrapper's tasks, parsed and their data read now (a typo fails before
     training), scored with `surgery eval`'s defaults on the model as it trains."""
-    from eval.api import evaluate, load_tasks
-
-    loaded = load_tasks(list(tasks))
+    scorer = _scorer(tasks, None)
 
     def score(model, tokenizer) -> dict[str, float]:
-        metrics = evaluate(model, tokenizer, loaded, progress=False)["metrics"]
+        metrics = scorer(model, tokenizer, progress=False)
         # Scores only: item and token counts do not change during a run.
         return {name: value for name, value in metrics.items() if isinstance(value, float)}
 

@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=12)
     args = parser.parse_args()
+    from eval.scorer import TaskScorer
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -67,7 +68,7 @@ def main() -> None:
                 trained,
                 root / mode.replace(" ", "-"),
                 alphas,
-                tasks=[f"ppl:{text}"],
+                scorer=TaskScorer.of([f"ppl:{text}"]),
                 save=False,
                 in_memory=in_memory,
                 quiet=True,

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from cli import cli
 from eval.api import evaluate, load_model
 from eval.perplexity import rate_metrics, ratio_stderr
+from eval.scorer import TaskScorer
 from surgery.core.errors import SurgeryError
 from surgery.diagnostics.drift import drift, module_kind
 from surgery.diagnostics.localize import (
@@ -57,7 +58,7 @@ def test_sweep_endpoints_score_as_base_and_trained(families, tmp_path):
         paths["trained"],
         tmp_path / "s",
         [0.0, 0.5, 1.0],
-        tasks=TASKS,
+        scorer=TaskScorer.of(TASKS),
         save=False,
         in_memory=True,
         quiet=True,
@@ -75,7 +76,7 @@ def test_sweep_endpoints_score_as_base_and_trained(families, tmp_path):
 
 def test_in_memory_and_written_sweeps_agree(families, tmp_path):
     paths = families("gemma3")
-    common = dict(layers="1:3", tasks=TASKS, quiet=True)
+    common = dict(layers="1:3", scorer=TaskScorer.of(TASKS), quiet=True)
     memory = run_sweep(
         paths["base"],
         paths["trained"],
@@ -197,7 +198,13 @@ def test_localize_attributes_the_effect_to_the_changed_block(one_block_changed, 
     base, trained = one_block_changed
     out = tmp_path / "loc"
     result = run_localize(
-        base, trained, TASKS[:1], blocks="0:2,2:4", alphas=[0.0, 0.5], out_dir=out, quiet=True
+        base,
+        trained,
+        TaskScorer.of(TASKS[:1]),
+        blocks="0:2,2:4",
+        alphas=[0.0, 0.5],
+        out_dir=out,
+        quiet=True,
     )
     assert result.metrics and result.base != result.trained
     by_block = {(r["block"], r["alpha"]): r for r in result.rows}

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from cli import cli
 from eval.api import evaluate, load_model, load_tasks
 from eval.errors import TaskSpecError
+from eval.scorer import TaskScorer
 from surgery.diagnostics.sweep import run_sweep
 
 DATA = Path(__file__).parent / "data" / "eval"
@@ -64,7 +65,7 @@ def test_harness_task_scores_blends_in_memory_in_a_sweep(families, yamls, tmp_pa
         paths["trained"],
         tmp_path / "sweep",
         [0.0, 0.5, 1.0],
-        tasks=[harness, ours],
+        scorer=TaskScorer.of([harness, ours]),
         save=False,
         in_memory=True,
         quiet=True,

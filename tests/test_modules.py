@@ -204,11 +204,12 @@ def test_train_refuses_modules_without_layers(families, tmp_path):
 
 
 def test_localize_accepts_modules_and_records_them(families, tmp_path):
+    from eval.scorer import TaskScorer
     from surgery.diagnostics.localize import run_localize
     from surgery.diagnostics.memory_blend import MemoryBlender
 
     paths = families("llama")
-    task = ["ppl:tests/data/eval/held_out.txt"]
+    task = TaskScorer.of(["ppl:tests/data/eval/held_out.txt"])
     result = run_localize(
         paths["base"],
         paths["trained"],
@@ -221,7 +222,7 @@ def test_localize_accepts_modules_and_records_them(families, tmp_path):
     assert [r["block"] for r in result.rows] == ["1:3"]
     assert json.loads((tmp_path / "l" / "localize.json").read_text())["config"]["modules"] == "mlp"
     # The block's blend is the filtered revert's weights, bit for bit.
-    blender = MemoryBlender(paths["base"], paths["trained"])
+    blender = MemoryBlender(paths["base"], paths["trained"], task.load)
     from surgery.core.layers import LayerValues
 
     blender.set_alphas(
@@ -237,11 +238,12 @@ def test_localize_accepts_modules_and_records_them(families, tmp_path):
 
 
 def test_sweep_with_modules_agrees_in_memory_and_written(families, tmp_path):
+    from eval.scorer import TaskScorer
     from surgery.diagnostics.sweep import run_sweep
 
     paths = families("gemma3")
-    task = ["ppl:tests/data/eval/held_out.txt"]
-    common = dict(layers="1:3", modules="attn", tasks=task, quiet=True)
+    task = TaskScorer.of(["ppl:tests/data/eval/held_out.txt"])
+    common = dict(layers="1:3", modules="attn", scorer=task, quiet=True)
     memory = run_sweep(
         paths["base"],
         paths["trained"],

@@ -513,6 +513,7 @@ def _surgery(stages: Stages, models: Path, size: Size) -> None:
 
 def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device: str) -> None:
     """Drift and an interpolation sweep of the first family's expert."""
+    from eval.scorer import TaskScorer
     from surgery.diagnostics.drift import drift, plot_drift
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
     from surgery.hub.resolve import open_input
@@ -530,12 +531,11 @@ def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device:
         expert,
         out / "expert_sweep",
         parse_alpha_grid(size.sweep_alphas),
-        tasks=tasks,
+        scorer=TaskScorer.of(tasks, {"device": device}),
         save=False,
         in_memory=True,
         force=True,
         quiet=True,
-        eval_options={"device": device},
     )
 
 

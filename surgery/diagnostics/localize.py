@@ -36,6 +36,7 @@ from surgery.diagnostics.metric_kinds import (
     lower_is_better,
 )
 from surgery.diagnostics.results import announce, metric_names, write_results
+from surgery.diagnostics.scoring import Scorer
 from surgery.engine.output_dir import check_output, staged_output
 from surgery.hub.resolve import open_input
 
@@ -171,37 +172,32 @@ def _recoveries(result: Localization, metrics: dict[str, float]) -> dict[str, fl
 def run_localize(
     base: str | Path,
     trained: str | Path,
-    tasks: Sequence[str],
+    scorer: Scorer,
     *,
     blocks: str | None = None,
     block_size: int | None = None,
     alphas: Sequence[float] = (0.0,),
     stack: str | None = None,
     modules: str | None = None,
-    eval_options: dict | None = None,
     out_dir: str | Path | None = None,
     force: bool = False,
     quiet: bool = False,
 ) -> Localization:
     """Score TRAINED, BASE and TRAINED with each block reverted (at each alpha); with `out_dir`,
     also write localize.json, localize.csv and localize.png there (checked before any scoring).
-    With `modules` (see `surgery.core.modules`) only those tensors of a block revert.
+    With `modules` (see `surgery.core.modules`) only those tensors of a block revert. `scorer`
+    (see `surgery.diagnostics.scoring`) loads the models and scores each blend.
 
     Raises:
         LayerSpecError: bad blocks or modules.
         OutputError: `out_dir` exists (without `force`) or overlaps an input.
-        SurgeryError: bad inputs or tasks.
+        SurgeryError: bad inputs.
     """
-    from eval.api import evaluate, load_tasks
-
-    loaded = load_tasks(tasks)
     base_ckpt, trained_ckpt = open_input(base), open_input(trained)
     warn_if_swapped(base_ckpt, trained_ckpt)
     if out_dir is not None:
         check_output(Path(out_dir), [base_ckpt.path, trained_ckpt.path], force)
-    options = dict(eval_options or {})
-    load_options = {"device": options.pop("device", "cpu"), "dtype": options.pop("dtype", None)}
-    blender = MemoryBlender(base_ckpt, trained_ckpt, **load_options)
+    blender = MemoryBlender(base_ckpt, trained_ckpt, scorer.load)
     chosen = blender.stack(stack)
     block_layers = parse_blocks(blocks, block_size, chosen.num_layers)
     module_filter = parse_module_filter(modules) if modules is not None else None
@@ -211,9 +207,7 @@ def run_localize(
 
     def score(values: LayerValues) -> dict[str, float]:
         blender.set_alphas(values, chosen, module_filter)
-        return evaluate(blender.model, blender.tokenizer, loaded, progress=not quiet, **options)[
-            "metrics"
-        ]
+        return scorer(blender.model, blender.tokenizer, progress=not quiet)
 
     result = Localization(base=score(LayerValues(default=0.0)), trained=score(LayerValues()))
     result.modules = modules

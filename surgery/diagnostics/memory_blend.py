@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -55,18 +57,19 @@ class MemoryBlender:
     checkpoint's storage dtype (exact: they were loaded from it), and two scratch buffers the
     size of the largest parameter. Blends are exact when the model's dtype is at least as wide as
     the storage dtype (the default: float32 on CPU).
+
+    Args:
+        base, trained: the two checkpoints (folders, Hub ids or opened).
+        load: `load(folder) -> (model, tokenizer)`, as the scorer loads models
+            (`surgery.diagnostics.scoring.Scorer.load`: its device and dtype).
     """
 
     def __init__(
         self,
         base: str | Path | Checkpoint,
         trained: str | Path | Checkpoint,
-        *,
-        device: str = "cpu",
-        dtype: str | None = None,
+        load: Callable[[Path], tuple[Any, Any]],
     ) -> None:
-        from eval.api import load_model
-
         base_ckpt, trained_ckpt = (
             c if isinstance(c, Checkpoint) else open_input(c) for c in (base, trained)
         )
@@ -75,8 +78,8 @@ class MemoryBlender:
         )
         self.storage = torch_dtype(storage_dtype(trained_ckpt))
         self.acc_dtype = accumulator_dtype(storage_dtype(trained_ckpt), [storage_dtype(base_ckpt)])
-        self.model, self.tokenizer = load_model(trained_ckpt.path, device, dtype, progress=False)
-        base_model, _ = load_model(base_ckpt.path, device, dtype, progress=False)
+        self.model, self.tokenizer = load(trained_ckpt.path)
+        base_model, _ = load(base_ckpt.path)
         self.params = dict(self.model.named_parameters())
         self.trained = {n: p.detach().to(self.storage, copy=True) for n, p in self.params.items()}
         self.base = {

@@ -16,6 +16,7 @@ from surgery.api import card_file, warn_if_swapped
 from surgery.core.errors import SurgeryError
 from surgery.diagnostics.memory_blend import MemoryBlender, fits_in_memory
 from surgery.diagnostics.results import announce, metric_names, write_results
+from surgery.diagnostics.scoring import Scorer
 from surgery.engine.ops.interpolate import plan_interpolate, resolve_alphas
 from surgery.engine.output_dir import check_output, staged_output
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
@@ -59,11 +60,10 @@ def run_sweep(
     layers: str | None = None,
     stack: str | None = None,
     modules: str | None = None,
-    tasks: Sequence[str] = (),
+    scorer: Scorer | None = None,
     save: bool = True,
     in_memory: bool | None = None,
     extrapolate: bool = False,
-    eval_options: dict | None = None,
     force: bool = False,
     quiet: bool = False,
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
@@ -74,12 +74,11 @@ def run_sweep(
         alphas: the grid (see `parse_alpha_grid`).
         layers, stack: restrict the blend to these layers (others from TRAINED).
         modules: narrow the layers to these modules (see `surgery.core.modules`).
-        tasks: eval task strings; none means only checkpoints are written.
+        scorer: loads and scores each point (see `surgery.diagnostics.scoring`); none means
+            only checkpoints are written.
         save: write one checkpoint per alpha (alpha-0.30, ...).
         in_memory: blend in memory for scoring; None decides by whether the model fits.
         extrapolate: allow alphas outside [0, 1].
-        eval_options: passed to `eval.api.evaluate` (batch_size, limit, seed, max_length) and
-            `load_model` (device, dtype).
 
     Returns:
         One row per alpha: {"alpha": a, "<task>/<metric>": value, ...}.
@@ -87,7 +86,7 @@ def run_sweep(
     Raises:
         SurgeryError: nothing to do, or a bad input (see interpolate).
     """
-    if not save and not tasks:
+    if not save and scorer is None:
         raise SurgeryError("--no-save without -t (a task to score) leaves nothing to do")
     base_ckpt, trained_ckpt = open_input(base), open_input(trained)
     warn_if_swapped(base_ckpt, trained_ckpt)
@@ -103,14 +102,8 @@ def run_sweep(
         )
         for a in alphas
     ]  # validates inputs, layers and alphas before anything is written or loaded
-    options = dict(eval_options or {})
-    load_options = {"device": options.pop("device", "cpu"), "dtype": options.pop("dtype", None)}
-    if tasks:
-        from eval.api import load_tasks
-
-        tasks = load_tasks(tasks)  # bad data fails now, not after the first blend
     if in_memory is None:
-        in_memory = bool(tasks) and fits_in_memory(trained_ckpt)
+        in_memory = scorer is not None and fits_in_memory(trained_ckpt)
     out_dir = Path(out_dir)
     check_output(out_dir, [base_ckpt.path, trained_ckpt.path], force)
     names = point_names(alphas)
@@ -118,7 +111,7 @@ def run_sweep(
     with staged_output(out_dir) as staging:
         if save:
             for step, (plan, name) in enumerate(zip(plans, names, strict=True), 1):
-                announce("sweep", step, len(plans), f"writing {name}", quiet or bool(tasks))
+                announce("sweep", step, len(plans), f"writing {name}", quiet or bool(scorer))
                 execute(
                     plan,
                     staging / name,
@@ -126,19 +119,19 @@ def run_sweep(
                     max_shard_size=max_shard_size,
                     extra_files=card_file(plan, staging / name),
                 )
-        if tasks:
+        if scorer is not None:
             if in_memory:
-                blender = MemoryBlender(base_ckpt, trained_ckpt, **load_options)
+                blender = MemoryBlender(base_ckpt, trained_ckpt, scorer.load)
                 points = [
                     resolve_alphas(
                         trained_ckpt, a, layers, stack, extrapolate=extrapolate, modules=modules
                     )
                     for a in alphas
                 ]
-                scores = _memory_scores(blender, points, alphas, tasks, options, quiet)
+                scores = _memory_scores(blender, points, alphas, scorer, quiet)
             else:
                 folders = [staging / (n if save else f".scratch-{n}") for n in names]
-                scores = _disk_scores(plans, folders, save, tasks, load_options, options, quiet)
+                scores = _disk_scores(plans, folders, save, scorer, quiet)
             for row, metrics in zip(rows, scores, strict=True):
                 row.update(metrics)
             config = {
@@ -148,8 +141,7 @@ def run_sweep(
                 "stack": stack,
                 "modules": modules,
                 "in_memory": in_memory,
-                **load_options,
-                **options,
+                **scorer.config,
             }
             write_results(rows, staging, "sweep", config)
             metrics = metric_names(rows)
@@ -167,32 +159,27 @@ def run_sweep(
 
 
 def _memory_scores(
-    blender: MemoryBlender, points, alphas, tasks, options: dict, quiet: bool
+    blender: MemoryBlender, points, alphas, scorer: Scorer, quiet: bool
 ) -> list[dict]:
     """Score each (LayerValues, disk stack, module filter) point on the in-memory model."""
-    from eval.api import evaluate
-
     scores = []
     for step, (values, disk_stack, modules) in enumerate(points, 1):
         announce("sweep", step, len(points), f"scoring alpha {alphas[step - 1]:g}", quiet)
         memory_stack = blender.stack(disk_stack.name) if disk_stack is not None else None
         blender.set_alphas(values, memory_stack, modules)
-        result = evaluate(blender.model, blender.tokenizer, tasks, progress=not quiet, **options)
-        scores.append(result["metrics"])
+        scores.append(scorer(blender.model, blender.tokenizer, progress=not quiet))
     return scores
 
 
-def _disk_scores(plans, folders, saved: bool, tasks, load_options, options, quiet) -> list[dict]:
+def _disk_scores(plans, folders, saved: bool, scorer: Scorer, quiet: bool) -> list[dict]:
     """Score each written point (writing scratch checkpoints first when nothing was saved)."""
-    from eval.api import evaluate, load_model
-
     scores = []
     for step, (plan, folder) in enumerate(zip(plans, folders, strict=True), 1):
         announce("sweep", step, len(plans), f"scoring {folder.name.lstrip('.')}", quiet)
         if not saved:
             execute(plan, folder, quiet=True, extra_files=card_file(plan, folder))
-        model, tokenizer = load_model(folder, progress=False, **load_options)
-        scores.append(evaluate(model, tokenizer, tasks, progress=not quiet, **options)["metrics"])
+        model, tokenizer = scorer.load(folder)
+        scores.append(scorer(model, tokenizer, progress=not quiet))
         del model
         if not saved:
             shutil.rmtree(folder)
