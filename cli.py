@@ -733,7 +733,7 @@ def demo(out_dir, quick, seed, device):
       surgery demo --quick
       surgery demo runs/demo --device cuda
     """
-    from surgery.demo.pipeline import run_demo
+    from eval.demo.pipeline import run_demo
 
     run_demo(out_dir, quick=quick, seed=seed, device=device)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from surgery.demo.pipeline import (
+from eval.demo.pipeline import (
     AXES,
     QUICK,
     STRATEGIES,
@@ -23,7 +23,7 @@ from surgery.demo.pipeline import (
     train_config,
     training_runs,
 )
-from surgery.demo.world import FAMILIES, build_languages, sentences, write_suite, write_world
+from eval.demo.world import FAMILIES, build_languages, sentences, write_suite, write_world
 from tests.support.checks import load_state, same_bits
 
 
@@ -216,7 +216,7 @@ def test_table_plot_and_report_drop_the_same_noise_column(tmp_path):
     """Copain's changes all have intervals that include 0: the printed table, strategies.png
     and report.md all leave it out, and the report says why; the other cells carry their
     intervals."""
-    from surgery.demo.pipeline import plot_strategies
+    from eval.demo.pipeline import plot_strategies
 
     significant = {label: label != "Copain acc" for label, _, _ in AXES}
     comparison, rows = _comparison(significant), table_rows()
@@ -242,8 +242,8 @@ def test_models_scored_through_the_suite_make_the_table_from_the_comparison(tmp_
     """Stage 5 and 6 on three tiny models, without training: each scored through the world's
     suite (one results folder each), compared with the base, and every table cell is the
     comparison's row with its interval."""
+    from eval.demo.pipeline import TableRow, run_comparison, score
     from eval.study.formatting import format_cell
-    from surgery.demo.pipeline import TableRow, run_comparison, score
     from tests.support.tiny_models import build_model, perturb, save
 
     world = write_world(tmp_path / "data", train_sentences=20, eval_sentences=4, seed=0)
@@ -268,6 +268,6 @@ def test_models_scored_through_the_suite_make_the_table_from_the_comparison(tmp_
     assert (own["scope"], own["family"], own["split"]) == ("family", "slavic", "held_out")
     table = markdown_table(comparison, rows, list(AXES))
     assert format_cell(own, 2) in table and "[" in format_cell(own, 2)
-    from surgery.demo.pipeline import plot_strategies
+    from eval.demo.pipeline import plot_strategies
 
     plot_strategies(comparison, rows, tmp_path / "strategies.png", list(AXES))

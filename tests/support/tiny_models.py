@@ -26,7 +26,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from surgery.demo.pipeline import train_tokenizer
+from eval.demo.pipeline import train_tokenizer
 
 VOCAB = 128
 NUM_LAYERS = 4
