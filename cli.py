@@ -782,8 +782,8 @@ from train.command import EvalHook, build_train_command  # noqa: E402
 
 
 def _train_scorer(tasks):
-    """`score(model, tokenizer)` for `train --eval-every`, built here because train and eval
-    are siblings: the eval wrapper's tasks, parsed and their data read now (a typo fails before
+    """`score(model, tokenizer)` for `train --eval-every`, built here because train never
+    imports eval: the eval wrapper's tasks, parsed and their data read now (a typo fails before
     training), scored with `surgery eval`'s defaults on the model as it trains."""
     scorer = _scorer(tasks, None)
 

@@ -1,7 +1,7 @@
 """Held-out scores during training (`--eval-every N -t TASK`), logged through the Trainer.
 
 The scorer comes from above: `surgery train` builds it from the eval wrapper's tasks (cli.py),
-because train and eval are sibling packages and train never imports eval. Here it is only a
+because train sits below eval and never imports it. Here it is only a
 callable `score(model, tokenizer) -> {metric: value}`.
 
 Every rank scores (the same items on the same weights): under FSDP the forward pass gathers each
