@@ -108,6 +108,43 @@ def test_in_memory_and_written_sweeps_agree(families, tmp_path):
     assert [row["alpha"] for row in recorded["rows"]] == [0.0, 0.3, 1.0]
 
 
+class WeightNorm:
+    """A scorer that is not the eval wrapper's (surgery never imports eval): it loads with
+    transformers and scores the squared norm of the weights."""
+
+    def __init__(self) -> None:
+        self.config = {"scorer": "weight norm"}
+        self.loaded: list[str] = []
+
+    def load(self, folder):
+        from transformers import AutoModelForCausalLM
+
+        self.loaded.append(folder.name)
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), None
+
+    def __call__(self, model, tokenizer, *, progress):
+        return {
+            "norm/sq": float(sum(p.detach().double().square().sum() for p in model.parameters()))
+        }
+
+
+def test_sweep_and_localize_score_with_any_scorer(families, tmp_path):
+    paths = families("llama")
+    norm = WeightNorm()
+    rows = run_sweep(
+        paths["base"], paths["trained"], tmp_path / "s", [0.0, 1.0], scorer=norm, quiet=True
+    )
+    assert sorted(norm.loaded) == ["base", "trained"]  # each loaded once, blended in memory
+    for row, key in zip(rows, ("base", "trained"), strict=True):
+        model, _ = norm.load(paths[key])
+        assert row["norm/sq"] == norm(model, None, progress=False)["norm/sq"]
+    recorded = json.loads((tmp_path / "s" / "sweep.json").read_text())["config"]
+    assert recorded["scorer"] == "weight norm" and recorded["in_memory"] is True
+    result = run_localize(paths["base"], paths["trained"], norm, blocks="0:2", quiet=True)
+    assert result.base["norm/sq"] == rows[0]["norm/sq"]
+    assert result.trained["norm/sq"] == rows[1]["norm/sq"]
+
+
 def test_sweep_without_eval_writes_checkpoints_only(families, tmp_path):
     paths = families("gpt2")
     result = CliRunner().invoke(

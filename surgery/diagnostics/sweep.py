@@ -111,7 +111,7 @@ def run_sweep(
     with staged_output(out_dir) as staging:
         if save:
             for step, (plan, name) in enumerate(zip(plans, names, strict=True), 1):
-                announce("sweep", step, len(plans), f"writing {name}", quiet or bool(scorer))
+                announce("sweep", step, len(plans), f"writing {name}", quiet or scorer is not None)
                 execute(
                     plan,
                     staging / name,
