@@ -101,6 +101,28 @@ def test_validate_resolves_specs(llama, tmp_path):
     assert plan.layout.text_stack.num_layers == 4 and strategies.frozen_layers == (1, 2)
     assert strategies.l2sp.value_for(1) == 0.05 and strategies.l2sp.value_for(None) == 0.001
     assert plan.sources[0].share == 1.0
+    # Parsed once, at the boundary: the steps below get typed values, never spec strings.
+    assert plan.dtype is torch.float32
+    assert strategies.drift_groups == (
+        ("layers_0", (0,)),
+        ("layers_1:3", (1, 2)),
+        ("layers_3", (3,)),
+    )
+    early = (
+        tiny_config(
+            llama,
+            tmp_path / "out",
+            [str(data)],
+            eval_every=2,
+            eval_tasks=("ppl:x",),
+            early_stopping="ppl/ppl",
+            lora="r=4",
+        )
+        .validate()
+        .strategies
+    )
+    assert early.early_stopping.metric == "ppl/ppl" and not early.early_stopping.greater_is_better
+    assert early.lora.r == 4 and early.lora.alpha == 4.0
 
 
 @pytest.mark.parametrize(
