@@ -9,9 +9,10 @@ from safetensors.torch import save_file
 
 from cli import cli
 from surgery.core.errors import CheckpointError, LayerSpecError, OutputError
+from surgery.core.layers import layer_groups
 from tests.support.train_helpers import tiny_config, write_corpus
-from train.api import training_arguments
-from train.config import drift_groups, parse_lora
+from train.arguments import training_arguments
+from train.config import parse_lora
 from train.errors import TrainConfigError
 from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
 
@@ -76,14 +77,14 @@ def test_lora_spec():
 
 
 def test_drift_groups_follow_the_named_ranges():
-    assert [g for _, g in drift_groups(None, 34, range(9, 28), None)] == [
+    assert [g for _, g in layer_groups(None, 34, range(9, 28))] == [
         tuple(range(9)),
         tuple(range(9, 28)),
         tuple(range(28, 34)),
     ]
-    labels = [label for label, _ in drift_groups(None, 34, (), None)]
+    labels = [label for label, _ in layer_groups(None, 34)]
     assert labels == ["layers_0:11", "layers_11:22", "layers_22:34"]
-    assert [g for _, g in drift_groups("0:2,2:4", 4, (), None)] == [(0, 1), (2, 3)]
+    assert [g for _, g in layer_groups("0:2,2:4", 4)] == [(0, 1), (2, 3)]
 
 
 @pytest.fixture
@@ -96,9 +97,32 @@ def test_validate_resolves_specs(llama, tmp_path):
     plan = tiny_config(
         llama, tmp_path / "out", [str(data)], freeze="1:3", l2sp="1:3=0.05,*=0.001"
     ).validate()
-    assert plan.num_layers == 4 and plan.frozen_layers == (1, 2)
-    assert plan.l2sp.value_for(1) == 0.05 and plan.l2sp.value_for(None) == 0.001
+    strategies = plan.strategies
+    assert plan.layout.text_stack.num_layers == 4 and strategies.frozen_layers == (1, 2)
+    assert strategies.l2sp.value_for(1) == 0.05 and strategies.l2sp.value_for(None) == 0.001
     assert plan.sources[0].share == 1.0
+    # Parsed once, at the boundary: the steps below get typed values, never spec strings.
+    assert plan.dtype is torch.float32
+    assert strategies.drift_groups == (
+        ("layers_0", (0,)),
+        ("layers_1:3", (1, 2)),
+        ("layers_3", (3,)),
+    )
+    early = (
+        tiny_config(
+            llama,
+            tmp_path / "out",
+            [str(data)],
+            eval_every=2,
+            eval_tasks=("ppl:x",),
+            early_stopping="ppl/ppl",
+            lora="r=4",
+        )
+        .validate()
+        .strategies
+    )
+    assert early.early_stopping.metric == "ppl/ppl" and not early.early_stopping.greater_is_better
+    assert early.lora.r == 4 and early.lora.alpha == 4.0
 
 
 @pytest.mark.parametrize(
@@ -217,7 +241,7 @@ def test_report_to_and_precision_pass_through(llama, tmp_path):
     plan = tiny_config(
         llama, tmp_path / "out", [str(data)], report_to="tensorboard", warmup=0.1, grad_accum=3
     ).validate()
-    args = training_arguments(plan)
+    args = training_arguments(plan.config, plan.checkpoints_dir, plan.strategies.early_stopping)
     assert args.report_to == ["tensorboard"]
     assert args.gradient_accumulation_steps == 3 and args.warmup_steps == 0.1
     assert args.output_dir == str(tmp_path / "out" / "checkpoints")

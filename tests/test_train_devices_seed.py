@@ -9,10 +9,11 @@ import logging
 import pytest
 import torch
 
-import train.api as train_api
+import train.assemble as train_assemble
 from tests.support.train_helpers import load_tensors, tiny_config, write_corpus
 from train.api import train
 from train.config import parse_lora
+from train.layer_map import layer_map
 from train.lora import apply_lora, merge_lora, merge_lora_state_dict
 
 
@@ -27,17 +28,19 @@ def _two_devices(monkeypatch, guard: bool) -> None:
     On CPU, DataParallel has no devices to split over and runs the module as it is, but the
     Trainer still takes a batch per "device" per step, which is what used to exhaust the data.
     """
-    build = train_api.training_arguments
+    build = train_assemble.training_arguments
 
-    def arguments(plan):
-        args = build(plan)
+    def arguments(*given):
+        args = build(*given)
         _ = args.device  # let TrainingArguments set itself up, then claim two GPUs
         args._n_gpu = 2
         return args
 
-    monkeypatch.setattr(train_api, "training_arguments", arguments)
+    monkeypatch.setattr(train_assemble, "training_arguments", arguments)
     if not guard:
-        monkeypatch.setattr(train_api, "single_device_instead_of_data_parallel", lambda a: False)
+        monkeypatch.setattr(
+            train_assemble, "single_device_instead_of_data_parallel", lambda a: False
+        )
 
 
 def _record(folder) -> dict:
@@ -99,7 +102,9 @@ def test_lora_merge_of_a_gathered_state_dict_equals_peft_merge(families):
     base = families("llama")["base"]
     spec = parse_lora("r=4,alpha=8")
     torch.manual_seed(0)
-    model = apply_lora(AutoModelForCausalLM.from_pretrained(base), spec, None, "model.layers")
+    model = AutoModelForCausalLM.from_pretrained(base)
+    layers = layer_map((n for n, _ in model.named_parameters()), 4).layers
+    model = apply_lora(model, spec, None, "model.layers", layers)
     with torch.no_grad():  # B starts at zero: give the adapters something to merge
         for name, param in model.named_parameters():
             if "lora_B" in name:

@@ -124,7 +124,8 @@ def test_dry_run_rejects_a_bad_size_and_a_missing_config(tmp_path):
 )
 def test_plan_counts_what_a_real_run_trains(families, tmp_path, options):
     """The meta-device counts equal the real model's, as the training code prepares it."""
-    from train.api import _prepare_model
+    from train.load import load
+    from train.prepare import prepare
 
     base = families("llama")["base"]
     corpus = tmp_path / "c.txt"
@@ -134,7 +135,10 @@ def test_plan_counts_what_a_real_run_trains(families, tmp_path, options):
     )
     folder, raw = read_config(str(base))
     counts = count_parameters(meta_model(folder, raw), config)
-    model, layers = _prepare_model(config.validate())
+    plan = config.validate()
+    model, _, mapped = load(plan.layout, plan.dtype, plan.strategies.modules, progress=False)
+    model = prepare(model, mapped, plan.strategies, plan.layout.text_stack)
+    layers = mapped.layers
     params = dict(model.named_parameters())
     assert counts.total == sum(p.numel() for p in params.values())
     assert counts.trained == sum(p.numel() for p in params.values() if p.requires_grad)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from surgery.api import card_file
-from surgery.core.dtypes import torch_dtype
 from surgery.core.errors import CheckpointError, MismatchError
 from surgery.core.layers import Stack, select_stack
 from surgery.engine.plan import OutputTensor, Plan, copy_of, from_memory
@@ -127,7 +126,7 @@ def _loading_bar(progress: bool) -> Iterator[None]:
 
 
 def load_for_training(
-    layout: CheckpointLayout, dtype: str, *, progress: bool = True
+    layout: CheckpointLayout, dtype: torch.dtype, *, progress: bool = True
 ) -> PreTrainedModel:
     """Load BASE's causal language model in `dtype`, refusing any silently random weight
     (transformers' loading bar only with `progress`).
@@ -140,7 +139,7 @@ def load_for_training(
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    kwargs: dict = {"dtype": torch_dtype(dtype), "output_loading_info": True}
+    kwargs: dict = {"dtype": dtype, "output_loading_info": True}
     # Never run code shipped with a checkpoint; weights only from safetensors.
     kwargs |= {"trust_remote_code": False, "use_safetensors": True}
     if layout.multimodal:

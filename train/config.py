@@ -3,22 +3,24 @@
 `TrainConfig` holds what a user asks for, as plain values (strings for specs, so the CLI and the
 Python API share one parser). `TrainConfig.validate()` checks everything that can be checked
 without loading weights (paths, budgets, specs against the checkpoint's layer count, data files)
-and returns a `TrainPlan`, the only thing the training code reads.
+and returns a `TrainPlan`: typed values (layer lists and values, module filter, LoRA and
+early-stopping specs, drift groups, a torch dtype), parsed once, of which each step of the
+recipe (train/api.py) is handed the pieces it needs.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype
+from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype, torch_dtype
 from surgery.core.errors import OutputError, SurgeryError
 from surgery.core.layers import (
     LayerValues,
-    format_layers,
+    layer_groups,
     parse_layer_spec,
     parse_layer_values,
     require_modules,
@@ -30,6 +32,9 @@ from train.checkpoint_io import CheckpointLayout, open_layout
 from train.errors import TrainConfigError
 from train.regularizers import L2SP_FORMS
 from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
+
+if TYPE_CHECKING:
+    import torch
 
 MIXED_PRECISION = ("no", "bf16", "fp16")
 CHECKPOINTS_DIR = "checkpoints"
@@ -147,25 +152,36 @@ def cli(
 
 
 @dataclass(frozen=True)
+class Strategies:
+    """The run's strategies against forgetting, parsed and checked against BASE's layers."""
+
+    frozen_layers: tuple[int, ...]
+    freeze_embeddings: bool
+    modules: ModuleFilter | None  # narrows --freeze and --l2sp's layers to these modules
+    l2sp: LayerValues | None
+    l2sp_form: str
+    ema: float | None
+    ema_every: int
+    lora: LoraSpec | None
+    drift: bool
+    drift_groups: tuple[tuple[str, tuple[int, ...]], ...]
+    early_stopping: EarlyStop | None
+    eval_every: int | None
+
+
+@dataclass(frozen=True)
 class TrainPlan:
     """A validated configuration, resolved against the base checkpoint (no weights loaded)."""
 
     config: TrainConfig
-    base_dir: Path
     output: Path
     layout: CheckpointLayout
     sources: tuple[DataSource, ...]
-    num_layers: int
-    frozen_layers: tuple[int, ...]
-    l2sp: LayerValues | None
-    modules: ModuleFilter | None  # narrows --freeze and --l2sp's layers to these modules
-    lora: LoraSpec | None
-    early_stopping: EarlyStop | None
-    drift_groups: tuple[tuple[str, tuple[int, ...]], ...]
+    strategies: Strategies
     resume_from: Path | None
     # --force without --resume: an earlier run's OUT/checkpoints are deleted when training starts.
     discard_checkpoints: bool
-    dtype: str  # safetensors name of the weights' dtype while training (F32, BF16, ...)
+    dtype: torch.dtype  # the weights' dtype while training
     block_size: int
 
     @property
@@ -398,65 +414,69 @@ class TrainConfig:
             OutputError: the output exists (and this is not a resume).
             CheckpointError: the base cannot be found or read.
         """
-        self._check_numbers()
-        output = Path(self.output)
-        resume_from = _check_output(output, self.resume, self.force)
-        sources = self._resolve_sources()
+        output, resume_from, sources, lora, early = self._check_request()
+        # From here on the request is resolved against BASE, by the engine's own parsers.
         layout = open_layout(self.base)
+        stack = layout.text_stack
+        frozen = tuple(parse_layer_spec(self.freeze, stack.num_layers)) if self.freeze else ()
+        l2sp = parse_layer_values(self.l2sp, stack.num_layers) if self.l2sp else None
+        ranges = tuple(l2sp.per_layer) if l2sp is not None else ()
+        # Drift groups cut at the --freeze ranges, else the --l2sp ones, else thirds.
+        groups = layer_groups(self.drift_groups, stack.num_layers, frozen or ranges)
+        modules = parse_module_filter(self.modules) if self.modules else None
+        for layers in (frozen, ranges) if modules is not None else ():
+            if layers:  # each named range must hold a tensor that --modules selects
+                require_modules(modules, layout.tensors, stack, layers)
+        dtype = torch_dtype(parse_dtype(self.dtype))
         # Never BASE or a local data source, never inside one or holding one (even with --force);
         # a new OUT inside another checkpoint only with --force (an existing OUT: judged above).
         local = [Path(s.location) for s in sources if not s.hub]
         check_output(output, [layout.folder, *local], force=self.force or output.exists())
-        num_layers = layout.text_stack.num_layers
-        frozen = tuple(parse_layer_spec(self.freeze, num_layers)) if self.freeze else ()
-        l2sp = _parse_l2sp(self.l2sp, num_layers) if self.l2sp else None
-        lora = parse_lora(self.lora) if self.lora else None
-        modules = self._modules(layout, frozen, l2sp, lora)
-        early = self._early_stopping()
-        if lora is not None and (l2sp is not None or self.ema is not None):
-            raise TrainConfigError("--lora is a baseline on its own: drop --l2sp and --ema")
-        groups = drift_groups(self.drift_groups, num_layers, frozen, l2sp)
+        strategies = Strategies(
+            frozen_layers=frozen,
+            freeze_embeddings=self.freeze_embeddings,
+            modules=modules,
+            l2sp=l2sp,
+            l2sp_form=self.l2sp_form,
+            ema=self.ema,
+            ema_every=self.ema_every,
+            lora=lora,
+            drift=self.drift,
+            drift_groups=groups,
+            early_stopping=early,
+            eval_every=self.eval_every,
+        )
         return TrainPlan(
             config=self,
-            base_dir=layout.folder,
             output=output,
             layout=layout,
             sources=sources,
-            num_layers=num_layers,
-            frozen_layers=frozen,
-            l2sp=l2sp,
-            modules=modules,
-            lora=lora,
-            early_stopping=early,
-            drift_groups=groups,
+            strategies=_checked(strategies, self.l2sp),
             resume_from=resume_from,
             discard_checkpoints=self.force and not self.resume,
-            dtype=_training_dtype(self.dtype),
+            dtype=dtype,
             block_size=_block_size(self.block_size, layout.config),
         )
 
-    def _modules(
+    def _check_request(
         self,
-        layout: CheckpointLayout,
-        frozen: Sequence[int],
-        l2sp: LayerValues | None,
-        lora: LoraSpec | None,
-    ) -> ModuleFilter | None:
-        """The parsed --modules, checked against BASE's tensors in the layers it narrows."""
-        if self.modules is None:
-            return None
-        named = [*frozen, *(l2sp.per_layer if l2sp is not None else ())]
-        if not named:
-            raise TrainConfigError("--modules narrows layers: give --freeze or per-range --l2sp")
-        if lora is not None:
+    ) -> tuple[Path, Path | None, tuple[DataSource, ...], LoraSpec | None, EarlyStop | None]:
+        """What can be checked before BASE is opened: numbers, OUT, data, option combinations.
+
+        Returns:
+            OUT, the checkpoint a resumed run continues from, the data sources, and the parsed
+            `--lora` and `--early-stopping`.
+        """
+        self._check_numbers()
+        output = Path(self.output)
+        resume_from = _check_output(output, self.resume, self.force)
+        sources = self._resolve_sources()
+        lora = parse_lora(self.lora) if self.lora else None
+        if lora is not None and (self.l2sp or self.ema is not None):
+            raise TrainConfigError("--lora is a baseline on its own: drop --l2sp and --ema")
+        if lora is not None and self.modules is not None:
             raise TrainConfigError("--modules does not apply to --lora (choose targets=...)")
-        modules = parse_module_filter(self.modules)
-        stack = layout.text_stack
-        if frozen:
-            require_modules(modules, layout.tensors, stack, frozen)
-        if l2sp is not None and l2sp.per_layer:
-            require_modules(modules, layout.tensors, stack, l2sp.per_layer)
-        return modules
+        return output, resume_from, sources, lora, self._early_stopping()
 
     def _early_stopping(self) -> EarlyStop | None:
         if self.early_stopping is None:
@@ -547,8 +567,22 @@ def _block_size(requested: int | None, config: Mapping) -> int:
     return block
 
 
-def _parse_l2sp(spec: str, num_layers: int) -> LayerValues:
-    values = parse_layer_values(spec, num_layers)
+def _checked(strategies: Strategies, l2sp_spec: str | None) -> Strategies:
+    """The checks of the resolved strategies that the parsers do not make.
+
+    Raises:
+        TrainConfigError: a negative or infinite lambda; --modules without layers to narrow.
+    """
+    if strategies.l2sp is not None:
+        check_lambdas(strategies.l2sp, l2sp_spec)
+    named = strategies.frozen_layers or (strategies.l2sp and strategies.l2sp.per_layer)
+    if strategies.modules is not None and not named:
+        raise TrainConfigError("--modules narrows layers: give --freeze or per-range --l2sp")
+    return strategies
+
+
+def check_lambdas(values: LayerValues, spec: str | None) -> LayerValues:
+    """Refuse a negative or infinite L2-SP lambda in parsed `--l2sp` values."""
     for value in [*values.per_layer.values(), values.default]:
         if value is not None and (value < 0 or not math.isfinite(value)):
             raise TrainConfigError(f"--l2sp {spec!r}: lambda must be >= 0, got {value}")
@@ -585,41 +619,3 @@ def _check_output(output: Path, resume: bool, force: bool) -> Path | None:
 
     last = get_last_checkpoint(str(output / CHECKPOINTS_DIR))
     return Path(last) if last else None
-
-
-def _runs(indices: Sequence[int]) -> list[tuple[int, int]]:
-    """Contiguous runs of sorted indices as half-open (start, stop) pairs."""
-    runs: list[tuple[int, int]] = []
-    for index in sorted(set(indices)):
-        if runs and runs[-1][1] == index:
-            runs[-1] = (runs[-1][0], index + 1)
-        else:
-            runs.append((index, index + 1))
-    return runs
-
-
-def drift_groups(
-    spec: str | None, num_layers: int, frozen: Sequence[int], l2sp: LayerValues | None
-) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """The layer groups whose drift from the base is logged.
-
-    Explicit `spec` ("0:9,9:28,28:34": one group per item) wins; otherwise the boundaries of the
-    `--freeze` or `--l2sp` ranges cut the stack (9:28 on 34 layers gives 0:9, 9:28, 28:34);
-    otherwise thirds. Tensors outside the stack form the extra group "outside".
-
-    Raises:
-        LayerSpecError: an item of `spec` outside the model.
-    """
-    if spec:
-        items = [item.strip() for item in spec.split(",") if item.strip()]
-        groups = [tuple(parse_layer_spec(item, num_layers)) for item in items]
-    else:
-        named = list(frozen) or (list(l2sp.per_layer) if l2sp is not None else [])
-        cuts = {0, num_layers}
-        for start, stop in _runs(named):
-            cuts.update((start, stop))
-        if not named:
-            cuts.update((num_layers // 3, 2 * num_layers // 3))
-        edges = sorted(cuts)
-        groups = [tuple(range(a, b)) for a, b in itertools.pairwise(edges) if b > a]
-    return tuple((f"layers_{format_layers(g)}", g) for g in groups)

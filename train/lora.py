@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from surgery.core.layers import layer_of
 from train.config import LoraSpec
 
 if TYPE_CHECKING:
@@ -17,7 +16,11 @@ _ADAPTER = "default"
 
 
 def apply_lora(
-    model: PreTrainedModel, spec: LoraSpec, layers: Sequence[int] | None, stack_prefix: str
+    model: PreTrainedModel,
+    spec: LoraSpec,
+    layers: Sequence[int] | None,
+    stack_prefix: str,
+    layer_of: Mapping[str, int | None],
 ) -> PreTrainedModel:
     """Wrap the model with LoRA adapters; everything else (embeddings included) is frozen.
 
@@ -26,13 +29,15 @@ def apply_lora(
         spec: rank, alpha, dropout, target modules.
         layers: the layers that get adapters (None: all), e.g. all but the `--freeze` ones.
         stack_prefix: the layer stack's prefix, e.g. "model.layers" (names the layer pattern).
+        layer_of: each parameter name's layer (`LayerMap.layers`), for "all-linear".
 
     Returns:
         The peft model.
     """
     from peft import LoraConfig, get_peft_model
 
-    targets = _layer_linears(model) if spec.targets == "all-linear" else list(spec.targets)
+    all_linear = spec.targets == "all-linear"
+    targets = _layer_linears(model, layer_of) if all_linear else list(spec.targets)
     config = LoraConfig(
         task_type="CAUSAL_LM",
         r=spec.r,
@@ -45,7 +50,7 @@ def apply_lora(
     return get_peft_model(model, config)
 
 
-def _layer_linears(model: PreTrainedModel) -> list[str]:
+def _layer_linears(model: PreTrainedModel, layer_of: Mapping[str, int | None]) -> list[str]:
     """Names of the linear modules inside the layer stack ("all-linear", minus the head).
 
     peft's own "all-linear" shortcut cannot be combined with `layers_to_transform`.
@@ -56,7 +61,7 @@ def _layer_linears(model: PreTrainedModel) -> list[str]:
     names = {
         name.rsplit(".", 1)[-1]
         for name, module in model.named_modules()
-        if isinstance(module, (nn.Linear, Conv1D)) and layer_of(name + ".") is not None
+        if isinstance(module, (nn.Linear, Conv1D)) and layer_of.get(f"{name}.weight") is not None
     }
     return sorted(names)
 

@@ -29,10 +29,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from surgery.core.errors import CheckpointError
-from surgery.core.layers import find_stacks, layer_of, parse_layer_spec, select_stack
+from surgery.core.layers import (
+    find_stacks,
+    layer_of,
+    parse_layer_spec,
+    parse_layer_values,
+    select_stack,
+)
 from surgery.core.modules import parse_module_filter
 from surgery.core.sizes import format_size
-from train.config import LoraSpec, TrainConfig, _block_size, _parse_l2sp, parse_lora
+from train.config import LoraSpec, TrainConfig, _block_size, check_lambdas, parse_lora
 from train.errors import TrainConfigError
 
 if TYPE_CHECKING:
@@ -182,16 +188,18 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
     Raises:
         LayerSpecError, TrainConfigError: specs that do not fit the model.
     """
-    from train.freezing import freeze, layer_map
+    from train.freezing import freeze
+    from train.layer_map import layer_map
 
     names = [n for n, _ in model.named_parameters()]
     num_layers = select_stack(find_stacks(names)).num_layers
     frozen = parse_layer_spec(cfg.freeze, num_layers) if cfg.freeze else []
     modules = parse_module_filter(cfg.modules) if cfg.modules else None
-    freeze(model, frozen, num_layers, cfg.freeze_embeddings, modules)
-    layers = layer_map(names, num_layers)
-    narrowed = layer_map(names, num_layers, modules)  # what --l2sp's ranges reach
-    l2sp = _parse_l2sp(cfg.l2sp, num_layers) if cfg.l2sp else None
+    # `narrowed`: what --freeze's and --l2sp's ranges reach.
+    mapped = layer_map(names, num_layers, modules)
+    layers, narrowed = mapped.layers, mapped.narrowed
+    freeze(model, frozen, narrowed, cfg.freeze_embeddings)
+    l2sp = check_lambdas(parse_layer_values(cfg.l2sp, num_layers), cfg.l2sp) if cfg.l2sp else None
     params = dict(model.named_parameters())
     total = sum(p.numel() for p in params.values())
     per_layer: dict[int | None, int] = {}

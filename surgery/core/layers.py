@@ -15,8 +15,9 @@ Unlike Python slices, a bound outside the model is an error, not silently clippe
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from surgery.core.errors import LayerSpecError
@@ -265,3 +266,40 @@ def require_modules(
     chosen = set(layers)
     inner = [inner_name(n) or "" for n in names if stack_layer(n, stack) in chosen]
     modules.require_match(inner, format_layers(chosen))
+
+
+def _runs(indices: Iterable[int]) -> list[tuple[int, int]]:
+    """Contiguous runs of indices as sorted half-open (start, stop) pairs."""
+    runs: list[tuple[int, int]] = []
+    for index in sorted(set(indices)):
+        if runs and runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], index + 1)
+        else:
+            runs.append((index, index + 1))
+    return runs
+
+
+def layer_groups(
+    spec: str | None, num_layers: int, named: Sequence[int] = ()
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Layer groups labelled `layers_<spec>`, e.g. for logging drift per group.
+
+    Explicit `spec` ("0:9,9:28,28:34": one group per item) wins; otherwise the boundaries of the
+    runs of `named` layers cut the stack (9:28 on 34 layers gives 0:9, 9:28, 28:34); otherwise
+    thirds.
+
+    Raises:
+        LayerSpecError: an item of `spec` outside the model.
+    """
+    if spec:
+        items = [item.strip() for item in spec.split(",") if item.strip()]
+        groups = [tuple(parse_layer_spec(item, num_layers)) for item in items]
+    else:
+        cuts = {0, num_layers}
+        for start, stop in _runs(named):
+            cuts.update((start, stop))
+        if not named:
+            cuts.update((num_layers // 3, 2 * num_layers // 3))
+        edges = sorted(cuts)
+        groups = [tuple(range(a, b)) for a, b in itertools.pairwise(edges) if b > a]
+    return tuple((f"layers_{format_layers(g)}", g) for g in groups)

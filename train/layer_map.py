@@ -1,0 +1,48 @@
+"""The map from parameter names to layers that every strategy reads, built once per model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from surgery.core.layers import find_stacks, select_stack, stack_layer
+from surgery.core.modules import ModuleFilter
+from train.errors import TrainConfigError
+
+
+@dataclass(frozen=True)
+class LayerMap:
+    """Each parameter name's index in the model's text layer stack (None: outside the stack).
+
+    Attributes:
+        layers: every parameter's layer (drift groups, LoRA's layers).
+        narrowed: the same, with the parameters that `--modules` leaves out set to None, so
+            that layer specs treat them as they treat an unnamed layer (`--freeze`, `--l2sp`);
+            `layers` itself when there is no module filter.
+    """
+
+    layers: dict[str, int | None]
+    narrowed: dict[str, int | None]
+
+
+def layer_map(
+    names: Iterable[str], num_layers: int, modules: ModuleFilter | None = None
+) -> LayerMap:
+    """The layers of a model's parameter names, checked against the checkpoint's layer count.
+
+    Works on wrapped names too (`base_model.model.model.layers.3...` under peft).
+
+    Raises:
+        TrainConfigError: when the model's stack does not have the checkpoint's layer count.
+    """
+    names = list(names)
+    stack = select_stack(find_stacks(names))
+    if stack.num_layers != num_layers:
+        raise TrainConfigError(
+            f"the loaded model has {stack.num_layers} layers in {stack.prefix}, the checkpoint "
+            f"{num_layers}: the layer specs would address the wrong layers"
+        )
+    layers = {name: stack_layer(name, stack) for name in names}
+    if modules is None:
+        return LayerMap(layers, layers)
+    return LayerMap(layers, {name: stack_layer(name, stack, modules) for name in names})
