@@ -196,7 +196,8 @@ class FactorKernel:
         values = self.factors.take(pool, self.index).to(torch_dtype(self.out_dtype))
         if not bool(torch.isfinite(values).all()):
             raise SurgeryError(f"a factor of {self.factors.module.name} overflows {self.out_dtype}")
-        data = memoryview(values.contiguous().view(torch.uint8).reshape(-1).numpy())
+        # Flattened first: a column of U (rank 1) may be "contiguous" with a stride of its rows.
+        data = memoryview(values.contiguous().reshape(-1).view(torch.uint8).numpy())
         hasher.add(offset, data)
         total = len(data)
         while len(data):
@@ -230,8 +231,9 @@ class _Selection:
 
     factored: list[_Module] = dataclasses.field(default_factory=list)
     biases: list[tuple[TensorInfo, TensorInfo]] = dataclasses.field(default_factory=list)
-    whole: list[TensorInfo] = dataclasses.field(default_factory=list)
+    whole: list[tuple[str, TensorInfo]] = dataclasses.field(default_factory=list)  # (name, tensor)
     whole_modules: list[str] = dataclasses.field(default_factory=list)
+    tied_head: bool = False  # the head is the input embedding (tie_word_embeddings)
 
 
 def _classify(
@@ -261,9 +263,47 @@ def _classify(
                 if tensor is not weight:  # a bias: its change, added by lora_B.bias
                     chosen.biases.append((base.tensors[tensor.name], tensor))
         elif whole or not options.skip_undecomposable:
-            chosen.whole.extend(tensors)
+            chosen.whole.extend((t.name, t) for t in tensors)
             chosen.whole_modules.append(module)
+    _add_tied_head(base, trained, options, chosen, modules)
     return chosen
+
+
+def _tied(trained: Checkpoint) -> bool:
+    """Whether the config ties the head to the input embedding (transformers' default)."""
+    config = trained.config
+    scopes = [config.get("text_config"), config]
+    for scope in scopes:
+        if isinstance(scope, dict) and "tie_word_embeddings" in scope:
+            return bool(scope["tie_word_embeddings"])
+    return True
+
+
+def _add_tied_head(
+    base: Checkpoint,
+    trained: Checkpoint,
+    options: LoraOptions,
+    chosen: _Selection,
+    modules: dict[str, list[TensorInfo]],
+) -> None:
+    """A tied head (no `lm_head` tensor: it is the input embedding) goes in the adapter as
+    mergekit puts it there: saved whole as `lm_head`, or factored as a Linear with
+    `embed_lora`; otherwise peft would leave the merged head on BASE's embedding."""
+    embeddings = [m for m in modules if _last(m) == "embed_tokens"]
+    if any(is_head(m) for m in modules) or len(embeddings) != 1 or not _tied(trained):
+        return
+    embedding = trained.tensors[f"{embeddings[0]}.weight"]
+    prefix = embeddings[0].rsplit(".", 2)[0] + "." if embeddings[0].count(".") > 1 else ""
+    head = f"{prefix}lm_head"  # beside the decoder: `lm_head`, `language_model.lm_head`
+    if _search(options.exclude, head):
+        return
+    if not options.embed_lora:
+        chosen.whole.append((f"{head}.weight", embedding))
+        chosen.whole_modules.append(head)
+        chosen.tied_head = True
+    elif not options.include or _search(options.include, head):
+        chosen.factored.append(_Module(head, base.tensors[embedding.name], embedding, False))
+        chosen.tied_head = True
 
 
 def _ranks(pool: SourcePool, modules: Sequence[_Module], options: LoraOptions) -> dict[str, int]:
@@ -393,8 +433,10 @@ def plan_extract_lora(
         delta = blend_of([Source(bias, 1.0), Source(base_bias, -1.0)])
         module = _module_of(bias.name)[0]
         tensors.append(dataclasses.replace(delta, name=f"{PREFIX}{module}.lora_B.bias"))
-    tensors += [dataclasses.replace(copy_of(t), name=PREFIX + t.name) for t in selection.whole]
+    tensors += [dataclasses.replace(copy_of(t), name=PREFIX + n) for n, t in selection.whole]
     every = sorted({_module_of(n)[0] for n in trained.tensors})
+    if selection.tied_head:
+        every = sorted({*every, *selection.whole_modules, *ranks})
     base_name = base.spec or str(base.path)
     solver = options.solver
     recipe = make_recipe(
