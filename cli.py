@@ -63,7 +63,7 @@ def _one_line(text: str) -> str:
 
 # The top-level --help lists every command under one of these headings, in this order.
 SECTIONS = {
-    "Surgery": ["revert", "soup", "interpolate", "merge", "inspect", "verify"],
+    "Surgery": ["revert", "soup", "interpolate", "merge", "extract-lora", "inspect", "verify"],
     "Diagnostics": ["drift", "sweep", "localize"],
     "Training and eval": ["train", "eval", "compare", "demo"],
     "Hub": ["push"],
@@ -409,6 +409,109 @@ def merge(seed, max_shard_size, force, push_to, quiet, download, config, out):
     kwargs = _write_kwargs(None, max_shard_size, force, quiet)
     del kwargs["dtype"]
     _done(run(config, out, seed=seed, download=download, **kwargs), quiet, push_to)
+
+
+@cli.command("extract-lora")
+@click.option(
+    "--rank", "--max-rank", default=128, show_default=True, type=int, help="Largest LoRA rank."
+)
+@click.option(
+    "--sv-epsilon",
+    default=0.0,
+    show_default=True,
+    type=float,
+    help="Also drop singular values at or below this (absolute, as mergekit's).",
+)
+@click.option("--layers", default=None, help="Only these layers (e.g. 0:9,28:34); no embeddings.")
+@stack_option
+@modules_option
+@click.option("-i", "--include-regex", "include", multiple=True, help="Only modules matching.")
+@click.option("-e", "--exclude-regex", "exclude", multiple=True, help="No modules matching.")
+@click.option(
+    "--embed-lora/--no-embed-lora",
+    default=False,
+    help="Factor the embeddings too (default: save them and the head whole).",
+)
+@click.option(
+    "--save-module", "save_modules", multiple=True, help="Save this module whole (repeatable)."
+)
+@click.option("--skip-undecomposable", is_flag=True, help="Leave out norms (no 2-D weight).")
+@click.option(
+    "--distribute-scale/--no-distribute-scale",
+    default=True,
+    help="A = sqrt(S) V^T, B = U sqrt(S) (default), or A = S V^T, B = U.",
+)
+@click.option(
+    "--svd",
+    type=click.Choice(["full", "randomized"]),
+    default="full",
+    show_default=True,
+    help="torch.linalg.svd, or torch.svd_lowrank (seeded) for large matrices.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of --svd randomized.")
+@options(force_option, push_option, quiet_option)
+@download_option
+@base_trained_out
+def extract_lora(
+    rank,
+    sv_epsilon,
+    layers,
+    stack,
+    modules,
+    include,
+    exclude,
+    embed_lora,
+    save_modules,
+    skip_undecomposable,
+    distribute_scale,
+    svd,
+    seed,
+    force,
+    push_to,
+    quiet,
+    download,
+    base,
+    trained,
+    out,
+):
+    """Write a PEFT LoRA adapter of TRAINED's change from BASE, by SVD of each weight's change.
+
+    Loaded onto BASE (PeftModel.from_pretrained), it gives TRAINED's weights up to the singular
+    values discarded beyond --rank. Embeddings, head and norms are saved whole by default.
+
+    \b
+    Examples:
+      surgery extract-lora --rank 16 base trained adapter
+      surgery extract-lora --rank 64 --layers -6: --modules mlp base trained adapter
+      surgery extract-lora --rank 32 --svd randomized -e lm_head base trained adapter
+    """
+    from surgery.api import extract_lora as run
+    from surgery.engine.lowrank import Solver
+    from surgery.engine.ops.extract_lora import LoraOptions
+
+    options = LoraOptions(
+        rank=rank,
+        sv_epsilon=sv_epsilon,
+        embed_lora=embed_lora,
+        save_modules=tuple(save_modules),
+        include=tuple(include),
+        exclude=tuple(exclude),
+        skip_undecomposable=skip_undecomposable,
+        solver=Solver(svd, seed, distribute_scale),
+    )
+    written = run(
+        base,
+        trained,
+        out,
+        options,
+        layers=layers,
+        stack=stack,
+        modules=modules,
+        download=download,
+        force=force,
+        quiet=quiet,
+    )
+    _done(written, quiet, push_to)
 
 
 @cli.command()

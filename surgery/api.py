@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from surgery.engine.ops.extract_lora import LoraOptions, plan_extract_lora
 from surgery.engine.ops.interpolate import plan_interpolate
 from surgery.engine.ops.merge.planner import plan_merge
 from surgery.engine.ops.revert import plan_revert
@@ -210,4 +211,26 @@ def merge(
         # Ranges would fetch those tensors once per pass; a download fetches them once.
         notice("note", "merge: reduction passes read inputs twice; downloading Hub inputs")
         plan = plan_merge(spec, [open_input(m) for m in spec.models])
+    return write_plan(plan, out, **write_options)
+
+
+def extract_lora(
+    base: str | Path,
+    trained: str | Path,
+    out: str | Path,
+    options: LoraOptions,
+    *,
+    layers: str | None = None,
+    stack: str | None = None,
+    modules: str | None = None,
+    download: bool = False,
+    **write_options: object,
+) -> Path:
+    """Write the PEFT LoRA adapter of TRAINED's change from BASE to `out` (adapter_config.json,
+    adapter_model.safetensors, a card). See `plan_extract_lora` and `write_plan`."""
+    base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
+    warn_if_swapped(base_ckpt, trained_ckpt)
+    plan = plan_extract_lora(
+        base_ckpt, trained_ckpt, options, layers=layers, stack=stack, modules=modules
+    )
     return write_plan(plan, out, **write_options)

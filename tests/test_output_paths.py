@@ -62,6 +62,7 @@ def _argv(command: str, param: click.Parameter, target, base, trained, tmp_path)
         "soup": [base, trained],
         "interpolate": ["--alpha", "0.5", base, trained],
         "merge": [config],
+        "extract-lora": ["--rank", "2", base, trained],
         "sweep": ["--alpha", "0,1", base, trained],
         "localize": [base, trained, "-t", "copain", "--blocks", "0:1"],
         "drift": [base, trained],

@@ -85,6 +85,9 @@ class Plan:
     # Shard file name -> names of the tensors it holds (an input's own layout, kept as it is);
     # None: shards split by size under Hugging Face's names.
     shards: Mapping[str, Sequence[str]] | None = None
+    # A PEFT adapter's config (adapter_config.json) when the output is an adapter, not a model:
+    # then no index and no config or tokenizer files are written beside its weights.
+    adapter: dict | None = None
 
     @property
     def total_bytes(self) -> int:

@@ -32,6 +32,7 @@ CARD_NAME = "README.md"
 RESULTS_NAME = "eval_results.json"
 MERGEKIT_CONFIG_NAME = "mergekit_config.yml"  # the equivalent mergekit config of an output
 TRAIN_RECORD = "surgery_train.json"  # a `surgery train` output's own training record
+ADAPTER_CONFIG = "adapter_config.json"  # a PEFT adapter's config (`surgery extract-lora`)
 # Where outputs record each shard's sha256: the index's metadata and surgery_recipe.json.
 SHA256_KEY = "shard_sha256"
 # safetensors refuses headers above 100 MB; so do we, before allocating anything.

@@ -35,6 +35,7 @@ from surgery.engine.output_dir import staged_output
 from surgery.engine.plan import OutputTensor, Plan
 from surgery.engine.progress import byte_progress, notice
 from surgery.engine.reader import (
+    ADAPTER_CONFIG,
     CARD_NAME,
     INDEX_NAME,
     MERGEKIT_CONFIG_NAME,
@@ -429,7 +430,7 @@ def companion_files(plan: Plan) -> list[tuple[Path, str]]:
     device is skipped without being opened (opening a FIFO would block).
     """
     folder = plan.files_from.folder
-    if folder is None:
+    if folder is None or plan.adapter is not None:
         return []
     root = checkpoint_root(folder, plan.files_from.hub).resolve()
     return _companions_in(folder, folder, root)
@@ -615,8 +616,10 @@ def execute(
                         hashes[name] = writer.write(staging / name, header, ordered)
                 finally:
                     writer.close()
-            if names != shard_names(1):
+            if names != shard_names(1) and plan.adapter is None:
                 _write_index(staging, plan, shards, names, hashes)
+            if plan.adapter is not None:
+                (staging / ADAPTER_CONFIG).write_text(json.dumps(plan.adapter, indent=2) + "\n")
             copy_companion_files(plan, staging, companions)
             recipe = {**plan.recipe, SHA256_KEY: hashes}
             (staging / RECIPE_NAME).write_text(json.dumps(recipe, indent=2, sort_keys=True) + "\n")

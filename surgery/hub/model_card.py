@@ -62,6 +62,15 @@ def describe_operation(recipe: dict) -> str:
             "merge` on the streaming engine; the config is in the recipe below and in "
             f"mergekit_config.yml.{seed}"
         )
+    if operation == "extract-lora":
+        where = f" of layers `{recipe['layers']}`" if recipe.get("layers") else ""
+        return (
+            f"A LoRA adapter (PEFT) for {roles.get('base')}: the change {roles.get('trained')} "
+            f"- {roles.get('base')}{where}, factored per weight by SVD at rank "
+            f"{recipe.get('max_rank_kept', '?')} at most (`--rank {recipe.get('rank')}`). "
+            f"Loaded onto {roles.get('base')} it gives {roles.get('trained')}'s weights up to "
+            "the discarded singular values."
+        )
     if operation == "train":
         return (
             f"Continued pretraining of {roles.get('base')}: {recipe.get('steps', '?')} optimizer "
@@ -87,14 +96,19 @@ def _front_matter(recipe: dict) -> str:
 
     hub_inputs = [e["repo_id"] for e in recipe.get("inputs", []) if e.get("repo_id")]
     relation = None
-    if hub_inputs:
+    adapter = recipe.get("operation") == "extract-lora"
+    if adapter:  # an adapter's base model is BASE alone
+        bases = [e for e in recipe["inputs"] if e["role"] == "base"]
+        hub_inputs = [e["repo_id"] for e in bases if e.get("repo_id")]
+        relation = "adapter"
+    elif hub_inputs:
         relation = "finetune" if recipe.get("operation") == "train" else None
         if relation is None and len(recipe.get("inputs", [])) > 1:
             relation = "merge"
     data = ModelCardData(
         base_model=list(dict.fromkeys(hub_inputs)) or None,
         base_model_relation=relation,
-        library_name="transformers",
+        library_name="peft" if adapter else "transformers",
         license=recipe.get("license"),
         tags=["checkpoint-surgery", recipe.get("operation", "surgery")],
     )
