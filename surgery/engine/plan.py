@@ -85,6 +85,11 @@ class Plan:
     # Shard file name -> names of the tensors it holds (an input's own layout, kept as it is);
     # None: shards split by size under Hugging Face's names.
     shards: Mapping[str, Sequence[str]] | None = None
+    # Names of the tensors of each of an input's shards: a grouping the output keeps (under
+    # Hugging Face's names) when every group fits the largest shard size, as a revert keeps
+    # TRAINED's, like `cp -r`; shards are hashed side by side, one hash per core. None: split by
+    # size.
+    shard_groups: Sequence[Sequence[str]] | None = None
 
     @property
     def total_bytes(self) -> int:
