@@ -88,6 +88,11 @@ class Plan:
     # A PEFT adapter's config (adapter_config.json) when the output is an adapter, not a model:
     # then no index and no config or tokenizer files are written beside its weights.
     adapter: dict | None = None
+    # Names of the tensors of each of an input's shards: a grouping the output keeps (under
+    # Hugging Face's names) when every group fits the largest shard size, as a revert keeps
+    # TRAINED's, like `cp -r`; shards are hashed side by side, one hash per core. None: split by
+    # size.
+    shard_groups: Sequence[Sequence[str]] | None = None
 
     @property
     def total_bytes(self) -> int:

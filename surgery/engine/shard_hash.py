@@ -4,9 +4,10 @@ Writer threads write a shard's tensors at known offsets, out of order. A file's 
 bytes in order, so each piece is hashed when the hash reaches its offset; a piece that arrives
 early waits: without a copy when its bytes stay valid (a view of an input's memory map, for byte
 copies), copied otherwise (a blend's reused chunk buffer). Copies that wait are bounded: past
-`limit` bytes a thread blocks until the hash catches up. The thread writing the earliest
-unfinished tensor blocks at most while another thread is hashing, so this cannot deadlock;
-`abort` releases every waiting thread when a write fails or the run is interrupted.
+`limit` bytes, over all the shards written side by side (they share a `PendingBytes`), a thread
+blocks until a hash catches up. In each shard the thread writing the earliest unfinished tensor
+blocks at most while another thread is hashing it, so this cannot deadlock; `abort` releases
+every waiting thread when a write fails or the run is interrupted.
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ class HashAborted(Exception):
     """The shard's writing was abandoned; raised in threads that were waiting on the hash."""
 
 
+class PendingBytes:
+    """The bytes of early pieces copied by the hashes of the shards written side by side (at
+    most `limit` in all), and the lock and condition those hashes share."""
+
+    def __init__(self, limit: int = PENDING_LIMIT) -> None:
+        self.limit = limit
+        self.copied = 0
+        self.cond = threading.Condition()
+
+
 class OrderedHash:
     """sha256 of a file whose byte ranges arrive out of order from several threads.
 
@@ -30,15 +41,15 @@ class OrderedHash:
     shard overlaps with computing the next chunks instead of serializing every writer on it.
     """
 
-    def __init__(self, limit: int = PENDING_LIMIT) -> None:
+    def __init__(self, pending: PendingBytes | None = None) -> None:
         self._hash = hashlib.sha256()
         self._next = 0  # the offset the hash has reached
         self._pending: dict[int, bytes | memoryview] = {}
-        self._copied = 0  # bytes copied into _pending
-        self._limit = limit
+        self._copied = 0  # bytes copied into _pending (also counted in _shared.copied)
+        self._shared = pending or PendingBytes()
         self._aborted = False
         self._draining = False  # a thread is feeding pending pieces to the hash
-        self._cond = threading.Condition()
+        self._cond = self._shared.cond
 
     def add(self, offset: int, data: bytes | memoryview, *, stable: bool = False) -> None:
         """Account for `data`, written at `offset` (pieces never overlap).
@@ -57,12 +68,13 @@ class OrderedHash:
                 if self._aborted:
                     raise HashAborted
                 mine = offset == self._next and not self._draining
-                if mine or stable or self._copied + len(data) <= self._limit:
+                shared = self._shared
+                if mine or stable or shared.copied + len(data) <= shared.limit:
                     break
                 self._cond.wait()
             if not mine:  # hashed later, by the drainer: kept (copied if it may change)
                 kept = data if stable else bytes(data)
-                self._copied += 0 if stable else len(kept)
+                self._count(0 if stable else len(kept))
                 self._pending[offset] = kept
                 return
             self._draining = True
@@ -79,7 +91,7 @@ class OrderedHash:
                         raise HashAborted
                     piece = self._pending.pop(self._next, None)
                     if isinstance(piece, bytes):
-                        self._copied -= len(piece)
+                        self._count(-len(piece))
                     self._cond.notify_all()
                     if piece is None:
                         self._draining = False
@@ -90,11 +102,17 @@ class OrderedHash:
                 self._cond.notify_all()
             raise
 
+    def _count(self, size: int) -> None:
+        """Account for `size` more (or fewer) copied bytes; the lock is held."""
+        self._copied += size
+        self._shared.copied += size
+
     def abort(self) -> None:
         """Wake every waiting thread with HashAborted; the digest is then meaningless."""
         with self._cond:
             self._aborted = True
             self._pending.clear()
+            self._count(-self._copied)  # the other shards' hashes may keep copying
             self._cond.notify_all()
 
     def hexdigest(self, size: int) -> str:

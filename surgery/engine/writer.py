@@ -48,7 +48,7 @@ from surgery.engine.reader import (
     openers,
 )
 from surgery.engine.recipe import public_recipe
-from surgery.engine.shard_hash import OrderedHash
+from surgery.engine.shard_hash import OrderedHash, PendingBytes
 from surgery.engine.source import ByteSource, LocalFile, SourcePool
 from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_bytes, tensor_values
 
@@ -346,36 +346,93 @@ class _TensorWriter:
         return self.chunk_buffers[role, dtype]
 
 
+class _Shard:
+    """One shard being written: its descriptor, its hash and the jobs that write it."""
+
+    def __init__(self, path: Path, size: int, pending: PendingBytes) -> None:
+        self.path, self.size = path, size
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self.hasher = OrderedHash(pending)
+        self.jobs: list[futures.Future] = []
+
+    def digest(self) -> str:
+        """Wait for every job (re-raising a worker's error), check the size, return the sha256."""
+        for job in self.jobs:
+            job.result()
+        actual = os.fstat(self.fd).st_size
+        if actual != self.size:  # a bug, not a user error: never leave such a shard behind
+            raise RuntimeError(f"{self.path.name}: wrote {actual} bytes, expected {self.size}")
+        return self.hasher.hexdigest(self.size)
+
+    def abort(self) -> None:
+        """Stop the jobs: aborting the hash stops running ones at their next chunk."""
+        self.hasher.abort()
+        for job in self.jobs:
+            job.cancel()
+
+    def close(self) -> None:
+        """Wait for the jobs (none may write to a closed, maybe reused, descriptor), then close."""
+        futures.wait(self.jobs)
+        os.close(self.fd)
+
+
 class _ShardWriter:
     """Writes whole shards, spreading their tensors over worker threads.
 
     Torch runs each small chunk on one thread (its own thread pool would synchronize on every
     64K-element op, which is slow and collapses on a busy machine); parallelism comes from
     workers writing different tensors at once. torch and the I/O calls release the GIL.
+
+    Up to `workers` shards are written side by side: a shard's sha256 runs in order on one
+    thread, so with one shard at a time a revert (byte copies, which cost less than hashing) would
+    hash on one core while the others wait. The next shard's jobs queue behind the current one's,
+    so a worker that runs out of work in one shard starts the next, and hashes it.
     """
 
     def __init__(self, pool: SourcePool, progress: tqdm, workers: int) -> None:
         self.local = threading.local()
         self.pool, self.progress, self.workers = pool, progress, workers
         self.executor = ThreadPoolExecutor(workers)
+        self.pending = PendingBytes()  # bounds early copies over all the shards in flight
 
     def _writer(self) -> _TensorWriter:
         if not hasattr(self.local, "writer"):
             self.local.writer = _TensorWriter(self.pool, self.progress)
         return self.local.writer
 
-    def write(self, path: Path, header: bytes, tensors: Sequence[OutputTensor]) -> str:
-        """Write one shard: header first, then every tensor at its offset.
+    def write(self, shards: Sequence[tuple[Path, bytes, Sequence[OutputTensor]]]) -> list[str]:
+        """Write every shard (path, header, tensors in data order), header first, then every
+        tensor at its offset; at most `workers` shards at once.
 
         Returns:
-            The shard's sha256 (hex), computed from the bytes as they were written.
+            Each shard's sha256 (hex), computed from the bytes as they were written.
         """
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        hasher, jobs = OrderedHash(), []
+        live: list[_Shard] = []  # started, not yet closed
+        digests: list[str] = []
         try:
-            _pwrite_all(fd, memoryview(header), 0)
-            hasher.add(0, header, stable=True)
-            offsets = list(itertools.accumulate((t.nbytes for t in tensors), initial=len(header)))
+            for path, header, tensors in shards:
+                if len(live) == self.workers:
+                    digests.append(live[0].digest())
+                    live.pop(0).close()
+                live.append(self._start(path, header, tensors))
+            while live:
+                digests.append(live[0].digest())
+                live.pop(0).close()
+            return digests
+        finally:
+            # After an error: stop every shard's workers before waiting for any of them.
+            for shard in live:
+                shard.abort()
+            for shard in live:
+                shard.close()
+
+    def _start(self, path: Path, header: bytes, tensors: Sequence[OutputTensor]) -> _Shard:
+        """Open a shard, write its header and queue the jobs that write its tensors."""
+        offsets = list(itertools.accumulate((t.nbytes for t in tensors), initial=len(header)))
+        shard = _Shard(path, offsets[-1], self.pending)
+        try:
+            _pwrite_all(shard.fd, memoryview(header), 0)
+            shard.hasher.add(0, header, stable=True)
             # Reductions of segmented kernels first (they write nothing, so they run side by
             # side whatever the hash is waiting for), then every write in file order.
             layout = [(t, o, _parts(t)) for t, o in zip(tensors, offsets, strict=False)]
@@ -384,11 +441,11 @@ class _ShardWriter:
                 for t, _, parts in layout
                 if parts != [None] and t.kernel is not None
             }
-            jobs += prepared.values()
-            jobs += [
+            shard.jobs += prepared.values()
+            shard.jobs += [
                 self.executor.submit(
                     lambda t, o, p: self._writer().write(
-                        fd, t, o, hasher, p, prepared.get(id(t.kernel))
+                        shard.fd, t, o, shard.hasher, p, prepared.get(id(t.kernel))
                     ),
                     tensor,
                     offset,
@@ -397,20 +454,11 @@ class _ShardWriter:
                 for tensor, offset, parts in layout
                 for part in parts
             ]
-            for job in jobs:
-                job.result()  # re-raises a worker's error
-            expected, actual = offsets[-1], os.fstat(fd).st_size
-            if actual != expected:  # a bug, not a user error: never leave such a shard behind
-                raise RuntimeError(f"{path.name}: wrote {actual} bytes, expected {expected}")
-            return hasher.hexdigest(expected)
-        finally:
-            # After an error: stop the other workers (aborting the hash stops them at their next
-            # chunk) and wait for them, so none ever writes to a closed, maybe reused, descriptor.
-            hasher.abort()
-            for job in jobs:
-                job.cancel()
-            futures.wait(jobs)
-            os.close(fd)
+        except BaseException:
+            shard.abort()
+            shard.close()
+            raise
+        return shard
 
     def close(self) -> None:
         """Stop the worker threads."""
@@ -545,11 +593,29 @@ def _single_threaded_torch(plan: Plan) -> Iterator[int]:
         torch.set_num_threads(threads)
 
 
+def _kept_groups(plan: Plan, max_shard_size: int) -> list[list[OutputTensor]] | None:
+    """The plan's tensors grouped as its `shard_groups` name them, in plan order; None when
+    there are none, a group is larger than `max_shard_size`, or they do not cover the plan."""
+    if plan.shard_groups is None:
+        return None
+    group_of = {name: i for i, names in enumerate(plan.shard_groups) for name in names}
+    if set(group_of) != {t.name for t in plan.tensors}:
+        return None
+    groups: list[list[OutputTensor]] = [[] for _ in plan.shard_groups]
+    for tensor in plan.tensors:
+        groups[group_of[tensor.name]].append(tensor)
+    groups = [group for group in groups if group]
+    if any(sum(t.nbytes for t in group) > max_shard_size for group in groups):
+        return None
+    return groups
+
+
 def plan_shards(plan: Plan, max_shard_size: int) -> tuple[list[list[OutputTensor]], list[str]]:
-    """The output's shards and their file names: the plan's own layout if it has one, else
-    tensors split by `max_shard_size` under Hugging Face's names."""
+    """The output's shards and their file names: the plan's own layout if it has one, else its
+    shard groups when each fits `max_shard_size`, else tensors split by `max_shard_size`, under
+    Hugging Face's names."""
     if plan.shards is None:
-        shards = layout_shards(plan.tensors, max_shard_size)
+        shards = _kept_groups(plan, max_shard_size) or layout_shards(plan.tensors, max_shard_size)
         return shards, shard_names(len(shards))
     by_name = {t.name: t for t in plan.tensors}
     try:
@@ -603,7 +669,6 @@ def execute(
                 staging, bytes_needed(plan, [h for h, _ in headers], companions, extra_files)
             )
             bar = byte_progress(plan.total_bytes, plan.operation, quiet)
-            hashes = {}
             with (
                 SourcePool(openers(plan.inputs)) as pool,
                 bar,
@@ -612,10 +677,13 @@ def execute(
                 pool.expect(read_order([ordered for _, ordered in headers]))
                 writer = _ShardWriter(pool, bar, workers)
                 try:
-                    for name, (header, ordered) in zip(names, headers, strict=True):
-                        hashes[name] = writer.write(staging / name, header, ordered)
+                    paths = [staging / name for name in names]
+                    digests = writer.write(
+                        [(p, h, o) for p, (h, o) in zip(paths, headers, strict=True)]
+                    )
                 finally:
                     writer.close()
+            hashes = dict(zip(names, digests, strict=True))
             if names != shard_names(1) and plan.adapter is None:
                 _write_index(staging, plan, shards, names, hashes)
             if plan.adapter is not None:

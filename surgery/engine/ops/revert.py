@@ -66,4 +66,5 @@ def plan_revert(
         inputs=[base, trained],
         dtype=dtype,
         mergekit_config=revert_config(base, trained, chosen_stack, indices, dtype, module_filter),
+        shard_groups=[[t.name for t in shard.tensors] for shard in trained.shards],
     )

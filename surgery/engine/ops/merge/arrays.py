@@ -11,7 +11,7 @@ import numpy as np
 
 from surgery.core.dtypes import itemsize
 from surgery.engine.blend import encode_checked
-from surgery.engine.float_codec import CODEC_DTYPES, decode
+from surgery.engine.float_codec import CODEC_DTYPES, decode, decode_into
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.reader import TensorInfo
 from surgery.engine.shard_hash import OrderedHash
@@ -48,14 +48,30 @@ class Inputs:
         return [self.chunk(i, start, stop) for i in range(len(self.tensors))]
 
     def chunks(
-        self, step: int = CHUNK_ELEMENTS, part: range | None = None
+        self, step: int = CHUNK_ELEMENTS, part: range | None = None, *, reuse: bool = False
     ) -> Iterator[tuple[int, list[np.ndarray]]]:
         """(start, one array per input) over `part` (default: the whole tensor), `step`
-        elements at a time."""
+        elements at a time.
+
+        Args:
+            reuse: decode every chunk into the same arrays, for a caller that keeps nothing of
+                a chunk once it asks for the next (a reduction pass): no allocation per chunk.
+        """
         part = range(self.numel) if part is None else part
+        size = min(step, len(part))
+        buffers = [np.empty(size, self.work) for _ in self.tensors] if reuse else None
         for start in range(part.start, part.stop, step):
             stop = min(start + step, part.stop)
-            yield start, self.all(start, stop)
+            if buffers is None:
+                yield start, self.all(start, stop)
+                continue
+            yield (
+                start,
+                [
+                    decode_into(self.bytes[i][start:stop], t.dtype, buffer[: stop - start])
+                    for i, (t, buffer) in enumerate(zip(self.tensors, buffers, strict=True))
+                ],
+            )
 
 
 class Output:

@@ -25,7 +25,8 @@ class ModelStock(Kernel):
     def prepare(self, inputs: Inputs) -> float:
         """t from the Gram matrix of the task vectors (one reduction pass)."""
         count = len(self.inputs) - 1
-        offsets = [lambda c, i=i: c[i] - c[0] for i in range(1, count + 1)]
+        # In place: each model's array is read by its own task vector only.
+        offsets = [lambda c, i=i: np.subtract(c[i], c[0], out=c[i]) for i in range(1, count + 1)]
         g = gram(inputs, offsets)
         norms = np.sqrt(np.diag(g))
         cosines = [
@@ -43,7 +44,7 @@ class ModelStock(Kernel):
         t = work(state)
         count = work(len(self.inputs) - 1)
         for start, (base, *models) in inputs.chunks(part=part):
-            average = models[0].copy()
+            average = models[0]  # decoded for this chunk: ours to overwrite
             for model in models[1:]:
                 average += model
             average /= count

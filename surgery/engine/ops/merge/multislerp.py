@@ -66,7 +66,8 @@ class MultiSlerp(Kernel):
     def prepare(self, inputs: Inputs) -> np.ndarray:
         """The coefficients, from the Gram matrix of the vectors (one reduction pass)."""
         if self.has_base:
-            vectors = [lambda c, i=i: c[i] - c[-1] for i in range(self.count)]
+            # In place: each model's array is read by its own task vector only.
+            vectors = [lambda c, i=i: np.subtract(c[i], c[-1], out=c[i]) for i in range(self.count)]
         else:
             vectors = [lambda c, i=i: c[i] for i in range(self.count)]
         result = coefficients(gram(inputs, vectors), self.weights, self.eps)
