@@ -60,6 +60,7 @@ class HubState:
         self.drops: dict[tuple[str, str], int] = {}  # (repo, file) -> bytes before a drop
         # Every request either host received: (host "hub" or "cdn", method, path, headers).
         self.received: list[tuple[str, str, str, dict[str, str]]] = []
+        self.arrived: list[float] = []  # time.monotonic() of each entry of `received`
         self.throttled: dict[str, tuple[int, int]] = {}  # host -> (429s left, Retry-After)
         self.objects: dict[str, tuple[str, str, Path]] = {}  # CDN object -> (repo, file, path)
         self.expire_in: int | None = None  # CDN requests before every signed URL so far expires
@@ -71,6 +72,7 @@ class HubState:
         """Note one request and the headers it carried."""
         with self.lock:
             self.received.append((host, method, path, {k.lower(): v for k, v in headers.items()}))
+            self.arrived.append(time.monotonic())
 
     def throttle_now(self, host: str) -> int | None:
         """The Retry-After of a 429 owed to the next request to `host`, if any."""
@@ -120,6 +122,9 @@ class Link:
     def __post_init__(self) -> None:
         self._free_at = 0.0  # when the shared link has sent everything reserved so far
         self._lock = threading.Lock()
+        # (start, stop) in time.monotonic() of each stretch the link carried bytes, in order
+        # and disjoint (each reservation starts when the one before ends, or later).
+        self.busy: list[tuple[float, float]] = []
 
     def pace(self, nbytes: int) -> None:
         """Wait until the shared link has carried `nbytes` more bytes (its share of the cap)."""
@@ -129,6 +134,7 @@ class Link:
             start = max(time.monotonic(), self._free_at)
             self._free_at = start + nbytes / self.bandwidth
             done = self._free_at
+            self.busy.append((start, done))
         time.sleep(max(0.0, done - time.monotonic()))
 
 
