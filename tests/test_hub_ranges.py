@@ -210,6 +210,30 @@ def test_half_layer_revert_reads_what_it_needs(hub, pair, tmp_path):
     same_files(out, offline)
 
 
+@pytest.mark.parametrize("hub", ["link"], indirect=True)
+def test_inputs_open_side_by_side(hub, pair, tmp_path):
+    # The round trips of opening inputs overlap: both repositories' info at once, then every
+    # shard's first bytes (its header) at once, each shard's HEAD before it; the output is the
+    # same as a download's.
+    shards = len(shard_files(pair["base"])) + len(shard_files(pair["trained"]))
+    hub.gather(2, lambda host, method, path, headers: path.startswith("/api/models/"))
+    probe = f"bytes=0-{HEAD_PROBE - 1}"
+    hub.gather(shards, lambda host, method, path, headers: headers.get("range") == probe)
+    env = hub_env(hub, tmp_path / "hf")
+    out = tmp_path / "ranges" / "out"
+    result = surgery("revert", "--layers", "0:6", "-q", "acme/base", "acme/trained", out, env=env)
+    assert result.returncode == 0, result.stderr
+    assert [left for _, _, left in hub.state.gathers] == [0, 0]  # all came ...
+    assert hub.state.gathered_apart == 0  # ... together
+    probes = [p for m, p, h in hub.received("cdn") if h.get("range") == probe]
+    assert len(probes) == shards  # each header fetched once
+    downloaded = tmp_path / "download" / "out"
+    args = ["revert", "--download", "--layers", "0:6", "-q", "acme/base", "acme/trained"]
+    result = surgery(*args, downloaded, env=hub_env(hub, tmp_path / "hf-download"))
+    assert result.returncode == 0, result.stderr
+    same_files(out, downloaded)
+
+
 def first_shard(folder: Path) -> str:
     return shard_files(folder)[0]
 

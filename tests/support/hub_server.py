@@ -66,6 +66,9 @@ class HubState:
         self.expire_in: int | None = None  # CDN requests before every signed URL so far expires
         self.expired_upto = 0  # signed URLs numbered up to this one are expired
         self.signed = 0  # signed URLs given so far (each is numbered)
+        # Requests held until others arrive (`FakeHub.gather`): [where, barrier, places left].
+        self.gathers: list[list] = []
+        self.gathered_apart = 0  # held requests whose others never came (sent one by one)
         self.lock = threading.Lock()
 
     def record(self, host: str, method: str, path: str, headers) -> None:
@@ -73,6 +76,22 @@ class HubState:
         with self.lock:
             self.received.append((host, method, path, {k.lower(): v for k, v in headers.items()}))
             self.arrived.append(time.monotonic())
+
+    def hold_together(self, host: str, method: str, path: str, headers) -> None:
+        """Wait, if a `FakeHub.gather` takes this request, until its others arrive too."""
+        with self.lock:
+            barrier = None
+            for gather in self.gathers:
+                where, candidate, left = gather
+                if left and where(host, method, path, {k.lower(): v for k, v in headers.items()}):
+                    gather[2], barrier = left - 1, candidate
+                    break
+        if barrier is not None:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                with self.lock:
+                    self.gathered_apart += 1
 
     def throttle_now(self, host: str) -> int | None:
         """The Retry-After of a 429 owed to the next request to `host`, if any."""
@@ -341,6 +360,7 @@ def _handler(state: HubState, link: Link, cdn_endpoint: str | None, host: str = 
         def _delayed(self) -> bool:
             """Record the request, wait its round trip; True when it was answered 429."""
             state.record(host, self.command, self.path, self.headers)
+            state.hold_together(host, self.command, self.path, self.headers)
             if link.latency:
                 time.sleep(link.latency)
             retry_after = state.throttle_now(host)
@@ -458,6 +478,14 @@ class FakeHub:
     def expire_urls(self, after: int) -> None:
         """After the next `after` CDN requests, expire every signed URL given so far."""
         self.state.expire_in = after
+
+    def gather(self, count: int, where, timeout: float = 10.0) -> None:
+        """Hold each of the next `count` requests for which `where(host, method, path,
+        headers)` is true (headers by lower-case name) until all `count` have arrived: a
+        client that sends them at once passes, one that waits for each answer before the next
+        stalls `timeout` seconds, after which they go on and `state.gathered_apart` counts
+        them."""
+        self.state.gathers.append([where, threading.Barrier(count, timeout=timeout), count])
 
     def throttle(self, host: str, count: int, retry_after: int = 1) -> None:
         """Answer the next `count` requests to `host` ("hub" or "cdn") 429 with Retry-After."""
