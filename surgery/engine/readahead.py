@@ -19,6 +19,7 @@ never which bytes a read returns.
 from __future__ import annotations
 
 import bisect
+import mmap
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -64,7 +65,7 @@ class _Span:
     stop: int
     future: Future | None = None
     read: int = 0  # bytes handed out so far
-    data: bytearray = field(default_factory=bytearray, repr=False)
+    data: mmap.mmap | bytearray = field(default_factory=bytearray, repr=False)
 
 
 def plan_spans(
@@ -150,7 +151,8 @@ class ReadAhead:
             span.future.result()  # waits for its request; re-raises its error
             at = offset + done - span.start
             take = min(len(buffer) - done, span.stop - span.start - at)
-            buffer[done : done + take] = data[at : at + take]
+            with memoryview(data) as held:  # sliced without a copy
+                buffer[done : done + take] = held[at : at + take]
             done += take
             self._consumed(span, take)
         return done
@@ -172,8 +174,8 @@ class ReadAhead:
         at = bisect.bisect_right(self._starts.get(file, []), offset)
         for span in reversed(spans[max(0, at - _LOOK_BACK) : at]):
             if span.future is None and offset < span.stop:
-                span.data, span.future = bytearray(span.stop - span.start), Future()
-                self._held.append(span)
+                self._hold(span)
+                span.future = Future()
                 return span
         return None
 
@@ -201,15 +203,24 @@ class ReadAhead:
             span = self._spans[self._next]
             self._next += 1
             if span.future is None:  # not started out of turn already
-                self._begin(span)
+                self._hold(span)
+                span.future = self._pool.submit(self._fetch, span)
 
-    def _begin(self, span: _Span) -> None:
-        span.data = bytearray(span.stop - span.start)
-        span.future = self._pool.submit(self._fetch, span)
+    def _hold(self, span: _Span) -> None:
+        """Give `span` a buffer of its own (before its request starts) and hold it."""
+        span.data = _buffer(span.stop - span.start)
         self._held.append(span)
 
     def _fetch(self, span: _Span) -> None:
         self._source(span.file).read_into(span.start, memoryview(span.data))
+
+
+def _buffer(nbytes: int) -> mmap.mmap:
+    """Memory for one span: mapped for it alone, so that it goes back to the system the moment
+    the span is dropped. From malloc, spans freed by one thread and allocated by another pile
+    up in glibc's per-thread arenas (the writer also raises its mmap threshold above a span),
+    and the process keeps far more than the window holds."""
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 class ReadAheadSource:
