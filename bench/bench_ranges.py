@@ -12,9 +12,9 @@ Builds a Llama-shaped bf16 base and trained checkpoint (two shards each; about 0
 - merge (slerp, a reduction pass then the map) of BASE and TRAINED
 
 once by ranges (`surgery CMD acme/base ...`) and once as snapshot_download of the repositories
-followed by the same command on the local snapshots (`--download` reads the same way), and prints
-the bytes the server sent, the requests it answered, wall time and peak private memory (RssAnon)
-of each.
+(side by side) followed by the same command on the local snapshots (`--download` reads the same
+way), and prints the bytes the server sent, the requests it answered, wall time and peak
+private memory (RssAnon) of each.
 
 Link mode (`--latency 0.04 --bandwidth 50`, seconds and MB/s, several `--latency`/`--bandwidth`
 pairs for one table): the fake Hub waits a round trip per request, shares one bandwidth cap
@@ -43,12 +43,14 @@ from tests.support.hub_server import FakeHub, Link
 
 ROOT = Path(__file__).parents[1]
 SHAS = {"acme/base": "a" * 40, "acme/trained": "b" * 40}
+# The repositories side by side, as `--download` fetches a command's inputs.
 DOWNLOAD = """
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from huggingface_hub import snapshot_download
 from surgery.hub.resolve import ALLOW_PATTERNS
-for repo in sys.argv[1:]:
-    snapshot_download(repo, allow_patterns=ALLOW_PATTERNS)
+with ThreadPoolExecutor(len(sys.argv) - 1) as pool:
+    list(pool.map(lambda r: snapshot_download(r, allow_patterns=ALLOW_PATTERNS), sys.argv[1:]))
 """
 
 
