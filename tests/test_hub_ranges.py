@@ -379,7 +379,11 @@ def test_streamed_values_slice_like_the_tensor(monkeypatch):
 )
 def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body, by):
     # Merge kernels read Hub inputs block by block (reductions, then the map in segments):
-    # the weights equal those of the same merge of local folders.
+    # the weights equal those of the same merge of local folders. Both models' info is asked
+    # at once when they are opened, and again when they are downloaded (side by side).
+    infos = lambda host, method, path, headers: path.startswith("/api/models/")  # noqa: E731
+    for _ in range(1 if by == "ranges" else 2):
+        hub.gather(2, infos)
     outs, notes = [], []
     for name, base, trained in (
         ("ranges", "acme/base", "acme/trained"),
@@ -401,6 +405,8 @@ def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body, by):
         note = "note: merge: reduction passes read inputs twice; downloading Hub inputs"
         assert notes[0].splitlines()[0] == note and notes[1] == ""  # (then the download's bars)
     assert served_shard_bytes(hub, "acme/trained") > 0
+    assert [left for _, _, left in hub.state.gathers] == [0] * len(hub.state.gathers)
+    assert hub.state.gathered_apart == 0
     assert ranged.keys() == local.keys()
     assert all(torch.equal(ranged[k].view(torch.uint8), local[k].view(torch.uint8)) for k in local)
 
