@@ -671,14 +671,14 @@ def drift(stack, csv_path, plot, force, quiet, download, base, trained):
     from surgery.diagnostics.drift import format_drift, plot_drift, write_drift_csv
     from surgery.diagnostics.plots import check_plot_path
     from surgery.engine.output_paths import check_output_files
-    from surgery.hub.resolve import open_input
+    from surgery.hub.resolve import open_inputs
 
     # Before any input is read: a bad output path costs nothing and writes nothing.
     check_output_files([csv_path, plot], [base, trained], force)
     if plot:
         check_plot_path(plot)
-    base_ckpt, trained_ckpt = (
-        open_input(spec, ranges=not download, companions=False) for spec in (base, trained)
+    base_ckpt, trained_ckpt = open_inputs(
+        [base, trained], ranges=not download, companions=[False, False]
     )
     warn_if_swapped(base_ckpt, trained_ckpt)
     report = run(base_ckpt, trained_ckpt, stack=stack, quiet=quiet)

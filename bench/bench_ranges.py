@@ -12,9 +12,9 @@ Builds a Llama-shaped bf16 base and trained checkpoint (two shards each; about 0
 - merge (slerp, a reduction pass then the map) of BASE and TRAINED
 
 once by ranges (`surgery CMD acme/base ...`) and once as snapshot_download of the repositories
-followed by the same command on the local snapshots (`--download` reads the same way), and prints
-the bytes the server sent, the requests it answered, wall time and peak private memory (RssAnon)
-of each.
+(side by side) followed by the same command on the local snapshots (`--download` reads the same
+way), and prints the bytes the server sent, the requests it answered, wall time and peak
+private memory (RssAnon) of each.
 
 Link mode (`--latency 0.04 --bandwidth 50`, seconds and MB/s, several `--latency`/`--bandwidth`
 pairs for one table): the fake Hub waits a round trip per request, shares one bandwidth cap
@@ -30,6 +30,7 @@ import argparse
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,12 +43,14 @@ from tests.support.hub_server import FakeHub, Link
 
 ROOT = Path(__file__).parents[1]
 SHAS = {"acme/base": "a" * 40, "acme/trained": "b" * 40}
+# The repositories side by side, as `--download` fetches a command's inputs.
 DOWNLOAD = """
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from huggingface_hub import snapshot_download
 from surgery.hub.resolve import ALLOW_PATTERNS
-for repo in sys.argv[1:]:
-    snapshot_download(repo, allow_patterns=ALLOW_PATTERNS)
+with ThreadPoolExecutor(len(sys.argv) - 1) as pool:
+    list(pool.map(lambda r: snapshot_download(r, allow_patterns=ALLOW_PATTERNS), sys.argv[1:]))
 """
 
 
@@ -67,6 +70,34 @@ class Row:
     requests: int
     run: Measurement
     link: Link | None = None
+    timeline: Timeline | None = None
+
+
+@dataclass
+class Timeline:
+    """Where a run's seconds went on the link (from the fake Hub's log): before its first
+    request, from there to its first shard (CDN) request, the link idle between that and the
+    last byte, the tail after the last byte, and the link busy."""
+
+    start: float
+    metadata: float
+    idle: float
+    tail: float
+    busy: float
+
+
+def timeline(hub: FakeHub, since: tuple[int, int], started: float, ended: float) -> Timeline:
+    """The `Timeline` of the run between `started` and `ended` (time.monotonic()) whose
+    requests follow the `since` mark (`_mark`; busy stretches are taken by time)."""
+    state, link = hub.state, hub.link
+    arrived = state.arrived[since[2] :]
+    hosts = [host for host, *_ in state.received[since[2] :]]
+    first = arrived[0] if arrived else ended
+    cdn = next((t for t, host in zip(arrived, hosts, strict=True) if host == "cdn"), first)
+    busy = [(max(a, cdn), b) for a, b in link.busy if started <= b and a <= ended and b > cdn]
+    last = max((b for _, b in busy), default=cdn)
+    carried = sum(b - a for a, b in busy)
+    return Timeline(first - started, cdn - first, last - cdn - carried, ended - last, carried)
 
 
 def _env(hub: FakeHub, home: Path) -> dict[str, str]:
@@ -81,13 +112,13 @@ def _env(hub: FakeHub, home: Path) -> dict[str, str]:
     }
 
 
-def _traffic(hub: FakeHub, since: tuple[int, int]) -> tuple[int, int]:
+def _traffic(hub: FakeHub, since: tuple[int, int, int]) -> tuple[int, int]:
     sent = sum(stop - start for _, _, start, stop in hub.state.served[since[0] :])
     return sent, len(hub.state.requests) - since[1]
 
 
-def _mark(hub: FakeHub) -> tuple[int, int]:
-    return len(hub.state.served), len(hub.state.requests)
+def _mark(hub: FakeHub) -> tuple[int, int, int]:
+    return len(hub.state.served), len(hub.state.requests), len(hub.state.received)
 
 
 def _surgery(args: list[str], env: dict, inputs: list[str]) -> Measurement:
@@ -117,8 +148,11 @@ def _commands(work: Path, layers: int, folders: dict[str, Path]) -> dict:
     }
 
 
-def run(work: Path, layers: int, hidden: int, links: list[Link | None]) -> list[Row]:
-    """Build the checkpoints, serve them and measure every command both ways on each link."""
+def run(
+    work: Path, layers: int, hidden: int, links: list[Link | None], only: list[str] | None = None
+) -> list[Row]:
+    """Build the checkpoints, serve them and measure every command (those whose name starts
+    with one of `only`, when given) both ways on each link."""
     config = llama_config(layers, hidden)
     folders = {"acme/base": work / "base", "acme/trained": work / "trained"}
     for seed, folder in enumerate(folders.values()):
@@ -132,6 +166,8 @@ def run(work: Path, layers: int, hidden: int, links: list[Link | None]) -> list[
             for repo, folder in folders.items():
                 hub.add_model(repo, folder, SHAS[repo])
             for name, (args, repos) in commands.items():
+                if only and not name.startswith(tuple(only)):
+                    continue
                 rows += _both_ways(hub, work, name, args, repos, served)
     shutil.rmtree(work / "out", ignore_errors=True)
     return rows
@@ -146,6 +182,8 @@ def _both_ways(
     env, mark = _env(hub, work / "hf-ranges"), _mark(hub)
     ranges = Row(name, "ranges", 0, 0, _surgery(args, env, served), link)
     ranges.sent, ranges.requests = _traffic(hub, mark)
+    ended = time.monotonic()
+    ranges.timeline = timeline(hub, mark, ended - ranges.run.seconds, ended)
 
     shutil.rmtree(out, ignore_errors=True)
     env, mark = _env(hub, work / "hf-download"), _mark(hub)
@@ -206,10 +244,30 @@ def report(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def report_timelines(rows: list[Row]) -> str:
+    """Where the seconds of each ranges run on a link went (`Timeline`), as a Markdown table."""
+    lines = [
+        "| link | command | to first request s | to first shard request s | link idle s "
+        "| tail s | link busy s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if row.timeline is None or row.link is None:
+            continue
+        t, link = row.timeline, row.link
+        where = f"{link.latency * 1e3:.0f} ms, {link.bandwidth / 1e6:.0f} MB/s"
+        lines.append(
+            f"| {where} | {row.command} | {t.start:.2f} | {t.metadata:.2f} | {t.idle:.2f} "
+            f"| {t.tail:.2f} | {t.busy:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, action="append", default=[], help="seconds")
     parser.add_argument("--bandwidth", type=float, action="append", default=[], help="MB/s")
+    parser.add_argument("--only", action="append", help="commands to run (name prefixes)")
     args = size_arguments(__doc__, "bench/out-ranges", parser)
     if len(args.latency) != len(args.bandwidth):
         raise SystemExit("give as many --latency as --bandwidth (one link each)")
@@ -217,7 +275,11 @@ def main() -> None:
         Link(latency=t, bandwidth=b * 1e6)
         for t, b in zip(args.latency, args.bandwidth, strict=True)
     ]
-    print(report(run(args.work, args.layers, args.hidden, links or [None])))
+    rows = run(args.work, args.layers, args.hidden, links or [None], args.only)
+    print(report(rows))
+    if links:
+        print()
+        print(report_timelines(rows))
 
 
 if __name__ == "__main__":

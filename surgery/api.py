@@ -26,7 +26,7 @@ from surgery.engine.progress import notice
 from surgery.engine.reader import CARD_NAME, MERGEKIT_CONFIG_NAME, TRAIN_RECORD, Checkpoint
 from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute, rereads_remote
 from surgery.hub.model_card import input_license, render_card
-from surgery.hub.resolve import open_input
+from surgery.hub.resolve import open_inputs
 from surgery.mergekit_config import read_config, render_config
 
 
@@ -61,9 +61,8 @@ def _open_inputs(
     """Open the inputs; Hub ids by ranges unless `download`. Only the input the output copies
     config and tokenizer files from (`files_from`) fetches them."""
     index = files_from % max(1, len(specs))
-    return [
-        open_input(spec, ranges=not download, companions=i == index) for i, spec in enumerate(specs)
-    ]
+    companions = [i == index for i in range(len(specs))]
+    return open_inputs(specs, ranges=not download, companions=companions)
 
 
 def card_file(plan: Plan, out: Path) -> dict[str, str]:
@@ -206,11 +205,11 @@ def merge(
     """
     spec = read_config(config, seed=seed)
     # Companion files of every model: the planner picks which one the output copies them from.
-    plan = plan_merge(spec, [open_input(m, ranges=not download) for m in spec.models])
+    plan = plan_merge(spec, open_inputs(spec.models, ranges=not download))
     if not download and rereads_remote(plan):
         # Ranges would fetch those tensors once per pass; a download fetches them once.
         notice("note", "merge: reduction passes read inputs twice; downloading Hub inputs")
-        plan = plan_merge(spec, [open_input(m) for m in spec.models])
+        plan = plan_merge(spec, open_inputs(spec.models))
     return write_plan(plan, out, **write_options)
 
 

@@ -210,6 +210,30 @@ def test_half_layer_revert_reads_what_it_needs(hub, pair, tmp_path):
     same_files(out, offline)
 
 
+@pytest.mark.parametrize("hub", ["link"], indirect=True)
+def test_inputs_open_side_by_side(hub, pair, tmp_path):
+    # The round trips of opening inputs overlap: both repositories' info at once, then every
+    # shard's first bytes (its header) at once, each shard's HEAD before it; the output is the
+    # same as a download's.
+    shards = len(shard_files(pair["base"])) + len(shard_files(pair["trained"]))
+    hub.gather(2, lambda host, method, path, headers: path.startswith("/api/models/"))
+    probe = f"bytes=0-{HEAD_PROBE - 1}"
+    hub.gather(shards, lambda host, method, path, headers: headers.get("range") == probe)
+    env = hub_env(hub, tmp_path / "hf")
+    out = tmp_path / "ranges" / "out"
+    result = surgery("revert", "--layers", "0:6", "-q", "acme/base", "acme/trained", out, env=env)
+    assert result.returncode == 0, result.stderr
+    assert [left for _, _, left in hub.state.gathers] == [0, 0]  # all came ...
+    assert hub.state.gathered_apart == 0  # ... together
+    probes = [p for m, p, h in hub.received("cdn") if h.get("range") == probe]
+    assert len(probes) == shards  # each header fetched once
+    downloaded = tmp_path / "download" / "out"
+    args = ["revert", "--download", "--layers", "0:6", "-q", "acme/base", "acme/trained"]
+    result = surgery(*args, downloaded, env=hub_env(hub, tmp_path / "hf-download"))
+    assert result.returncode == 0, result.stderr
+    same_files(out, downloaded)
+
+
 def first_shard(folder: Path) -> str:
     return shard_files(folder)[0]
 
@@ -355,7 +379,11 @@ def test_streamed_values_slice_like_the_tensor(monkeypatch):
 )
 def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body, by):
     # Merge kernels read Hub inputs block by block (reductions, then the map in segments):
-    # the weights equal those of the same merge of local folders.
+    # the weights equal those of the same merge of local folders. Both models' info is asked
+    # at once when they are opened, and again when they are downloaded (side by side).
+    infos = lambda host, method, path, headers: path.startswith("/api/models/")  # noqa: E731
+    for _ in range(1 if by == "ranges" else 2):
+        hub.gather(2, infos)
     outs, notes = [], []
     for name, base, trained in (
         ("ranges", "acme/base", "acme/trained"),
@@ -377,6 +405,8 @@ def test_merge_by_ranges_matches_local(hub, pair, tmp_path, body, by):
         note = "note: merge: reduction passes read inputs twice; downloading Hub inputs"
         assert notes[0].splitlines()[0] == note and notes[1] == ""  # (then the download's bars)
     assert served_shard_bytes(hub, "acme/trained") > 0
+    assert [left for _, _, left in hub.state.gathers] == [0] * len(hub.state.gathers)
+    assert hub.state.gathered_apart == 0
     assert ranged.keys() == local.keys()
     assert all(torch.equal(ranged[k].view(torch.uint8), local[k].view(torch.uint8)) for k in local)
 

@@ -95,5 +95,33 @@ def test_reads_return_the_sources_bytes_in_any_order(order):
     try:
         for start, size in reads:
             assert bytes(wrapped.view(start, size)) == source.data[start : start + size]
+        assert ahead._held == []  # every span fetched was read, none holds a slot
     finally:
         ahead.close()
+    assert fetched_once(source.reads, 3600)
+
+
+def fetched_once(reads: list[tuple[int, int]], size: int) -> bool:
+    """Whether `reads` cover bytes [0, size) each exactly once."""
+    position = 0
+    for start, stop in sorted(reads):
+        if start != position:
+            return False
+        position = stop
+    return position == size
+
+
+def test_a_reader_ahead_of_the_window_fetches_its_span_once():
+    # One tensor fills the window (a writer thread waits on it); another thread reads the next
+    # tensor meanwhile: its span is fetched once, out of turn, not again when the window moves.
+    source = Recorder(500)
+    tensors = [[info("big", 0, 400)], [info("next", 400, 100)]]
+    ahead = ReadAhead(plan_spans(tensors, lambda f: True, span=100), lambda f: source, depth=4)
+    wrapped = ReadAheadSource(source, ahead, FILE)
+    try:
+        assert bytes(wrapped.view(400, 100)) == source.data[400:]
+        assert bytes(wrapped.view(0, 400)) == source.data[:400]
+        assert ahead._held == []
+    finally:
+        ahead.close()
+    assert fetched_once(source.reads, 500)

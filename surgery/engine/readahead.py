@@ -7,13 +7,19 @@ spans of a group interleaved as the group is read, and spans that continue a rec
 same file coalesced into it: adjacent small tensors (norms, biases) cost one request, not one
 each. Up to `DEPTH` spans are fetched or held at once, each by its own request on a worker
 thread, so several requests are in flight and memory stays bounded (`DEPTH * SPAN_BYTES`).
-A span is dropped once all its bytes were read and the next one starts; a read the window does
-not hold (another order than announced) is fetched directly, as without read-ahead: read-ahead
-changes how fast, never which bytes a read returns.
+A span is dropped once all its bytes were read and the next one starts. A read of a span the
+window has not reached yet (a writer thread ahead of another that waits on a large tensor)
+starts that span at once, out of turn, so its bytes are still fetched once, not once directly
+and again when the window gets there (a span nobody reads again would hold its slot for good);
+the window then holds at most `DEPTH` spans plus one per reader. A read of no announced span
+left (a second pass) is fetched directly, as without read-ahead: read-ahead changes how fast,
+never which bytes a read returns.
 """
 
 from __future__ import annotations
 
+import bisect
+import mmap
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,6 +34,9 @@ SPAN_BYTES = 8 * 2**20
 DEPTH = 8
 # How far back a span may grow by the bytes that continue it.
 COALESCE_BACK = 4
+# Spans of a file starting at or before a read's offset that are checked for one not started
+# (announced twice, spans may overlap; past these the read is fetched directly).
+_LOOK_BACK = 4
 
 
 class Extent(Protocol):
@@ -56,7 +65,7 @@ class _Span:
     stop: int
     future: Future | None = None
     read: int = 0  # bytes handed out so far
-    data: bytearray = field(default_factory=bytearray, repr=False)
+    data: mmap.mmap | bytearray = field(default_factory=bytearray, repr=False)
 
 
 def plan_spans(
@@ -108,8 +117,12 @@ class ReadAhead:
         self._spans = spans
         self._source = source
         self._depth = depth
-        self._next = 0  # the first span not started yet
+        self._next = 0  # the first span not started in turn yet (later ones may be, out of turn)
         self._held: list[_Span] = []  # started, not all read, in read order
+        self._by_file: dict[Path, list[_Span]] = {}  # each file's spans by start, for lookups
+        for span in sorted(spans, key=lambda s: s.start):
+            self._by_file.setdefault(span.file, []).append(span)
+        self._starts = {f: [s.start for s in ordered] for f, ordered in self._by_file.items()}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(depth, thread_name_prefix="read-ahead")
         with self._lock:
@@ -127,17 +140,19 @@ class ReadAhead:
         done = 0
         while done < len(buffer):
             with self._lock:
-                span = next(
-                    (s for s in self._held if s.file == file and s.start <= offset + done < s.stop),
-                    None,
-                )
+                span, early = self._held_at(file, offset + done), None
+                if span is None:
+                    span = early = self._claim_early(file, offset + done)
                 data = None if span is None else span.data  # kept even if the span is freed
             if span is None:
                 break
+            if early is not None:
+                self._fetch_here(early)
             span.future.result()  # waits for its request; re-raises its error
             at = offset + done - span.start
             take = min(len(buffer) - done, span.stop - span.start - at)
-            buffer[done : done + take] = data[at : at + take]
+            with memoryview(data) as held:  # sliced without a copy
+                buffer[done : done + take] = held[at : at + take]
             done += take
             self._consumed(span, take)
         return done
@@ -146,6 +161,33 @@ class ReadAhead:
         """Stop fetching: spans not started are cancelled, those in flight finish."""
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._held.clear()
+
+    def _held_at(self, file: Path, offset: int) -> _Span | None:
+        """The held span with the byte at `offset` of `file` (called with the lock held)."""
+        return next((s for s in self._held if s.file == file and s.start <= offset < s.stop), None)
+
+    def _claim_early(self, file: Path, offset: int) -> _Span | None:
+        """Claim, out of turn, the announced span with the byte at `offset` that the window has
+        not started yet, for the reader to fetch itself (`_fetch_here`: the window's requests
+        may all be busy); None when there is none (called with the lock held)."""
+        spans = self._by_file.get(file, [])
+        at = bisect.bisect_right(self._starts.get(file, []), offset)
+        for span in reversed(spans[max(0, at - _LOOK_BACK) : at]):
+            if span.future is None and offset < span.stop:
+                self._hold(span)
+                span.future = Future()
+                return span
+        return None
+
+    def _fetch_here(self, span: _Span) -> None:
+        """Fetch a span claimed out of turn in the calling thread; other readers of it wait on
+        its future, which carries the error if the request fails."""
+        try:
+            self._fetch(span)
+        except BaseException as error:
+            span.future.set_exception(error)
+        else:
+            span.future.set_result(None)
 
     def _consumed(self, span: _Span, nbytes: int) -> None:
         with self._lock:
@@ -160,12 +202,25 @@ class ReadAhead:
         while len(self._held) < self._depth and self._next < len(self._spans):
             span = self._spans[self._next]
             self._next += 1
-            span.data = bytearray(span.stop - span.start)
-            span.future = self._pool.submit(self._fetch, span)
-            self._held.append(span)
+            if span.future is None:  # not started out of turn already
+                self._hold(span)
+                span.future = self._pool.submit(self._fetch, span)
+
+    def _hold(self, span: _Span) -> None:
+        """Give `span` a buffer of its own (before its request starts) and hold it."""
+        span.data = _buffer(span.stop - span.start)
+        self._held.append(span)
 
     def _fetch(self, span: _Span) -> None:
         self._source(span.file).read_into(span.start, memoryview(span.data))
+
+
+def _buffer(nbytes: int) -> mmap.mmap:
+    """Memory for one span: mapped for it alone, so that it goes back to the system the moment
+    the span is dropped. From malloc, spans freed by one thread and allocated by another pile
+    up in glibc's per-thread arenas (the writer also raises its mmap threshold above a span),
+    and the process keeps far more than the window holds."""
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 class ReadAheadSource:

@@ -10,8 +10,9 @@ huggingface_hub's own download of the small files.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,8 +29,9 @@ from surgery.hub.range_source import (
 )
 from surgery.hub.timeouts import bound_requests
 
-# HEAD requests sent at once when a checkpoint is opened (one per shard not in the cache).
-_PARALLEL_HEADS = 8
+# Requests sent at once when a checkpoint is opened: small files, and each shard not in the
+# cache's HEAD request followed by its first bytes.
+_PARALLEL_REQUESTS = 8
 
 
 class RemoteShard:
@@ -82,6 +84,11 @@ class RemoteShard:
         remote = self.remote()
         return HubRangeFile(remote, self._head, self._location)
 
+    def prefetch(self) -> None:
+        """Send the HEAD request, then fetch the file's first bytes (`HEAD_PROBE`: its length
+        prefix and header, as a rule), so that reading the header later costs no request."""
+        self().read_into(0, memoryview(bytearray(min(8, self.remote().size))))
+
 
 def _small_file(name: str, companions: Sequence[str]) -> bool:
     """Whether to fetch `name` whole: the index and config always, others that match
@@ -127,26 +134,31 @@ def open_remote(
             return None  # no network: the cache, as a download would use it
         commit = info.sha
         names = sorted(s.rfilename for s in info.siblings or [] if "/" not in s.rfilename)
-        for name in names:
-            if _small_file(name, companions):
-                hf_hub_download(repo_id, name, revision=commit)
-    repo_folder = repo_folder_name(repo_id=repo_id, repo_type="model")
-    snapshot = Path(constants.HF_HUB_CACHE) / repo_folder / "snapshots" / commit
-    shards = {
-        snapshot / name: RemoteShard(spec, repo_id, name, commit)
-        for name in names
-        # A shard complete in the cache (a download finished it) is read from disk.
-        if name.endswith(".safetensors")
-        and not isinstance(try_to_load_from_cache(repo_id, name, revision=commit), str)
-    }
-    _head_all(shards.values())
+        repo_folder = repo_folder_name(repo_id=repo_id, repo_type="model")
+        snapshot = Path(constants.HF_HUB_CACHE) / repo_folder / "snapshots" / commit
+        shards = {
+            snapshot / name: RemoteShard(spec, repo_id, name, commit)
+            for name in names
+            # A shard complete in the cache (a download finished it) is read from disk.
+            if name.endswith(".safetensors")
+            and not isinstance(try_to_load_from_cache(repo_id, name, revision=commit), str)
+        }
+        small = [
+            functools.partial(hf_hub_download, repo_id, name, revision=commit)
+            for name in names
+            if _small_file(name, companions)
+        ]
+        at_once([*small, *(shard.prefetch for shard in shards.values())])
     path = snapshot if snapshot.is_dir() or len(shards) != 1 else next(iter(shards))
     return open_checkpoint(path, spec=spec, hub=HubRef(repo_id, commit), remote=shards)
 
 
-def _head_all(shards: Iterable[RemoteShard]) -> None:
-    """Send the shards' HEAD requests at once rather than one after another."""
-    shards = list(shards)
-    if len(shards) > 1:
-        with ThreadPoolExecutor(min(_PARALLEL_HEADS, len(shards))) as pool:
-            list(pool.map(RemoteShard.remote, shards))
+def at_once(calls: Sequence[Callable[[], object]]) -> list[object]:
+    """Run `calls` side by side (up to `_PARALLEL_REQUESTS` at a time), not one round trip after
+    another, and return their results in order; the first call's error, in that order, is
+    raised once all of them have ended."""
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    with ThreadPoolExecutor(min(_PARALLEL_REQUESTS, len(calls))) as pool:
+        jobs = [pool.submit(call) for call in calls]
+    return [job.result() for job in jobs]

@@ -12,7 +12,9 @@ HF_HUB_OFFLINE apply):
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from surgery.core.errors import CheckpointError
@@ -104,3 +106,34 @@ def open_input(spec: str | Path, *, ranges: bool = False, companions: bool = Tru
             return checkpoint
     path, hub = resolve(spec)
     return open_checkpoint(path, spec=str(spec), hub=hub)
+
+
+def open_inputs(
+    specs: Sequence[str | Path], *, ranges: bool = False, companions: Sequence[bool] | None = None
+) -> list[Checkpoint]:
+    """Open several checkpoint arguments side by side, as `open_input` each: the round trips of
+    one Hub id's metadata overlap another's instead of following them.
+
+    Args:
+        specs: local paths or Hub ids.
+        ranges: as `open_input`.
+        companions: per spec, as `open_input` (default: True for each).
+
+    Returns:
+        The checkpoints, in the order of `specs`.
+
+    Raises:
+        CheckpointError: as `open_input`; every argument is checked first (a mistyped folder
+            never goes to the network), and of several errors the first argument's is raised.
+    """
+    from surgery.hub.remote import at_once
+
+    for spec in specs:
+        check_input(spec)
+    bound_requests()  # once, before threads share huggingface_hub's client
+    wanted = [True] * len(specs) if companions is None else list(companions)
+    calls = [
+        functools.partial(open_input, spec, ranges=ranges, companions=c)
+        for spec, c in zip(specs, wanted, strict=True)
+    ]
+    return at_once(calls)

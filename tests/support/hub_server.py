@@ -60,17 +60,38 @@ class HubState:
         self.drops: dict[tuple[str, str], int] = {}  # (repo, file) -> bytes before a drop
         # Every request either host received: (host "hub" or "cdn", method, path, headers).
         self.received: list[tuple[str, str, str, dict[str, str]]] = []
+        self.arrived: list[float] = []  # time.monotonic() of each entry of `received`
         self.throttled: dict[str, tuple[int, int]] = {}  # host -> (429s left, Retry-After)
         self.objects: dict[str, tuple[str, str, Path]] = {}  # CDN object -> (repo, file, path)
         self.expire_in: int | None = None  # CDN requests before every signed URL so far expires
         self.expired_upto = 0  # signed URLs numbered up to this one are expired
         self.signed = 0  # signed URLs given so far (each is numbered)
+        # Requests held until others arrive (`FakeHub.gather`): [where, barrier, places left].
+        self.gathers: list[list] = []
+        self.gathered_apart = 0  # held requests whose others never came (sent one by one)
         self.lock = threading.Lock()
 
     def record(self, host: str, method: str, path: str, headers) -> None:
         """Note one request and the headers it carried."""
         with self.lock:
             self.received.append((host, method, path, {k.lower(): v for k, v in headers.items()}))
+            self.arrived.append(time.monotonic())
+
+    def hold_together(self, host: str, method: str, path: str, headers) -> None:
+        """Wait, if a `FakeHub.gather` takes this request, until its others arrive too."""
+        with self.lock:
+            barrier = None
+            for gather in self.gathers:
+                where, candidate, left = gather
+                if left and where(host, method, path, {k.lower(): v for k, v in headers.items()}):
+                    gather[2], barrier = left - 1, candidate
+                    break
+        if barrier is not None:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                with self.lock:
+                    self.gathered_apart += 1
 
     def throttle_now(self, host: str) -> int | None:
         """The Retry-After of a 429 owed to the next request to `host`, if any."""
@@ -120,6 +141,9 @@ class Link:
     def __post_init__(self) -> None:
         self._free_at = 0.0  # when the shared link has sent everything reserved so far
         self._lock = threading.Lock()
+        # (start, stop) in time.monotonic() of each stretch the link carried bytes, in order
+        # and disjoint (each reservation starts when the one before ends, or later).
+        self.busy: list[tuple[float, float]] = []
 
     def pace(self, nbytes: int) -> None:
         """Wait until the shared link has carried `nbytes` more bytes (its share of the cap)."""
@@ -129,6 +153,7 @@ class Link:
             start = max(time.monotonic(), self._free_at)
             self._free_at = start + nbytes / self.bandwidth
             done = self._free_at
+            self.busy.append((start, done))
         time.sleep(max(0.0, done - time.monotonic()))
 
 
@@ -335,6 +360,7 @@ def _handler(state: HubState, link: Link, cdn_endpoint: str | None, host: str = 
         def _delayed(self) -> bool:
             """Record the request, wait its round trip; True when it was answered 429."""
             state.record(host, self.command, self.path, self.headers)
+            state.hold_together(host, self.command, self.path, self.headers)
             if link.latency:
                 time.sleep(link.latency)
             retry_after = state.throttle_now(host)
@@ -452,6 +478,14 @@ class FakeHub:
     def expire_urls(self, after: int) -> None:
         """After the next `after` CDN requests, expire every signed URL given so far."""
         self.state.expire_in = after
+
+    def gather(self, count: int, where, timeout: float = 10.0) -> None:
+        """Hold each of the next `count` requests for which `where(host, method, path,
+        headers)` is true (headers by lower-case name) until all `count` have arrived: a
+        client that sends them at once passes, one that waits for each answer before the next
+        stalls `timeout` seconds, after which they go on and `state.gathered_apart` counts
+        them."""
+        self.state.gathers.append([where, threading.Barrier(count, timeout=timeout), count])
 
     def throttle(self, host: str, count: int, retry_after: int = 1) -> None:
         """Answer the next `count` requests to `host` ("hub" or "cdn") 429 with Retry-After."""
