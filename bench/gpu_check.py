@@ -352,7 +352,7 @@ def check_fsdp(setup: Setup, fp32: Path) -> list[Row]:
     ]
 
 
-def plan_total(setup: Setup, measured_config: dict) -> tuple[float, str]:
+def plan_total(setup: Setup, measured_config: dict) -> float:
     """`surgery train --dry-run --gpus 1`: the DDP column's total (one process), in bytes."""
     flags = [
         f"--{key.replace('_', '-')}={value}"
@@ -366,12 +366,12 @@ def plan_total(setup: Setup, measured_config: dict) -> tuple[float, str]:
     line = next(x for x in table.splitlines() if x.startswith("total") and "<- this run" in x)
     number, unit = line.split()[1:3]
     scale = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
-    return float(number) * scale, line
+    return float(number) * scale
 
 
 def check_plan(setup: Setup, measured: int) -> list[Row]:
     """The dry run's total against the float32 run's measured peak."""
-    planned, _ = plan_total(setup, run_options(setup.sizes))
+    planned = plan_total(setup, run_options(setup.sizes))
     ratio = measured / planned
     figures = f"plan {planned / 1e6:.1f} MB, measured {measured / 1e6:.1f} MB ({ratio:.2f}x)"
     tolerance = f"measured/plan within 1 +- {PLAN_TOLERANCE}"

@@ -367,11 +367,12 @@ def _extract_peak(tmp_path: Path, weights: int) -> int:
     return result.peak_anon
 
 
-@pytest.mark.slow  # about 30 s on 2 busy cores: 28 SVDs of 1024 x 1024 matrices
+@pytest.mark.slow  # 2-9 min on 2 busy cores: 28 SVDs of 1024 x 1024 matrices
 def test_memory_does_not_grow_with_the_number_of_weights(tmp_path):
     # Each weight's change is 4 MiB as float32; holding 24 of them (or their full U and V)
-    # would add about 100 MiB over 4 weights.
+    # would add about 100 MiB over 4 weights, and factoring on every writer thread (each malloc
+    # arena keeping a weight's freed heap) measured 11 MiB more.
     small = _extract_peak(tmp_path, 4)
     large = _extract_peak(tmp_path, 24)
     print(f"peak RssAnon: {small / 2**20:.0f} MiB (4 weights), {large / 2**20:.0f} MiB (24)")
-    assert large - small < 16 * 2**20, (small, large)
+    assert large - small < 8 * 2**20, (small, large)

@@ -23,12 +23,14 @@ job (see `surgery.engine.lowrank`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from surgery.core.dtypes import itemsize, torch_dtype
 from surgery.core.errors import LayerSpecError, SurgeryError
@@ -50,16 +52,27 @@ from surgery.engine.values import BLOCK_BYTES, tensor_values
 if TYPE_CHECKING:
     import torch
 
+T = TypeVar("T")
+
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PREFIX = "base_model.model."
 _HEADS = ("lm_head", "embed_out")
 # Architectures whose linear weights are stored transposed (transformers' Conv1D): their
 # factors would need peft's fan_in_fan_out, which names alone cannot tell.
 _TRANSPOSED = ("gpt2",)
-# Decoding BASE's and TRAINED's weight and factoring their change: one at a time in the
-# process (that working set is the command's memory; LAPACK uses every core for it anyway, and
-# the randomized solver seeds torch's global generator).
-_ONE_AT_A_TIME = threading.Lock()
+
+
+@functools.cache
+def _factoring_thread() -> ThreadPoolExecutor:
+    """The one thread that decodes BASE's and TRAINED's weights and factors their change: one
+    weight at a time in the process (that working set is the command's memory; LAPACK uses every
+    core for it anyway, and the randomized solver seeds torch's global generator), and in one
+    malloc arena, so the writer's other threads never each keep a weight's worth of freed heap."""
+    return ThreadPoolExecutor(1, thread_name_prefix="extract-lora")
+
+
+def _on_factoring_thread(function: Callable[..., T], *args: object) -> T:
+    return _factoring_thread().submit(function, *args).result()
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,18 @@ def _delta(pool: SourcePool, module: _Module) -> torch.Tensor:
     return delta.T if module.embedding else delta
 
 
+def _factor(
+    pool: SourcePool, module: _Module, rank: int, solver: Solver
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B) of the module's change (see `surgery.engine.lowrank.factor`)."""
+    return factor(_delta(pool, module), rank, solver, module.trained.name)
+
+
+def _values(pool: SourcePool, module: _Module, rank: int, solver: Solver) -> torch.Tensor:
+    """The singular values of the module's change the solver sees."""
+    return singular_values(_delta(pool, module), rank, solver, module.trained.name)
+
+
 class _Factors:
     """The (A, B) of one module, computed once when its A is written and dropped once its B is
     (the writer writes them one after the other)."""
@@ -157,10 +182,8 @@ class _Factors:
         """Factor `index` (0: A, 1: B), computing both on first use."""
         with self._lock:
             if self._result is None:
-                with _ONE_AT_A_TIME:
-                    delta = _delta(pool, self.module)
-                    name = self.module.trained.name
-                    self._result = list(factor(delta, self.rank, self.solver, name))
+                factors = _on_factoring_thread(_factor, pool, self.module, self.rank, self.solver)
+                self._result = list(factors)
             values, self._result[index] = self._result[index], None
             if values is None:  # a bug: each factor is written once
                 raise RuntimeError(f"factor {index} of {self.module.name} taken twice")
@@ -313,10 +336,7 @@ def _ranks(pool: SourcePool, modules: Sequence[_Module], options: LoraOptions) -
     for module in modules:
         top = min(options.rank, *module.shape)
         if options.sv_epsilon > 0:
-            with _ONE_AT_A_TIME:
-                delta = _delta(pool, module)
-                name = module.trained.name
-                values = singular_values(delta, top, options.solver, name)
+            values = _on_factoring_thread(_values, pool, module, top, options.solver)
             top = kept_rank(values, options.rank, options.sv_epsilon)
         ranks[module.name] = top
     return ranks

@@ -1,0 +1,239 @@
+"""README's "Reproducing the paper" commands, replayed in miniature.
+
+The bash block is read from README.md, so a change there that no longer runs fails here. bash
+itself expands it (variables, line continuations, the loop), with `surgery` defined as a
+function that records each command's arguments; the recorded commands then run in order
+through the CLI's entry point in this process (one import of torch, not one per command).
+
+What changes for the miniature is listed in SUBSTITUTIONS (each must be found in the block):
+only sizes, the base and the elided `...`. BASE is a Gemma-3 text model with the paper's 34
+layers (hidden size 32), so every layer spec (`9:28`) stays as written. The MADLAD-style folders
+(`madlad/data/<lang>/`), the held-out folders (`valid/<family>/`) and Belebele rows for one
+language are written by the test; the experts the block does not train (germanic, indic,
+austronesian, romance: "the others likewise") are the base with seeded noise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.support import tiny_models
+from tests.support.checks import assert_valid_output, load_state, same_bits
+from tests.support.train_helpers import in_layers, write_corpus
+
+pytestmark = pytest.mark.slow  # about 70 s of CPU on 2 idle cores (4 trainings, 4 suite evals)
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MIDDLE = set(range(9, 28))  # the README's 9:28
+OTHER_EXPERTS = ("germanic", "indic", "austronesian", "romance")
+# (README text, miniature text): each replaced wherever it occurs, and it must occur.
+SUBSTITUTIONS = (
+    ("B=google/gemma-3-4b-pt", "B=base"),  # the tiny 34-layer Gemma-3 the test builds
+    ("--block-size 2048", "--block-size 16"),
+    ("--batch-size 4", "--batch-size 2"),
+    ("--grad-accum 12", "--grad-accum 2"),
+    ("--max-tokens 5000000000", "--max-tokens 256"),  # 4 optimizer steps of 2 x 2 x 16 tokens
+    ("--warmup 200", "--warmup 1"),
+    ("--warmup 500", "--warmup 1"),
+    ("--eval-every 500", "--eval-every 2"),
+    ("--data af=$M/af ...", "--data af=$M/af"),  # the other 25 languages of the dense run
+    # The suite ships with the project; the commands run in a folder of their own.
+    ("eval/study/suites/paper.yml", str(ROOT / "eval" / "study" / "suites" / "paper.yml")),
+    # The suite's tasks on a few items each (Copain's 150 per task included).
+    ("--allow-missing", "--allow-missing --limit 4"),
+)
+# bash runs the block with `surgery` recording its arguments, one NUL-separated command a line.
+RECORDER = """set -euo pipefail
+surgery() { printf "%s\\0" "$@" >> commands; printf "\\n" >> commands; }
+"""
+
+
+def paper_block() -> str:
+    """The bash block of README's "### Reproducing the paper" section."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("### Reproducing the paper", 1)[1].split("\n### ", 1)[0]
+    match = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert match, "README's Reproducing the paper section has no bash block"
+    return match.group(1)
+
+
+def miniature(block: str) -> str:
+    """The block with SUBSTITUTIONS applied."""
+    for old, new in SUBSTITUTIONS:
+        assert old in block, f"README's paper block no longer has {old!r}"
+        block = block.replace(old, new)
+    return block
+
+
+def recorded_commands(block: str, cwd: Path) -> list[list[str]]:
+    """The `surgery` commands that bash runs for the block, arguments expanded."""
+    script = cwd / "paper.sh"
+    script.write_text(RECORDER + block, encoding="utf-8")
+    subprocess.run(["bash", str(script)], cwd=cwd, check=True)
+    lines = (cwd / "commands").read_bytes().split(b"\0\n")
+    return [[a.decode() for a in line.split(b"\0")] for line in lines if line]
+
+
+def run_surgery(args: list[str]) -> None:
+    """One command through the CLI's entry point, as the `surgery` script runs it."""
+    from cli import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main(args, prog_name="surgery")
+            code = 0
+        except SystemExit as stop:
+            code = stop.code or 0
+    assert code == 0, f"surgery {' '.join(args)}: exit {code}\n{err.getvalue()[-3000:]}"
+
+
+def build_base(folder: Path) -> Path:
+    """A random Gemma-3 text model with 34 layers (the paper's 4B has 34), tiny otherwise."""
+    torch.manual_seed(0)
+    config = tiny_models.Gemma3TextConfig(
+        vocab_size=tiny_models.vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=34,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=16,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    return tiny_models.save(tiny_models.Gemma3ForCausalLM(config).to(torch.bfloat16), folder)
+
+
+def write_data(root: Path) -> None:
+    """MADLAD-style text per language, held-out folders per family, Belebele for Slovak."""
+    languages = ("mk", "hr", "ru", "sk", "sr", "uk", "af")
+    for seed, lang in enumerate(languages):
+        write_corpus(root / "madlad" / "data" / lang / "train.txt", docs=30, seed=seed)
+    for family, seed in (("slavic", 50), ("all", 60)):
+        write_corpus(root / "valid" / family / "valid.txt", docs=4, words=20, seed=seed)
+    rows = [
+        {
+            "flores_passage": f"passage {i} the cat sat",
+            "question": "who sat?",
+            **{f"mc_answer{k}": word for k, word in enumerate(("cat", "dog", "mat", "park"), 1)},
+            "correct_answer_num": str(1 + i % 4),
+        }
+        for i in range(6)
+    ]
+    belebele = root / "belebele" / "slk_Latn.jsonl"
+    belebele.parent.mkdir()
+    belebele.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    """The miniature block run in a fresh folder; the folder and the commands run."""
+    root = tmp_path_factory.mktemp("paper")
+    build_base(root / "base")
+    write_data(root)
+    for seed, name in enumerate(OTHER_EXPERTS, 300):
+        noisy = tiny_models.perturb(load_model(root / "base"), seed=seed, scale=0.02)
+        tiny_models.save(noisy, root / "ckpt" / name)
+    commands = recorded_commands(miniature(paper_block()), root)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: more threads only add contention
+    try:
+        with contextlib.chdir(root):
+            for args in commands:
+                run_surgery(args)
+    finally:
+        torch.set_num_threads(threads)
+    return root, commands
+
+
+def load_model(folder: Path):
+    return tiny_models.Gemma3ForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+
+
+def test_the_block_has_every_kind_of_command(replayed):
+    _, commands = replayed
+    kinds = [(c[0], "--freeze" in c, "--l2sp" in c, "--weights" in c) for c in commands]
+    assert kinds.count(("train", False, False, False)) == 2  # expert and dense
+    assert ("train", True, False, False) in kinds and ("train", False, True, False) in kinds
+    assert [c[0] for c in commands].count("revert") == 2
+    assert ("soup", False, False, False) in kinds and ("soup", False, False, True) in kinds
+    assert [c[0] for c in commands].count("eval") == 4 and commands[-1][0] == "compare"
+
+
+def test_trained_models_keep_the_base_layout_and_freezing_keeps_the_middle(replayed):
+    root, _ = replayed
+    base = load_state(root / "base")
+    for name in ("slavic", "dense", "slavic-freeze", "slavic-l2sp"):
+        state = assert_valid_output(root / "ckpt" / name)
+        assert {n: (t.dtype, t.shape) for n, t in state.items()} == {
+            n: (t.dtype, t.shape) for n, t in base.items()
+        }, name
+        record = json.loads((root / "ckpt" / name / "surgery_train.json").read_text())
+        assert record["early_stopping"]["metric"].endswith("/ppl"), name
+        moved = [n for n in base if not same_bits(state[n], base[n])]
+        assert moved, f"{name} did not train"
+        middle = [n for n in moved if in_layers(n, MIDDLE)]
+        assert (not middle) == (name == "slavic-freeze"), name
+
+
+def test_reverted_models_hold_the_base_middle_and_the_rest_trained(replayed):
+    root, _ = replayed
+    base = load_state(root / "base")
+    for trained in ("dense", "slavic"):
+        source = load_state(root / "ckpt" / trained)
+        got = assert_valid_output(root / "ckpt" / f"{trained}-reverted")
+        for name, tensor in got.items():
+            expected = base[name] if in_layers(name, MIDDLE) else source[name]
+            assert same_bits(tensor, expected), (trained, name)
+
+
+@pytest.mark.parametrize(
+    ("out", "weights", "with_base"),
+    [("soup", [0.2] * 5, False), ("soup-anchored", [0.5] + [0.1] * 5, True)],
+)
+def test_soups_are_the_weighted_means(replayed, out, weights, with_base):
+    """Each tensor is the float64 weighted mean, within one rounding of the result and one of the
+    largest term in 16 bits: 2^-7 |mean| + 2^-8 max |w x| (where terms cancel, the sum's error
+    scales with the terms, not with the near-zero mean; tests/test_ops.py holds soup to
+    mergekit)."""
+    root, _ = replayed
+    experts = ["slavic", *OTHER_EXPERTS]
+    states = ([load_state(root / "base")] if with_base else []) + [
+        load_state(root / "ckpt" / name) for name in experts
+    ]
+    got = assert_valid_output(root / "ckpt" / out)
+    for name, tensor in got.items():
+        terms = [w * s[name].double() for w, s in zip(weights, states, strict=True)]
+        mean, largest = sum(terms), torch.stack(terms).abs().amax(0)
+        bound = 2**-7 * mean.abs() + 2**-8 * largest
+        assert ((tensor.double() - mean).abs() <= bound).all(), (out, name)
+
+
+def test_the_study_scores_what_is_there_lists_the_rest_and_compares(replayed):
+    root, _ = replayed
+    # Perplexity of every language written (FLORES codes), Belebele of Slovak, Copain (no data).
+    languages = ("mkd_Cyrl", "hrv_Latn", "rus_Cyrl", "slk_Latn", "srp_Cyrl", "ukr_Cyrl", "afr_Latn")
+    expected = {("ppl", lang) for lang in languages} | {("belebele", "slk_Latn"), ("copain", None)}
+    for model in ("base", "dense", "slavic", "soup"):
+        results = json.loads((root / "results" / model / "results.json").read_text())
+        assert results["complete"], model
+        assert {(u["task"], u["lang"]) for u in results["units"]} == expected, model
+        assert all(u["metrics"]["n"] > 0 for u in results["units"]), model
+        missing = {(m["task"], m["lang"]) for m in results["missing"]}
+        assert missing and not missing & expected, model
+    comparison = json.loads((root / "report" / "comparison.json").read_text())
+    assert set(comparison["models"]) >= {"dense", "slavic", "soup"}
+    assert "`dense`, `slavic`, `soup`" in (root / "report" / "report.md").read_text()
