@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from surgery.engine.ops.extract_lora import LoraOptions, plan_extract_lora
 from surgery.engine.ops.interpolate import plan_interpolate
-from surgery.engine.ops.merge.planner import plan_merge
 from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
@@ -28,6 +27,9 @@ from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute, rereads_remot
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_inputs
 from surgery.mergekit_config import read_config, render_config
+
+if TYPE_CHECKING:
+    from surgery.engine.ops.extract_lora import LoraOptions
 
 
 def write_plan(
@@ -203,6 +205,9 @@ def merge(
         MergeConfigError: an unsupported method or key, or a config mergekit rejects.
         MismatchError: the models do not line up.
     """
+    # Imported here: the merge methods bring numpy, which no other command needs at start-up.
+    from surgery.engine.ops.merge.planner import plan_merge
+
     spec = read_config(config, seed=seed)
     # Companion files of every model: the planner picks which one the output copies them from.
     plan = plan_merge(spec, open_inputs(spec.models, ranges=not download))
@@ -227,6 +232,8 @@ def extract_lora(
 ) -> Path:
     """Write the PEFT LoRA adapter of TRAINED's change from BASE to `out` (adapter_config.json,
     adapter_model.safetensors, a card). See `plan_extract_lora` and `write_plan`."""
+    from surgery.engine.ops.extract_lora import plan_extract_lora  # torch: this command only
+
     base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
     warn_if_swapped(base_ckpt, trained_ckpt)
     plan = plan_extract_lora(

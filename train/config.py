@@ -28,13 +28,14 @@ from surgery.core.layers import (
 from surgery.core.modules import ModuleFilter, parse_module_filter
 from surgery.engine.output_dir import check_output
 from surgery.engine.output_paths import existing_output
-from train.checkpoint_io import CheckpointLayout, open_layout
 from train.errors import TrainConfigError
 from train.regularizers import L2SP_FORMS
 from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
 
 if TYPE_CHECKING:
     import torch
+
+    from train.checkpoint_io import CheckpointLayout
 
 MIXED_PRECISION = ("no", "bf16", "fp16")
 CHECKPOINTS_DIR = "checkpoints"
@@ -415,6 +416,10 @@ class TrainConfig:
             CheckpointError: the base cannot be found or read.
         """
         output, resume_from, sources, lora, early = self._check_request()
+        # Imported here: the checkpoint code (the engine's writer, numpy) is not needed to parse
+        # the command line, and every `surgery` command imports this module for its options.
+        from train.checkpoint_io import open_layout
+
         # From here on the request is resolved against BASE, by the engine's own parsers.
         layout = open_layout(self.base)
         stack = layout.text_stack
