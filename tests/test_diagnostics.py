@@ -196,6 +196,37 @@ def test_drift_is_zero_for_identical_and_matches_direct_computation(families, tm
     assert module_kind("transformer.wte.weight") == "embeddings"
 
 
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn]
+)
+def test_drift_of_every_float_dtype_matches_direct_computation(dtype, tmp_path):
+    """numpy decodes the 16- and 32-bit floats, torch float8: both give the float64 sums."""
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(0)
+    name = "model.layers.0.mlp.down_proj.weight"
+    # Three chunks and a partial one, so chunked sums are checked across chunk boundaries.
+    numel = 3 * 2**20 + 5
+    states = {}
+    for role in ("base", "trained"):
+        values = torch.randn(numel, generator=generator).to(dtype)
+        folder = tmp_path / role
+        folder.mkdir()
+        save_file({name: values}, folder / "model.safetensors", metadata={"format": "pt"})
+        (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+        states[role] = values.double()
+    sums = drift(open_checkpoint(tmp_path / "base"), open_checkpoint(tmp_path / "trained"))
+    b, t = states["base"], states["trained"]
+    got = sums.tensors[name]
+    for value, expected in [
+        (got.base_sq, b.dot(b)),
+        (got.trained_sq, t.dot(t)),
+        (got.dot, t.dot(b)),
+        (got.diff_sq, (t - b).dot(t - b)),
+    ]:
+        assert math.isclose(value, float(expected), rel_tol=1e-12)
+
+
 def test_drift_command_writes_table_csv_and_plot(families, tmp_path):
     paths = families("llama")
     result = CliRunner().invoke(

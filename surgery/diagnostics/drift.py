@@ -4,22 +4,31 @@ relative L2 drift = ||theta - theta0|| / ||theta0||;
 cosine = <theta, theta0> / (||theta|| ||theta0||).
 Sums of squares and dot products accumulate in float64 over bounded chunks of the memory-mapped
 inputs, so the whole model is never loaded; layers and kinds aggregate the sums, not the ratios.
+float32, float16 and bfloat16 are decoded by numpy (exact; no torch import, which costs seconds
+that a Hub read would spend with the link idle); float8 by torch. Tensors are summed side by side,
+one per core.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import os
 import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from surgery.core.layers import Stack, select_stack, stack_layer
+from surgery.engine.float_codec import CODEC_DTYPES, decode
 from surgery.engine.plan import check_compatible
 from surgery.engine.progress import byte_progress
 from surgery.engine.reader import Checkpoint, TensorInfo, openers
 from surgery.engine.source import SourcePool
-from surgery.engine.values import tensor_values
+from surgery.engine.values import tensor_bytes, tensor_values
 
 _CHUNK = 2**20  # elements per chunk
 
@@ -89,16 +98,33 @@ class DriftReport:
 def tensor_sums(base: TensorInfo, trained: TensorInfo, pool: SourcePool) -> Sums:
     """Stream one pair of tensors and return their sums."""
     sums = Sums(numel=base.numel)
-    b_all = tensor_values(pool.get(base.file), base)
-    t_all = tensor_values(pool.get(trained.file), trained)
-    for start in range(0, base.numel, _CHUNK):
-        b = b_all[start : start + _CHUNK].double()
-        t = t_all[start : start + _CHUNK].double()
+    chunks = _numpy_chunks if {base.dtype, trained.dtype} <= CODEC_DTYPES else _torch_chunks
+    for b, t in chunks(base, trained, pool):
         sums.base_sq += float(b.dot(b))
         sums.trained_sq += float(t.dot(t))
         sums.dot += float(t.dot(b))
-        sums.diff_sq += float((t - b).square().sum())
+        d = t - b
+        sums.diff_sq += float(d.dot(d))
     return sums
+
+
+def _numpy_chunks(base: TensorInfo, trained: TensorInfo, pool: SourcePool) -> Iterator[tuple]:
+    """(base, trained) float64 arrays of `_CHUNK` elements at a time."""
+    b_all = tensor_bytes(pool.get(base.file), base)
+    t_all = tensor_bytes(pool.get(trained.file), trained)
+    for start in range(0, base.numel, _CHUNK):
+        stop = min(start + _CHUNK, base.numel)
+        b = decode(b_all[start:stop], base.dtype, np.float64)
+        yield b, decode(t_all[start:stop], trained.dtype, np.float64)
+
+
+def _torch_chunks(base: TensorInfo, trained: TensorInfo, pool: SourcePool) -> Iterator[tuple]:
+    """(base, trained) float64 tensors of `_CHUNK` elements at a time (float8, which numpy
+    cannot decode)."""
+    b_all = tensor_values(pool.get(base.file), base)
+    t_all = tensor_values(pool.get(trained.file), trained)
+    for start in range(0, base.numel, _CHUNK):
+        yield b_all[start : start + _CHUNK].double(), t_all[start : start + _CHUNK].double()
 
 
 def drift(
@@ -114,10 +140,14 @@ def drift(
     report = DriftReport(stack=chosen)
     pairs = [(base.tensors[n], t) for n, t in trained.tensors.items() if t.is_float and t.numel]
     bar = byte_progress(sum(t.nbytes for _, t in pairs), "drift", quiet)
-    with SourcePool(openers([base, trained])) as pool, bar:
+    workers = ThreadPoolExecutor(max(1, os.cpu_count() or 1))
+    with SourcePool(openers([base, trained])) as pool, bar, workers:
         pool.expect(pairs)  # each pair is read side by side, chunk by chunk
-        for b, t in pairs:
-            sums = tensor_sums(b, t, pool)
+        # numpy's reductions release the GIL: tensors side by side use every core. In order, so
+        # the report is the same whatever the number of cores.
+        for (_, t), sums in zip(
+            pairs, workers.map(lambda p: tensor_sums(*p, pool), pairs), strict=True
+        ):
             kind = module_kind(t.name)
             report.tensors[t.name] = sums
             report.total.add(sums)
