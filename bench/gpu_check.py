@@ -37,7 +37,6 @@ import io
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import threading
@@ -304,27 +303,10 @@ def check_fsdp(setup: Setup, fp32: Path) -> list[Row]:
         for key, value in options.items()
         if key not in ("learning_rate", "progress")
     ]
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "1",
-        str(ROOT / "cli.py"),
-        "train",
-        str(setup.base),
-        str(out),
-        "--data",
-        str(setup.corpus),
-        *flags,
-        f"--lr={options['learning_rate']}",
-        "-q",
-        "--fsdp",
-        "full_shard auto_wrap",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    from tests.support.train_helpers import torchrun_train
+
+    extra = [f"--lr={options['learning_rate']}", "-q", "--fsdp", "full_shard auto_wrap"]
+    done = torchrun_train(1, setup.base, out, setup.corpus, [*flags, *extra], timeout=600)
     if done.returncode:
         tail = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
         return [Row("2 FSDP2, torchrun 1 rank", "failed", tail[0][:100], "-", False)]

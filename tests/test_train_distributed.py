@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.train_helpers import headers, in_layers, load_tensors, tiny_config, write_corpus
+from tests.support.train_helpers import (
+    headers,
+    in_layers,
+    load_tensors,
+    tiny_config,
+    torchrun_train,
+    write_corpus,
+)
 from train.api import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,25 +65,7 @@ def torch_equal(a, b) -> bool:
 
 
 def _torchrun(base, out, corpus, options, tmp_path):
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(ROOT / "cli.py"),
-        "train",
-        str(base),
-        str(out),
-        "--data",
-        corpus,
-        *options,
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+    return torchrun_train(2, base, out, corpus, options)
 
 
 def _logged(folder) -> list[dict]:

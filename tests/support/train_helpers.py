@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -86,3 +89,32 @@ def relative_drift(trained: dict, base: dict, names: list[str]) -> float:
     diff = sum(float((trained[n].float() - base[n].float()).square().sum()) for n in names)
     norm = sum(float(base[n].float().square().sum()) for n in names)
     return (diff / norm) ** 0.5
+
+
+ROOT = Path(__file__).parents[2]
+
+
+def torchrun_train(
+    ranks: int, base: Path, out: Path, corpus: str | Path, options: list[str], timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """`surgery train BASE OUT --data CORPUS OPTIONS` under `torchrun --nproc-per-node RANKS`
+    (offline, one thread per rank, this checkout first on the path)."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(ranks),
+        str(ROOT / "cli.py"),
+        "train",
+        str(base),
+        str(out),
+        "--data",
+        str(corpus),
+        *options,
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
