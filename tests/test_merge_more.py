@@ -31,6 +31,7 @@ def gpt2(tmp_path_factory) -> dict:
 DETERMINISTIC = [
     ("nearswap", [{}], {"t": 0.002}, True),
     ("nearswap", [{}], {"t": [0.0005, 0.01]}, True),
+    ("nearswap", [{}], {"t": 5e-7}, True),  # t under the 1e-6 floor of |base - other|
     ("ram", [{}, {}, {}], {"epsilon": 0.003}, True),
     ("ram", [{}, {}], {}, True),
     ("ramplus_tl", [{}, {}, {}], {"epsilon": 0.003, "r": 0.5, "alpha": 0.6}, True),

@@ -11,6 +11,8 @@ so one row (at most one input's last dimension; a 1-D tensor is one row) is held
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs, Output
@@ -31,18 +33,29 @@ def _softmax(rows: np.ndarray) -> np.ndarray:
     return shifted
 
 
-def importance(base: np.ndarray, other: np.ndarray, row: int) -> np.ndarray:
-    """|other - base| * KL(softmax(other) || softmax(base)) of each element's row."""
+def row_divergence(base: np.ndarray, other: np.ndarray, row: int) -> np.ndarray:
+    """KL(softmax(other) || softmax(base)) of each row of `row` elements, as a column."""
     work = base.dtype.type
     p = _softmax(other.reshape(-1, row)) + work(KL_EPS)
     q = _softmax(base.reshape(-1, row)) + work(KL_EPS)
-    kl = np.add.reduce(p * np.log(p / q), axis=1, keepdims=True)
-    diff = np.abs(other - base).reshape(-1, row)
-    return (diff * kl).reshape(-1)
+    return np.add.reduce(p * np.log(p / q), axis=1, keepdims=True)
+
+
+def scaled_change(base: np.ndarray, other: np.ndarray, divergence: np.ndarray) -> np.ndarray:
+    """The importances |other - base| * KL of the element's row, given the rows' `divergence`
+    column (in place of `other`)."""
+    change = np.abs(np.subtract(other, base, out=other), out=other)
+    rows = change.reshape(len(divergence), -1)
+    rows *= divergence
+    return change
 
 
 class ArceeFusion(Kernel):
-    """base + (other - base) * (importance >= median + 1.5 IQR)."""
+    """base + (other - base) * (importance >= median + 1.5 IQR).
+
+    The reduction pass keeps each row's KL divergence (one float per row): the later passes
+    and the map then need no softmax, which costs most of the arithmetic.
+    """
 
     def __init__(self, job: TensorJob) -> None:
         (other,) = job.non_base
@@ -51,43 +64,61 @@ class ArceeFusion(Kernel):
         self.step = max(self.row, CHUNK_ELEMENTS // self.row * self.row)  # whole rows
         self.seed = job.seed
 
-    def _importances(self, inputs: Inputs, part: range | None = None):
-        for start, (base, other) in inputs.chunks(self.step, part):
-            yield start, importance(base, other, self.row)
+    def _divergences(self, inputs: Inputs) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(start, importances, the rows' divergences) chunk by chunk: one softmax pass."""
+        for start, (base, other) in inputs.chunks(self.step, reuse=True):
+            divergence = row_divergence(base, other, self.row)
+            yield start, scaled_change(base, other, divergence), divergence
 
-    def _quantiles(self, inputs: Inputs) -> list[float]:
+    def _importances(self, inputs: Inputs, divergence: np.ndarray, part: range | None = None):
+        """(start, importances) chunk by chunk, from the rows' divergences."""
+        for start, (base, other) in inputs.chunks(self.step, part, reuse=True):
+            rows = slice(start // self.row, (start + len(base)) // self.row)
+            yield start, scaled_change(base, other, divergence[rows])
+
+    def _quantiles(self, inputs: Inputs) -> tuple[list[float], np.ndarray]:
         """The importances of ranks q * (n - 1) (truncated, n the tensor's or the sample's
-        size), as mergekit indexes its sorted tensor."""
+        size), as mergekit indexes its sorted tensor, and every row's divergence."""
         work = inputs.work
+        divergence = np.empty((inputs.numel // self.row, 1), work)
         if inputs.numel <= SAMPLE_SIZE:
+            for start, _, rows in self._divergences(inputs):
+                divergence[start // self.row : start // self.row + len(rows)] = rows
             n = inputs.numel
             ranks = [int(np.float32(q) * np.float32(n - 1)) for q in QUANTILES]
             width = 32 if work == np.float32 else 64
-            keys = lambda: (ordered_keys(v) for _, v in self._importances(inputs))  # noqa: E731
-            return [key_value(key, work) for key, _ in select_ranks(keys, width, ranks)]
+            keys = lambda: (  # noqa: E731
+                ordered_keys(v) for _, v in self._importances(inputs, divergence)
+            )
+            return [key_value(key, work) for key, _ in select_ranks(keys, width, ranks)], divergence
         rng = chunk_rng(self.seed, self.name, 0, 0)
         picks = np.sort(rng.integers(0, inputs.numel, SAMPLE_SIZE))
         sample = np.empty(SAMPLE_SIZE, work)
-        for start, values in self._importances(inputs):
+        for start, values, rows in self._divergences(inputs):
+            divergence[start // self.row : start // self.row + len(rows)] = rows
             lo, hi = np.searchsorted(picks, [start, start + len(values)])
             sample[lo:hi] = values[picks[lo:hi] - start]
         sample.sort()
         n = SAMPLE_SIZE
-        return [sample[int(np.float32(q) * np.float32(n - 1))] for q in QUANTILES]
+        return [sample[int(np.float32(q) * np.float32(n - 1))] for q in QUANTILES], divergence
 
-    def prepare(self, inputs: Inputs) -> object:
-        """The threshold, median + 1.5 (q3 - q1) in the work dtype, as mergekit."""
+    def prepare(self, inputs: Inputs) -> tuple[object, np.ndarray]:
+        """The threshold, median + 1.5 (q3 - q1) in the work dtype, as mergekit, and the rows'
+        divergences."""
         work = inputs.work
-        q1, median, q3 = (work(v) for v in self._quantiles(inputs))
-        return median + work(1.5) * (q3 - q1)
+        quantiles, divergence = self._quantiles(inputs)
+        q1, median, q3 = (work(v) for v in quantiles)
+        return median + work(1.5) * (q3 - q1), divergence
 
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         """The fused values, chunk by chunk (whole rows)."""
-        for start, (base, other) in inputs.chunks(self.step, part):
-            keep = importance(base, other, self.row) >= state
-            other -= base
-            other *= keep
-            out.put(start, np.add(base, other, out=other))
+        threshold, divergence = state
+        for start, (base, other) in inputs.chunks(self.step, part, reuse=True):
+            rows = divergence[start // self.row : (start + len(base)) // self.row]
+            change = np.subtract(other, base)
+            keep = scaled_change(base, other, rows) >= threshold
+            change *= keep
+            out.put(start, np.add(base, change, out=change))
 
 
 def build(job: TensorJob) -> OutputTensor:
