@@ -90,3 +90,24 @@ def test_an_error_in_a_later_shard_leaves_nothing(families, tmp_path, monkeypatc
     with pytest.raises(Exception, match="input/output error"):
         revert(paths["base"], paths["trained"], tmp_path / "out", "1", quiet=True)
     assert list(tmp_path.iterdir()) == []  # no output, no staging folder
+
+
+def test_a_reserved_shard_keeps_its_size_until_written(tmp_path):
+    # The writer reserves each shard's blocks up front: the size still says what was written
+    # (the writer's check that a shard is whole), and an over-large request is refused.
+    from surgery.engine.file_space import reserve
+
+    path = tmp_path / "shard"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        reserve(fd, 2**20)
+        assert os.fstat(fd).st_size == 0
+        if os.fstat(fd).st_blocks == 0:
+            pytest.skip("this file system reserves no blocks")
+        assert os.fstat(fd).st_blocks * 512 >= 2**20
+        os.pwrite(fd, b"x" * 100, 0)
+        assert os.fstat(fd).st_size == 100
+        with pytest.raises(OSError):
+            reserve(fd, 2**62)  # beyond any file system's largest file
+    finally:
+        os.close(fd)

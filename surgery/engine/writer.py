@@ -30,6 +30,7 @@ from surgery.core.dtypes import CONFIG_NAMES, bits, itemsize, torch_dtype
 from surgery.core.errors import OutputError
 from surgery.engine.allocator import keep_freed_memory
 from surgery.engine.blend import ChunkBlender, accumulate, accumulator_dtype, check_finite, finish
+from surgery.engine.file_space import reserve
 from surgery.engine.float_codec import CODEC_DTYPES
 from surgery.engine.output_dir import staged_output
 from surgery.engine.plan import OutputTensor, Plan
@@ -352,6 +353,11 @@ class _Shard:
     def __init__(self, path: Path, size: int, pending: PendingBytes) -> None:
         self.path, self.size = path, size
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            reserve(self.fd, size)
+        except OSError:
+            os.close(self.fd)
+            raise
         self.hasher = OrderedHash(pending)
         self.jobs: list[futures.Future] = []
 
