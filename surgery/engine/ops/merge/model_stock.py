@@ -39,18 +39,18 @@ class ModelStock(Kernel):
         return 0.0 if abs(denominator) < 1e-6 else count * cos / denominator
 
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
-        """t * mean(models) + (1 - t) * base, t from `prepare`."""
+        """t * mean(models) + (1 - t) * base, t from `prepare`: the models' sum scaled once by
+        t / N (one pass fewer than mergekit's mean, then times t; float32's last bits only)."""
         work = inputs.work
         t = work(state)
-        count = work(len(self.inputs) - 1)
-        for start, (base, *models) in inputs.chunks(part=part):
-            average = models[0]  # decoded for this chunk: ours to overwrite
+        scale = t / work(len(self.inputs) - 1)
+        for start, (base, *models) in inputs.chunks(part=part, reuse=True):
+            total = models[0]  # decoded for this chunk: ours to overwrite
             for model in models[1:]:
-                average += model
-            average /= count
-            average *= t
+                total += model
+            total *= scale
             base *= work(1) - t
-            out.put(start, np.add(average, base, out=average))
+            out.put(start, np.add(total, base, out=total))
 
 
 def build(job: TensorJob) -> OutputTensor:
