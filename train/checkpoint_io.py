@@ -30,7 +30,7 @@ from surgery.engine.plan import OutputTensor, Plan, copy_of, from_memory
 from surgery.engine.reader import TRAIN_RECORD, Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
 from surgery.engine.writer import execute
-from surgery.hub.resolve import open_input
+from surgery.hub.resolve import open_local
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +93,7 @@ def open_layout(base: str | Path) -> CheckpointLayout:
     Raises:
         CheckpointError: not found or not downloadable, no config.json, or unreadable weights.
     """
-    checkpoint = open_input(base)
+    checkpoint = open_local(base)  # from_pretrained reads whole local files
     config_path = checkpoint.path / "config.json"
     if checkpoint.folder is None or not config_path.is_file():
         raise CheckpointError(f"{base} has no config.json; is it a Hugging Face checkpoint folder?")

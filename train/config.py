@@ -191,6 +191,19 @@ class TrainPlan:
         return self.output / CHECKPOINTS_DIR
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What `TrainConfig.validate` resolves before opening BASE, parsed into typed values."""
+
+    output: Path
+    resume_from: Path | None  # the checkpoint a resumed run continues from
+    sources: tuple[DataSource, ...]
+    lora: LoraSpec | None
+    early_stopping: EarlyStop | None
+    modules: ModuleFilter | None
+    dtype: torch.dtype
+
+
 @dataclass
 class TrainConfig:
     """Everything `surgery train` accepts (one field per CLI option); see `validate`.
@@ -415,7 +428,7 @@ class TrainConfig:
             OutputError: the output exists (and this is not a resume).
             CheckpointError: the base cannot be found or read.
         """
-        output, resume_from, sources, lora, early = self._check_request()
+        request = self._check_request()
         # Imported here: the checkpoint code (the engine's writer, numpy) is not needed to parse
         # the command line, and every `surgery` command imports this module for its options.
         from train.checkpoint_io import open_layout
@@ -428,14 +441,14 @@ class TrainConfig:
         ranges = tuple(l2sp.per_layer) if l2sp is not None else ()
         # Drift groups cut at the --freeze ranges, else the --l2sp ones, else thirds.
         groups = layer_groups(self.drift_groups, stack.num_layers, frozen or ranges)
-        modules = parse_module_filter(self.modules) if self.modules else None
+        modules = request.modules
         for layers in (frozen, ranges) if modules is not None else ():
             if layers:  # each named range must hold a tensor that --modules selects
                 require_modules(modules, layout.tensors, stack, layers)
-        dtype = torch_dtype(parse_dtype(self.dtype))
         # Never BASE or a local data source, never inside one or holding one (even with --force);
         # a new OUT inside another checkpoint only with --force (an existing OUT: judged above).
-        local = [Path(s.location) for s in sources if not s.hub]
+        output = request.output
+        local = [Path(s.location) for s in request.sources if not s.hub]
         check_output(output, [layout.folder, *local], force=self.force or output.exists())
         strategies = Strategies(
             frozen_layers=frozen,
@@ -445,33 +458,28 @@ class TrainConfig:
             l2sp_form=self.l2sp_form,
             ema=self.ema,
             ema_every=self.ema_every,
-            lora=lora,
+            lora=request.lora,
             drift=self.drift,
             drift_groups=groups,
-            early_stopping=early,
+            early_stopping=request.early_stopping,
             eval_every=self.eval_every,
         )
         return TrainPlan(
             config=self,
             output=output,
             layout=layout,
-            sources=sources,
+            sources=request.sources,
             strategies=_checked(strategies, self.l2sp),
-            resume_from=resume_from,
+            resume_from=request.resume_from,
             discard_checkpoints=self.force and not self.resume,
-            dtype=dtype,
+            dtype=request.dtype,
             block_size=_block_size(self.block_size, layout.config),
         )
 
-    def _check_request(
-        self,
-    ) -> tuple[Path, Path | None, tuple[DataSource, ...], LoraSpec | None, EarlyStop | None]:
-        """What can be checked before BASE is opened: numbers, OUT, data, option combinations.
-
-        Returns:
-            OUT, the checkpoint a resumed run continues from, the data sources, and the parsed
-            `--lora` and `--early-stopping`.
-        """
+    def _check_request(self) -> _Request:
+        """What can be checked before BASE is opened: numbers, OUT, data, option combinations,
+        and the specs that need no layer count (`--lora`, `--early-stopping`, `--modules`,
+        `--dtype`), parsed once here."""
         self._check_numbers()
         output = Path(self.output)
         resume_from = _check_output(output, self.resume, self.force)
@@ -481,7 +489,15 @@ class TrainConfig:
             raise TrainConfigError("--lora is a baseline on its own: drop --l2sp and --ema")
         if lora is not None and self.modules is not None:
             raise TrainConfigError("--modules does not apply to --lora (choose targets=...)")
-        return output, resume_from, sources, lora, self._early_stopping()
+        return _Request(
+            output=output,
+            resume_from=resume_from,
+            sources=sources,
+            lora=lora,
+            early_stopping=self._early_stopping(),
+            modules=parse_module_filter(self.modules) if self.modules else None,
+            dtype=torch_dtype(_training_dtype(self.dtype)),
+        )
 
     def _early_stopping(self) -> EarlyStop | None:
         if self.early_stopping is None:
@@ -522,7 +538,6 @@ class TrainConfig:
             raise TrainConfigError(
                 f"--ema is the weight of the previous average, in (0, 1); got {self.ema}"
             )
-        _training_dtype(self.dtype)
         if self.mixed_precision not in MIXED_PRECISION:
             raise TrainConfigError(
                 f"mixed precision {self.mixed_precision!r}: choose {', '.join(MIXED_PRECISION)}"
