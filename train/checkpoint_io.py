@@ -240,12 +240,10 @@ def plan_checkpoint(
             to BASE's dtype as it is written; BASE tensors not in it are byte copies of BASE.
         record: the training record; the recipe keeps all of it but the log history.
     """
-    outputs: list[OutputTensor] = []
-    for name, info in layout.tensors.items():
-        if name in tensors:
-            outputs.append(from_memory(name, tensors[name], info.dtype))
-        else:
-            outputs.append(copy_of(info))
+    outputs: list[OutputTensor] = [
+        copy_of(info) if name not in tensors else from_memory(name, tensors[name], info.dtype)
+        for name, info in layout.tensors.items()
+    ]
     # JSON round trip: paths and other objects in the config become strings, as in the record.
     summary = json.loads(json.dumps(dict(record), default=str))
     summary.pop("log_history", None)
