@@ -10,8 +10,7 @@ recipe (train/api.py) is handed the pieces it needs.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +28,7 @@ from surgery.core.modules import ModuleFilter, parse_module_filter
 from surgery.engine.output_dir import check_output
 from surgery.engine.output_paths import existing_output
 from train.errors import TrainConfigError
+from train.limits import block_size, check_lambdas, require_narrowed_layers
 from train.regularizers import L2SP_FORMS
 from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
 
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 MIXED_PRECISION = ("no", "bf16", "fp16")
 CHECKPOINTS_DIR = "checkpoints"
-DEFAULT_BLOCK = 1024
 
 
 @dataclass(frozen=True)
@@ -450,6 +449,11 @@ class TrainConfig:
         output = request.output
         local = [Path(s.location) for s in request.sources if not s.hub]
         check_output(output, [layout.folder, *local], force=self.force or output.exists())
+        # What the parsers do not check (train/limits.py).
+        if l2sp is not None:
+            check_lambdas(l2sp, self.l2sp)
+        require_narrowed_layers(modules, frozen or ranges)
+        block = block_size(self.block_size, layout.config)
         strategies = Strategies(
             frozen_layers=frozen,
             freeze_embeddings=self.freeze_embeddings,
@@ -469,11 +473,11 @@ class TrainConfig:
             output=output,
             layout=layout,
             sources=request.sources,
-            strategies=_checked(strategies, self.l2sp),
+            strategies=strategies,
             resume_from=request.resume_from,
             discard_checkpoints=self.force and not self.resume,
             dtype=request.dtype,
-            block_size=_block_size(self.block_size, layout.config),
+            block_size=block,
         )
 
     def _check_request(self) -> _Request:
@@ -575,38 +579,6 @@ def _training_dtype(text: str) -> str:
     if name not in COMPUTE_DTYPES:
         raise TrainConfigError(f"--dtype {text!r}: choose float32, bfloat16, float16 or float64")
     return name
-
-
-def _block_size(requested: int | None, config: Mapping) -> int:
-    """The requested block, or min(1024, the model's context); never longer than the context."""
-    text = config.get("text_config") or config
-    limit = next((text[k] for k in ("max_position_embeddings", "n_positions") if k in text), None)
-    block = requested or min(DEFAULT_BLOCK, limit or DEFAULT_BLOCK)
-    if limit is not None and block > limit:
-        raise TrainConfigError(f"--block-size {block} exceeds the model's context ({limit})")
-    return block
-
-
-def _checked(strategies: Strategies, l2sp_spec: str | None) -> Strategies:
-    """The checks of the resolved strategies that the parsers do not make.
-
-    Raises:
-        TrainConfigError: a negative or infinite lambda; --modules without layers to narrow.
-    """
-    if strategies.l2sp is not None:
-        check_lambdas(strategies.l2sp, l2sp_spec)
-    named = strategies.frozen_layers or (strategies.l2sp and strategies.l2sp.per_layer)
-    if strategies.modules is not None and not named:
-        raise TrainConfigError("--modules narrows layers: give --freeze or per-range --l2sp")
-    return strategies
-
-
-def check_lambdas(values: LayerValues, spec: str | None) -> LayerValues:
-    """Refuse a negative or infinite L2-SP lambda in parsed `--l2sp` values."""
-    for value in [*values.per_layer.values(), values.default]:
-        if value is not None and (value < 0 or not math.isfinite(value)):
-            raise TrainConfigError(f"--l2sp {spec!r}: lambda must be >= 0, got {value}")
-    return values
 
 
 def _check_output(output: Path, resume: bool, force: bool) -> Path | None:
