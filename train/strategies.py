@@ -1,8 +1,8 @@
 """The recipe's fourth step: L2-SP, drift, EMA and the evaluation callbacks, on the Trainer.
 
 L2-SP, drift and EMA hold copies of the weights as they sit on their devices, so they are
-created when `trainer.bind_strategies` runs: now, or after FSDP has sharded the model (then
-each holds this rank's shards).
+created when they are bound to the model: now, or under FSDP by `trainer.bind_strategies` once
+FSDP has sharded the model (then each holds this rank's shards).
 """
 
 from __future__ import annotations
