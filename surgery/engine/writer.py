@@ -655,8 +655,8 @@ def execute(
     headers = [build_header(s, {"format": "pt", "surgery_recipe": recipe_text}) for s in shards]
     extra_files = extra_files or {}
     companions = companion_files(plan)
-    needed = bytes_needed(plan, [h for h, _ in headers], companions, extra_files)
     try:
+        needed = bytes_needed(plan, [h for h, _ in headers], companions, extra_files)
         with staged_output(Path(out), replace=replace, carry=carry, needed=needed) as staging:
             bar = byte_progress(plan.total_bytes, plan.operation, quiet)
             with (
