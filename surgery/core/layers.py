@@ -251,8 +251,10 @@ def stack_layer(name: str, stack: Stack, modules: ModuleFilter | None = None) ->
     ref = layer_of(name)
     if ref is None or ref[0] != stack.prefix or ref[1] >= stack.num_layers:
         return None
+    if modules is None:
+        return ref[1]
     inner = inner_name(name) or ""
-    return None if modules is not None and not modules.matches(inner) else ref[1]
+    return ref[1] if modules.matches(inner) else None
 
 
 def require_modules(
