@@ -50,6 +50,22 @@ def test_single_file_and_unindexed_folder(tmp_path):
         open_checkpoint(tmp_path)
 
 
+def test_a_checkpoint_keeps_the_root_its_files_may_live_in(tmp_path):
+    """Found once, when the checkpoint is opened (the writer's companion files stay inside it):
+    the folder itself, a cache snapshot's repository folder, nothing for a bare file."""
+    repo = tmp_path / "models--org--name"
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    save_file({"w": torch.ones(2)}, snapshot / "model.safetensors")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    save_file({"w": torch.ones(2)}, plain / "model.safetensors")
+    assert open_checkpoint(snapshot).root == repo
+    assert open_checkpoint(plain).root == plain
+    assert open_checkpoint(plain / "model.safetensors").root is None
+
+
 def test_valid_raw_file_parses(tmp_path):
     shard = read_shard(raw_file(tmp_path / "ok.safetensors", good_header(), bytes(24)))
     assert [(t.name, t.start - shard.data_start, t.nbytes) for t in shard.tensors] == [

@@ -148,6 +148,17 @@ def test_validate_errors(llama, tmp_path, overrides, error, message):
         tiny_config(llama, tmp_path / "out", [str(data)], **overrides).validate()
 
 
+def test_specs_that_need_no_layer_count_are_refused_before_base_is_opened(tmp_path):
+    """--modules and --dtype are parsed at the boundary: a bad one is refused before BASE is
+    looked up (here BASE does not exist)."""
+    data = write_corpus(tmp_path / "d.txt")
+    missing = tmp_path / "no-such-base"
+    with pytest.raises(LayerSpecError, match="not a valid regex"):
+        tiny_config(missing, tmp_path / "out", [str(data)], freeze="0", modules="(").validate()
+    with pytest.raises(TrainConfigError, match="--dtype"):
+        tiny_config(missing, tmp_path / "out", [str(data)], dtype="int8").validate()
+
+
 def test_data_errors(llama, tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "blank.jsonl").write_text('{"text": " "}\n\n')

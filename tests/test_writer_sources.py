@@ -4,12 +4,14 @@ entries of an existing output: what training saves through."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from surgery.core.errors import OutputError
 from surgery.engine.output_dir import staged_output
 from surgery.engine.plan import Plan, copy_of, from_memory
 from surgery.engine.reader import open_checkpoint
@@ -107,3 +109,11 @@ def test_staged_output_carries_named_entries_of_the_old_output(tmp_path):
     assert (out / "checkpoints" / "checkpoint-3" / "state.json").is_file()
     assert (out / "config.json").read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or old folder left
+
+
+def test_staged_output_refuses_more_bytes_than_its_disk_has_and_leaves_nothing(tmp_path):
+    out = tmp_path / "sub" / "out"
+    needed = shutil.disk_usage(tmp_path).free + 2**30
+    with pytest.raises(OutputError, match="the output needs"), staged_output(out, needed=needed):
+        pytest.fail("the body must not run")
+    assert list(tmp_path.iterdir()) == []  # no staging folder, no parent created for it

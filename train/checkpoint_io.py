@@ -30,7 +30,7 @@ from surgery.engine.plan import OutputTensor, Plan, copy_of, from_memory
 from surgery.engine.reader import TRAIN_RECORD, Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
 from surgery.engine.writer import execute
-from surgery.hub.resolve import open_input
+from surgery.hub.resolve import open_local
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +93,7 @@ def open_layout(base: str | Path) -> CheckpointLayout:
     Raises:
         CheckpointError: not found or not downloadable, no config.json, or unreadable weights.
     """
-    checkpoint = open_input(base)
+    checkpoint = open_local(base)  # from_pretrained reads whole local files
     config_path = checkpoint.path / "config.json"
     if checkpoint.folder is None or not config_path.is_file():
         raise CheckpointError(f"{base} has no config.json; is it a Hugging Face checkpoint folder?")
@@ -240,12 +240,10 @@ def plan_checkpoint(
             to BASE's dtype as it is written; BASE tensors not in it are byte copies of BASE.
         record: the training record; the recipe keeps all of it but the log history.
     """
-    outputs: list[OutputTensor] = []
-    for name, info in layout.tensors.items():
-        if name in tensors:
-            outputs.append(from_memory(name, tensors[name], info.dtype))
-        else:
-            outputs.append(copy_of(info))
+    outputs: list[OutputTensor] = [
+        copy_of(info) if name not in tensors else from_memory(name, tensors[name], info.dtype)
+        for name, info in layout.tensors.items()
+    ]
     # JSON round trip: paths and other objects in the config become strings, as in the record.
     summary = json.loads(json.dumps(dict(record), default=str))
     summary.pop("log_history", None)

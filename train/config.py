@@ -10,8 +10,7 @@ recipe (train/api.py) is handed the pieces it needs.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +28,7 @@ from surgery.core.modules import ModuleFilter, parse_module_filter
 from surgery.engine.output_dir import check_output
 from surgery.engine.output_paths import existing_output
 from train.errors import TrainConfigError
+from train.limits import block_size, check_lambdas, require_narrowed_layers
 from train.regularizers import L2SP_FORMS
 from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
 
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 MIXED_PRECISION = ("no", "bf16", "fp16")
 CHECKPOINTS_DIR = "checkpoints"
-DEFAULT_BLOCK = 1024
 
 
 @dataclass(frozen=True)
@@ -189,6 +188,19 @@ class TrainPlan:
     def checkpoints_dir(self) -> Path:
         """Where the Trainer keeps its intermediate (resumable) checkpoints."""
         return self.output / CHECKPOINTS_DIR
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What `TrainConfig.validate` resolves before opening BASE, parsed into typed values."""
+
+    output: Path
+    resume_from: Path | None  # the checkpoint a resumed run continues from
+    sources: tuple[DataSource, ...]
+    lora: LoraSpec | None
+    early_stopping: EarlyStop | None
+    modules: ModuleFilter | None
+    dtype: torch.dtype
 
 
 @dataclass
@@ -415,7 +427,7 @@ class TrainConfig:
             OutputError: the output exists (and this is not a resume).
             CheckpointError: the base cannot be found or read.
         """
-        output, resume_from, sources, lora, early = self._check_request()
+        request = self._check_request()
         # Imported here: the checkpoint code (the engine's writer, numpy) is not needed to parse
         # the command line, and every `surgery` command imports this module for its options.
         from train.checkpoint_io import open_layout
@@ -428,15 +440,20 @@ class TrainConfig:
         ranges = tuple(l2sp.per_layer) if l2sp is not None else ()
         # Drift groups cut at the --freeze ranges, else the --l2sp ones, else thirds.
         groups = layer_groups(self.drift_groups, stack.num_layers, frozen or ranges)
-        modules = parse_module_filter(self.modules) if self.modules else None
+        modules = request.modules
         for layers in (frozen, ranges) if modules is not None else ():
             if layers:  # each named range must hold a tensor that --modules selects
                 require_modules(modules, layout.tensors, stack, layers)
-        dtype = torch_dtype(parse_dtype(self.dtype))
         # Never BASE or a local data source, never inside one or holding one (even with --force);
         # a new OUT inside another checkpoint only with --force (an existing OUT: judged above).
-        local = [Path(s.location) for s in sources if not s.hub]
+        output = request.output
+        local = [Path(s.location) for s in request.sources if not s.hub]
         check_output(output, [layout.folder, *local], force=self.force or output.exists())
+        # What the parsers do not check (train/limits.py).
+        if l2sp is not None:
+            check_lambdas(l2sp, self.l2sp)
+        require_narrowed_layers(modules, frozen or ranges)
+        block = block_size(self.block_size, layout.config)
         strategies = Strategies(
             frozen_layers=frozen,
             freeze_embeddings=self.freeze_embeddings,
@@ -445,33 +462,28 @@ class TrainConfig:
             l2sp_form=self.l2sp_form,
             ema=self.ema,
             ema_every=self.ema_every,
-            lora=lora,
+            lora=request.lora,
             drift=self.drift,
             drift_groups=groups,
-            early_stopping=early,
+            early_stopping=request.early_stopping,
             eval_every=self.eval_every,
         )
         return TrainPlan(
             config=self,
             output=output,
             layout=layout,
-            sources=sources,
-            strategies=_checked(strategies, self.l2sp),
-            resume_from=resume_from,
+            sources=request.sources,
+            strategies=strategies,
+            resume_from=request.resume_from,
             discard_checkpoints=self.force and not self.resume,
-            dtype=dtype,
-            block_size=_block_size(self.block_size, layout.config),
+            dtype=request.dtype,
+            block_size=block,
         )
 
-    def _check_request(
-        self,
-    ) -> tuple[Path, Path | None, tuple[DataSource, ...], LoraSpec | None, EarlyStop | None]:
-        """What can be checked before BASE is opened: numbers, OUT, data, option combinations.
-
-        Returns:
-            OUT, the checkpoint a resumed run continues from, the data sources, and the parsed
-            `--lora` and `--early-stopping`.
-        """
+    def _check_request(self) -> _Request:
+        """What can be checked before BASE is opened: numbers, OUT, data, option combinations,
+        and the specs that need no layer count (`--lora`, `--early-stopping`, `--modules`,
+        `--dtype`), parsed once here."""
         self._check_numbers()
         output = Path(self.output)
         resume_from = _check_output(output, self.resume, self.force)
@@ -481,7 +493,15 @@ class TrainConfig:
             raise TrainConfigError("--lora is a baseline on its own: drop --l2sp and --ema")
         if lora is not None and self.modules is not None:
             raise TrainConfigError("--modules does not apply to --lora (choose targets=...)")
-        return output, resume_from, sources, lora, self._early_stopping()
+        return _Request(
+            output=output,
+            resume_from=resume_from,
+            sources=sources,
+            lora=lora,
+            early_stopping=self._early_stopping(),
+            modules=parse_module_filter(self.modules) if self.modules else None,
+            dtype=torch_dtype(_training_dtype(self.dtype)),
+        )
 
     def _early_stopping(self) -> EarlyStop | None:
         if self.early_stopping is None:
@@ -522,7 +542,6 @@ class TrainConfig:
             raise TrainConfigError(
                 f"--ema is the weight of the previous average, in (0, 1); got {self.ema}"
             )
-        _training_dtype(self.dtype)
         if self.mixed_precision not in MIXED_PRECISION:
             raise TrainConfigError(
                 f"mixed precision {self.mixed_precision!r}: choose {', '.join(MIXED_PRECISION)}"
@@ -560,38 +579,6 @@ def _training_dtype(text: str) -> str:
     if name not in COMPUTE_DTYPES:
         raise TrainConfigError(f"--dtype {text!r}: choose float32, bfloat16, float16 or float64")
     return name
-
-
-def _block_size(requested: int | None, config: Mapping) -> int:
-    """The requested block, or min(1024, the model's context); never longer than the context."""
-    text = config.get("text_config") or config
-    limit = next((text[k] for k in ("max_position_embeddings", "n_positions") if k in text), None)
-    block = requested or min(DEFAULT_BLOCK, limit or DEFAULT_BLOCK)
-    if limit is not None and block > limit:
-        raise TrainConfigError(f"--block-size {block} exceeds the model's context ({limit})")
-    return block
-
-
-def _checked(strategies: Strategies, l2sp_spec: str | None) -> Strategies:
-    """The checks of the resolved strategies that the parsers do not make.
-
-    Raises:
-        TrainConfigError: a negative or infinite lambda; --modules without layers to narrow.
-    """
-    if strategies.l2sp is not None:
-        check_lambdas(strategies.l2sp, l2sp_spec)
-    named = strategies.frozen_layers or (strategies.l2sp and strategies.l2sp.per_layer)
-    if strategies.modules is not None and not named:
-        raise TrainConfigError("--modules narrows layers: give --freeze or per-range --l2sp")
-    return strategies
-
-
-def check_lambdas(values: LayerValues, spec: str | None) -> LayerValues:
-    """Refuse a negative or infinite L2-SP lambda in parsed `--l2sp` values."""
-    for value in [*values.per_layer.values(), values.default]:
-        if value is not None and (value < 0 or not math.isfinite(value)):
-            raise TrainConfigError(f"--l2sp {spec!r}: lambda must be >= 0, got {value}")
-    return values
 
 
 def _check_output(output: Path, resume: bool, force: bool) -> Path | None:

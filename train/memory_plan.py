@@ -38,8 +38,9 @@ from surgery.core.layers import (
 )
 from surgery.core.modules import parse_module_filter
 from surgery.core.sizes import format_size
-from train.config import LoraSpec, TrainConfig, _block_size, check_lambdas, parse_lora
+from train.config import LoraSpec, TrainConfig, parse_lora
 from train.errors import TrainConfigError
+from train.limits import block_size, check_lambdas
 
 if TYPE_CHECKING:
     from torch import nn
@@ -313,7 +314,7 @@ def plan_memory(cfg: TrainConfig, gpus: int, gpu_memory: int) -> MemoryPlan:
     working = (counts.largest_unit + 2 * counts.largest_layer) * element
     working += counts.largest_unit * element if counts.trained else 0
     rows.append(("FSDP gathered units", 0, working if gpus > 1 else 0))
-    block = _block_size(cfg.block_size, config)
+    block = block_size(cfg.block_size, config)
     act = activation_bytes(config, cfg.batch_size, block, _act_element(cfg, element), False)
     act_ckpt = activation_bytes(config, cfg.batch_size, block, _act_element(cfg, element), True)
     name = f"{cfg.base} ({type(model).__name__}), micro-batch {cfg.batch_size} x {block} tokens"

@@ -1,14 +1,13 @@
 """The recipe's fourth step: L2-SP, drift, EMA and the evaluation callbacks, on the Trainer.
 
 L2-SP, drift and EMA hold copies of the weights as they sit on their devices, so they are
-created when `trainer.bind_strategies` runs: now, or after FSDP has sharded the model (then
-each holds this rank's shards).
+created when they are bound to the model: now, or under FSDP by `trainer.bind_strategies` once
+FSDP has sharded the model (then each holds this rank's shards).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +20,6 @@ from train.sharding import any_sharded
 from train.trainer import SkipFinalCheckpoint
 
 if TYPE_CHECKING:
-    import torch
     from transformers import PreTrainedModel, TrainerCallback
 
     from train.config import Strategies
@@ -61,9 +59,10 @@ def attach(
     def bind(model: PreTrainedModel) -> None:
         _attach_to(trainer, model, layers, strategies, resume_from, callback)
 
-    trainer.bind = bind
-    if not trainer.is_fsdp_enabled:
-        trainer.bind_strategies()  # else after sharding, in create_scheduler
+    if trainer.is_fsdp_enabled:
+        trainer.bind = bind  # after sharding, in create_scheduler
+    else:
+        bind(trainer.model)
     own: list[TrainerCallback] = [callback] if callback is not None else []
     early = strategies.early_stopping
     if not keep_checkpoints and early is None:
@@ -109,7 +108,7 @@ def _attach_to(
         trainer.l2sp = L2SP.from_model(
             model, strategies.l2sp, layers.narrowed, strategies.l2sp_form
         )
-        held = _nbytes(t.reference for t in trainer.l2sp.terms)
+        held = sum(t.reference.nbytes for t in trainer.l2sp.terms)
         trainer.held_bytes["l2sp_reference"] = held
         logger.info("L2-SP: %d regularized tensors, reference %d bytes", len(trainer.l2sp), held)
     sharded = any_sharded(model)
@@ -118,15 +117,11 @@ def _attach_to(
         shared = {t.name: t.reference for t in trainer.l2sp.terms} if trainer.l2sp else {}
         trainer.drift = DriftMonitor(model, strategies.drift_groups, layers.layers, shared)
         own = [r for name, (_, _, r) in trainer.drift.params.items() if name not in shared]
-        trainer.held_bytes["drift_reference"] = _nbytes(own)
+        trainer.held_bytes["drift_reference"] = sum(r.nbytes for r in own)
     if ema_callback is None:
         return
     ema = EMA(model, strategies.ema, strategies.ema_every)
     if resume_from is not None and (resume_from / ema.file_name).is_file():
         ema.load(resume_from / ema.file_name)
     ema_callback.ema = ema
-    trainer.held_bytes["ema_anchor"] = _nbytes(ema.anchor.values())
-
-
-def _nbytes(tensors: Iterable[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+    trainer.held_bytes["ema_anchor"] = sum(t.nbytes for t in ema.anchor.values())

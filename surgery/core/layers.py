@@ -249,10 +249,12 @@ def stack_layer(name: str, stack: Stack, modules: ModuleFilter | None = None) ->
     in that stack (a layer `beyond` the stack's count included) or `modules` leaves it out (so a
     value spec gives it the `*` value, as for a layer it does not name)."""
     ref = layer_of(name)
-    in_stack = ref is not None and ref[0] == stack.prefix and ref[1] < stack.num_layers
-    if in_stack and modules is not None and not modules.matches(inner_name(name) or ""):
+    if ref is None or ref[0] != stack.prefix or ref[1] >= stack.num_layers:
         return None
-    return ref[1] if in_stack else None
+    if modules is None:
+        return ref[1]
+    inner = inner_name(name) or ""
+    return ref[1] if modules.matches(inner) else None
 
 
 def require_modules(
@@ -264,8 +266,9 @@ def require_modules(
         LayerSpecError: no tensor of those layers matches.
     """
     chosen = set(layers)
+    label = format_layers(chosen)
     inner = [inner_name(n) or "" for n in names if stack_layer(n, stack) in chosen]
-    modules.require_match(inner, format_layers(chosen))
+    modules.require_match(inner, label)
 
 
 def _runs(indices: Iterable[int]) -> list[tuple[int, int]]:

@@ -209,13 +209,23 @@ def _publish_now(staging: Path, out: Path, replace: bool) -> None:
     _remove(old, quietly=True)
 
 
+def _check_disk_space(folder: Path, needed: int) -> None:
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise OutputError(
+            f"the output needs {needed / 1e9:.2f} GB but {folder} has {free / 1e9:.2f} GB free"
+        )
+
+
 @contextmanager
 def staged_output(
-    out: Path, *, replace: bool | None = None, carry: Sequence[str] = ()
+    out: Path, *, replace: bool | None = None, carry: Sequence[str] = (), needed: int = 0
 ) -> Iterator[Path]:
     """Yield a temporary folder beside `out`; on success it becomes `out` by rename.
 
     Args:
+        needed: bytes the caller will write there; refused at once when its file system has
+            less free space.
         carry: names of entries of an existing `out` moved into the new output just before it
             replaces `out` (entries the new output also has are not carried).
         replace: whether an existing `out` may be replaced. Default: only if `out` existed when
@@ -227,7 +237,8 @@ def staged_output(
     behind. Stale folders of runs that died are cleaned first (`clean_stale_siblings`).
 
     Raises:
-        OutputError: `out` appeared meanwhile and may not be replaced.
+        OutputError: too little disk space for `needed`, or `out` appeared meanwhile and may
+            not be replaced.
         OSError: the file system refused (the caller turns it into one line).
     """
     out = Path(out).absolute()
@@ -243,6 +254,7 @@ def staged_output(
         clean_stale_siblings(out.parent)
         _remove(staging)
         staging.mkdir()
+        _check_disk_space(staging, needed)
         yield staging
         for name in carry:
             if (out / name).exists() and not (staging / name).exists():

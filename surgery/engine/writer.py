@@ -45,7 +45,6 @@ from surgery.engine.reader import (
     SHA256_KEY,
     TRAIN_RECORD,
     TensorInfo,
-    checkpoint_root,
     openers,
 )
 from surgery.engine.recipe import public_recipe
@@ -151,7 +150,7 @@ def _parts(tensor: OutputTensor) -> list[range | None]:
     kernel's map pass (whole kernel steps), else the whole tensor (None)."""
     if tensor.is_copy or (tensor.kernel is None and _needs_torch(tensor)):
         return [None]  # copies are not split (packed dtypes have no whole-byte element)
-    numel = tensor.nbytes // itemsize(tensor.dtype)
+    numel = math.prod(tensor.shape)
     if tensor.kernel is not None:
         return tensor.kernel.parts(numel, SEGMENT_ELEMENTS) if tensor.kernel.segmentable else [None]
     return [range(s, min(s + SEGMENT_ELEMENTS, numel)) for s in range(0, numel, SEGMENT_ELEMENTS)]
@@ -486,7 +485,8 @@ def companion_files(plan: Plan) -> list[tuple[Path, str]]:
     folder = plan.files_from.folder
     if folder is None or plan.adapter is not None:
         return []
-    root = checkpoint_root(folder, plan.files_from.hub).resolve()
+    # Links may point anywhere under the checkpoint's root (a Hub snapshot's blobs).
+    root = (plan.files_from.root or folder).resolve()
     return _companions_in(folder, folder, root)
 
 
@@ -547,14 +547,6 @@ def _patch_config_dtype(config_path: Path, name: str) -> None:
 
 # Rounding slack per file written (file systems allocate whole blocks).
 _BLOCK = 4096
-
-
-def _check_disk_space(folder: Path, needed: int) -> None:
-    free = shutil.disk_usage(folder).free
-    if needed > free:
-        raise OutputError(
-            f"the output needs {needed / 1e9:.2f} GB but {folder} has {free / 1e9:.2f} GB free"
-        )
 
 
 def bytes_needed(
@@ -670,10 +662,8 @@ def execute(
     extra_files = extra_files or {}
     companions = companion_files(plan)
     try:
-        with staged_output(Path(out), replace=replace, carry=carry) as staging:
-            _check_disk_space(
-                staging, bytes_needed(plan, [h for h, _ in headers], companions, extra_files)
-            )
+        needed = bytes_needed(plan, [h for h, _ in headers], companions, extra_files)
+        with staged_output(Path(out), replace=replace, carry=carry, needed=needed) as staging:
             bar = byte_progress(plan.total_bytes, plan.operation, quiet)
             with (
                 SourcePool(openers(plan.inputs)) as pool,

@@ -104,6 +104,17 @@ def open_input(spec: str | Path, *, ranges: bool = False, companions: bool = Tru
         checkpoint = open_remote(str(spec), repo_id, revision, companions=patterns)
         if checkpoint is not None:
             return checkpoint
+    return open_local(spec)
+
+
+def open_local(spec: str | Path) -> Checkpoint:
+    """Open a checkpoint argument from local files: a local path as it is, a Hub id downloaded
+    (or found in the cache) first; what `open_input` does without `ranges`, and what a reader
+    of whole files (training's `from_pretrained`) needs.
+
+    Raises:
+        CheckpointError: see `resolve` and `open_checkpoint`.
+    """
     path, hub = resolve(spec)
     return open_checkpoint(path, spec=str(spec), hub=hub)
 

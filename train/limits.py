@@ -1,0 +1,49 @@
+"""What a run may ask of BASE beyond what the spec parsers check: L2-SP lambdas, the layers that
+`--modules` narrows, and a block no longer than the model's context.
+
+`TrainConfig.validate` applies them once BASE's layout is known; the `--dry-run` memory plan
+(train/memory_plan.py) applies the same ones to BASE's config.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from train.errors import TrainConfigError
+
+if TYPE_CHECKING:
+    from surgery.core.layers import LayerValues
+    from surgery.core.modules import ModuleFilter
+
+DEFAULT_BLOCK = 1024
+
+
+def check_lambdas(values: LayerValues, spec: str | None) -> LayerValues:
+    """Refuse a negative or infinite L2-SP lambda in parsed `--l2sp` values."""
+    for value in [*values.per_layer.values(), values.default]:
+        if value is not None and (value < 0 or not math.isfinite(value)):
+            raise TrainConfigError(f"--l2sp {spec!r}: lambda must be >= 0, got {value}")
+    return values
+
+
+def require_narrowed_layers(modules: ModuleFilter | None, named: Sequence[int]) -> None:
+    """Refuse `--modules` without layers for it to narrow (`named`: the `--freeze` layers, else
+    `--l2sp`'s per-range ones)."""
+    if modules is not None and not named:
+        raise TrainConfigError("--modules narrows layers: give --freeze or per-range --l2sp")
+
+
+def block_size(requested: int | None, config: Mapping) -> int:
+    """The requested block, or min(1024, the model's context); never longer than the context.
+
+    Raises:
+        TrainConfigError: a requested block longer than the model's context.
+    """
+    text = config.get("text_config") or config
+    limit = next((text[k] for k in ("max_position_embeddings", "n_positions") if k in text), None)
+    block = requested or min(DEFAULT_BLOCK, limit or DEFAULT_BLOCK)
+    if limit is not None and block > limit:
+        raise TrainConfigError(f"--block-size {block} exceeds the model's context ({limit})")
+    return block
