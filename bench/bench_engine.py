@@ -8,7 +8,7 @@ each; about 0.97B parameters = 1.9 GB each by default), then runs, in one proces
 - interpolate alpha 0.3:  surgery interpolate | mergekit-yaml (linear, weights 0.7/0.3)
 
 and prints wall time and peak private memory (RssAnon) of each, with ratios to ours.
-Run by hand:  python bench/bench_engine.py [--work DIR] [--layers 19] [--hidden 2048]
+Run by hand:  python bench/bench_engine.py [--work DIR] [--layers 19] [--hidden 2048] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import argparse
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).parent))
-from measure import Measurement, measure
+from measure import Measurement, measure, median_run
 
 VOCAB = 32000
 
@@ -126,7 +127,9 @@ save_file(merged, out + "/model.safetensors")
 """
 
 
-def run(work: Path, layers: int, hidden: int) -> list[tuple[str, str, Measurement]]:
+def run(
+    work: Path, layers: int, hidden: int, repeat: int = 1
+) -> list[tuple[str, str, Measurement]]:
     config = llama_config(layers, hidden)
     names = ["base", "trained", "expert1", "expert2", "expert3"]
     for seed, name in enumerate(names):
@@ -153,33 +156,34 @@ def run(work: Path, layers: int, hidden: int) -> list[tuple[str, str, Measuremen
     )
     soup_config = f"merge_method: linear\ndtype: bfloat16\nmodels:\n{linear}\n"
     pair = [b, t]
-    results = [
-        ("soup", "surgery", surgery(["soup", *experts], work / "out-soup", experts)),
-        ("soup", "mergekit", mergekit(soup_config, work, "out-mk-soup", experts)),
-        (
-            "soup",
-            "naive",
-            timed(
-                [sys.executable, "-c", NAIVE_SOUP, *experts, str(work / "out-naive")],
-                work / "out-naive",
-                experts,
-            ),
-        ),
+    naive = [sys.executable, "-c", NAIVE_SOUP, *experts, str(work / "out-naive")]
+    commands: list[tuple[str, str, Callable[[], Measurement]]] = [
+        ("soup", "surgery", lambda: surgery(["soup", *experts], work / "out-soup", experts)),
+        ("soup", "mergekit", lambda: mergekit(soup_config, work, "out-mk-soup", experts)),
+        ("soup", "naive", lambda: timed(naive, work / "out-naive", experts)),
         (
             "revert",
             "surgery",
-            surgery(["revert", "--layers", f"{lo}:{hi}", b, t], work / "out-rev", pair),
+            lambda: surgery(["revert", "--layers", f"{lo}:{hi}", b, t], work / "out-rev", pair),
         ),
-        ("revert", "mergekit", mergekit(passthrough, work, "out-mk-rev", pair)),
-        ("revert", "cp -r", timed(["cp", "-r", t, str(work / "out-cp")], work / "out-cp", [t])),
+        ("revert", "mergekit", lambda: mergekit(passthrough, work, "out-mk-rev", pair)),
+        (
+            "revert",
+            "cp -r",
+            lambda: timed(["cp", "-r", t, str(work / "out-cp")], work / "out-cp", [t]),
+        ),
         (
             "interpolate",
             "surgery",
-            surgery(["interpolate", "--alpha", "0.3", b, t], work / "out-int", pair),
+            lambda: surgery(["interpolate", "--alpha", "0.3", b, t], work / "out-int", pair),
         ),
-        ("interpolate", "mergekit", mergekit(interp, work, "out-mk-int", pair)),
+        ("interpolate", "mergekit", lambda: mergekit(interp, work, "out-mk-int", pair)),
     ]
-    return results
+    runs: dict[tuple[str, str], list[Measurement]] = {(op, tool): [] for op, tool, _ in commands}
+    for _ in range(repeat):  # every command once per round: a slow spell hits them all
+        for op, tool, command in commands:
+            runs[op, tool].append(command())
+    return [(op, tool, median_run(measured)) for (op, tool), measured in runs.items()]
 
 
 def report(results: list[tuple[str, str, Measurement]]) -> str:
@@ -219,8 +223,10 @@ def size_arguments(
 
 
 def main() -> None:
-    args = size_arguments(__doc__, "bench/out")
-    print(report(run(args.work, args.layers, args.hidden)))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1, help="runs per command (median time)")
+    args = size_arguments(__doc__, "bench/out", parser)
+    print(report(run(args.work, args.layers, args.hidden, args.repeat)))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ parameters = 1.9 GB each by default) and, per method, runs `surgery merge CONFIG
 `mergekit-yaml CONFIG OUT`, one process tree at a time with warm inputs, printing wall time and
 peak private memory (RssAnon) of each and their ratios (the README's merge table).
 Run by hand:  python bench/bench_merge.py [--work DIR] [--layers 19] [--hidden 2048]
-              [--methods ties,slerp]
+              [--methods ties,slerp] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_engine import llama_config, mergekit, size_arguments, timed, write_checkpoint
-from measure import Measurement
+from measure import Measurement, median_run
 
 # Per-method config bodies; {b} is the base, {e1}..{e3} the experts, {n} the layer count.
 _TASK = "base_model: {b}\nmodels:\n" + "".join(
@@ -65,7 +65,7 @@ def config_text(method: str, work: Path, layers: int) -> str:
     return f"merge_method: {method}\ndtype: bfloat16\n{body}"
 
 
-def run(work: Path, layers: int, hidden: int, methods: list[str]) -> list:
+def run(work: Path, layers: int, hidden: int, methods: list[str], repeat: int = 1) -> list:
     config = llama_config(layers, hidden)
     for seed, name in enumerate(["base", "expert1", "expert2", "expert3"]):
         if not (work / name).exists():
@@ -78,8 +78,12 @@ def run(work: Path, layers: int, hidden: int, methods: list[str]) -> list:
         path = work / f"{method}.yml"
         path.write_text(text)
         out = work / f"out-{method}"
-        ours = timed([sys.executable, "-m", "cli", "merge", str(path), str(out), "-q"], out, inputs)
-        theirs = mergekit(text, work, f"out-mk-{method}", inputs)
+        ours_runs, theirs_runs = [], []
+        for _ in range(repeat):  # alternated, so that a slow spell of the machine hits both
+            command = [sys.executable, "-m", "cli", "merge", str(path), str(out), "-q"]
+            ours_runs.append(timed(command, out, inputs))
+            theirs_runs.append(mergekit(text, work, f"out-mk-{method}", inputs))
+        ours, theirs = median_run(ours_runs), median_run(theirs_runs)
         print(
             f"{method}: surgery {ours.seconds:.1f} s, mergekit {theirs.seconds:.1f} s",
             file=sys.stderr,
@@ -106,8 +110,10 @@ def report(results: list[tuple[str, Measurement, Measurement]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=",".join(CONFIGS))
+    parser.add_argument("--repeat", type=int, default=1, help="runs per tool (median time)")
     args = size_arguments(__doc__, "bench/out", parser)
-    print(report(run(args.work, args.layers, args.hidden, args.methods.split(","))))
+    methods = args.methods.split(",")
+    print(report(run(args.work, args.layers, args.hidden, methods, args.repeat)))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ over the whole process tree; a spike shorter than that can be missed.
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import time
 from collections.abc import Sequence
@@ -90,3 +91,13 @@ def measure(
         peak = max(peak, tree_anon_bytes(process.pid))
         time.sleep(interval)
     return Measurement(time.perf_counter() - start, peak, process.returncode)
+
+
+def median_run(runs: Sequence[Measurement]) -> Measurement:
+    """Several runs of one command as one: the median wall time (this machine is shared and
+    noisy), the largest peak, the worst exit code."""
+    return Measurement(
+        statistics.median(r.seconds for r in runs),
+        max(r.peak_anon for r in runs),
+        max(runs, key=lambda r: abs(r.returncode)).returncode,
+    )
