@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs
-from surgery.engine.ops.merge.slerp import gram
+from surgery.engine.ops.merge.slerp import DOT_BLOCK, dot, gram
 from surgery.engine.reader import open_checkpoint
 from surgery.engine.source import SourcePool
 
@@ -44,14 +44,27 @@ def test_reused_chunks_hold_the_same_values_in_the_same_arrays(inputs):
 def test_gram_with_task_vectors_in_place_matches_fresh_arrays(inputs):
     in_place = [lambda c, i=i: np.subtract(c[i], c[0], out=c[i]) for i in (1, 2, 3)]
     got = gram(inputs, in_place)
-    # The reference: fresh arrays, fresh task vectors, the same pairwise sums per chunk.
+    # The reference: fresh arrays, fresh task vectors, the same sums per chunk.
     expected = np.zeros((3, 3))
     for _, chunk in inputs.chunks():
         deltas = [chunk[i] - chunk[0] for i in (1, 2, 3)]
         for i in range(3):
             for j in range(3):
-                expected[i, j] += float(np.add.reduce(deltas[i] * deltas[j]))
+                expected[i, j] += dot(deltas[i], deltas[j])
     assert np.array_equal(got, expected)
     exact = np.stack([inputs.chunk(i, 0, NUMEL) - inputs.chunk(0, 0, NUMEL) for i in (1, 2, 3)])
     exact = exact.astype(np.float64)
     np.testing.assert_allclose(got, exact @ exact.T, rtol=1e-6)
+
+
+@pytest.mark.parametrize("size", [1, DOT_BLOCK - 1, 3 * DOT_BLOCK, 2**17 + 77])
+@pytest.mark.parametrize("offset", [0.0, 0.1])
+def test_dot_sums_every_product_within_float32_rounding(size, offset):
+    # Whole blocks and the tail after them (a dropped or doubled tail of 77 would be 1e-3 off);
+    # within one float32 rounding of sum |a * b| of the float64 dot, which a pairwise sum of
+    # the product array also keeps. Offset 0.1: products of one sign, where running sums drift.
+    rng = np.random.default_rng(size)
+    a, b = (rng.standard_normal(size).astype(np.float32) * 0.01 + offset for _ in range(2))
+    exact = float(a.astype(np.float64) @ b.astype(np.float64))
+    scale = float(np.abs(a.astype(np.float64) * b).sum())
+    assert abs(dot(a, b) - exact) <= float(np.finfo(np.float32).eps) * scale

@@ -19,28 +19,41 @@ DOT_THRESHOLD = 0.9995
 EPS = 1e-8
 
 
+# Elements per partial sum of a dot product (see `dot`).
+DOT_BLOCK = 256
+
+
+def dot(a: np.ndarray, b: np.ndarray) -> float:
+    """sum(a * b) of two chunks in the work dtype: einsum's sum of products over blocks of
+    `DOT_BLOCK` elements, then numpy's pairwise sum of the blocks' sums. As exact as a product
+    array summed pairwise (measured 1.3e-10 of sum |a * b| on a 2^17-element chunk, like it;
+    one einsum over the whole chunk was 50x less exact, and moved a Model Stock weight by 2 ulps
+    against mergekit's) in a third less CPU: one pass, no temporary."""
+    whole = len(a) - len(a) % DOT_BLOCK
+    blocks = np.einsum(
+        "ij,ij->i", a[:whole].reshape(-1, DOT_BLOCK), b[:whole].reshape(-1, DOT_BLOCK)
+    )
+    return float(np.add.reduce(blocks)) + float(np.add.reduce(a[whole:] * b[whole:]))
+
+
 def gram(inputs: Inputs, vectors: list) -> np.ndarray:
     """The matrix of dot products of `vectors` (functions of a chunk list, called once per chunk
     in order; one may overwrite the chunk's array it alone reads), summed over chunks in float64.
-    The chunks are decoded into the same arrays, the products into one more (no allocation per
-    chunk: measured 20-30% less CPU than fresh arrays, the same sums bit for bit).
+    The chunks are decoded into the same arrays (no allocation per chunk: measured 20-30% less
+    CPU than fresh arrays, the same sums bit for bit).
 
-    Within a chunk each product is summed pairwise in the work dtype (numpy's add.reduce, as
-    torch sums): about 1e-7 relative error, 3x faster than widening every chunk to float64.
-    Not np.dot: BLAS would start its own threads for every chunk, which spin against the writer's
-    workers (measured: 3x the CPU time of the merge).
+    Within a chunk each product is summed in the work dtype by `dot` (about 1e-7 relative error,
+    as torch sums). Not np.dot: BLAS would start its own threads for every chunk, which spin
+    against the writer's workers (measured: 3x the CPU time of the merge), and its float32 dot
+    was 40x less exact.
     """
     size = len(vectors)
     total = np.zeros((size, size))
-    product = np.empty(0, inputs.work)
     for _, chunk in inputs.chunks(reuse=True):
         values = [v(chunk) for v in vectors]
-        if len(product) != len(values[0]):
-            product = np.empty_like(values[0])
         for i in range(size):
             for j in range(i, size):
-                np.multiply(values[i], values[j], out=product)
-                total[i, j] += float(np.add.reduce(product))
+                total[i, j] += dot(values[i], values[j])
                 total[j, i] = total[i, j]
     return total
 
