@@ -98,6 +98,24 @@ def test_local_path_wins_over_hub_id(hf_home, tmp_path, families):
     assert "repo_id" not in inputs[0] and inputs[1]["repo_id"] == "acme/tiny-trained"
 
 
+def test_local_inputs_never_set_up_the_hub_client(families, tmp_path, monkeypatch):
+    # The client's timeout hook imports huggingface_hub's HTTP stack (a few tenths of a second
+    # of a local revert); only an input that is not on disk can need it.
+    from surgery.api import revert
+    from surgery.hub import resolve
+
+    def refuse() -> None:
+        raise AssertionError("the Hub client was set up for local inputs")
+
+    monkeypatch.setattr(resolve, "bound_requests", refuse)
+    paths = families("llama")
+    assert_valid_output(
+        revert(paths["base"], paths["trained"], tmp_path / "out", "1:3", quiet=True)
+    )
+    with pytest.raises(AssertionError, match="set up"):
+        resolve.open_inputs([paths["base"], "acme/not-on-disk"])
+
+
 def test_offline_with_nothing_cached_is_a_clear_error(tmp_path):
     env = {"HF_HOME": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
     result = surgery(
