@@ -1,11 +1,11 @@
 """Reserve a file's disk blocks before it is written, so the writes only copy bytes.
 
-Measured on ext4: writing a 1.9 GB shard in 256 KB pieces costs about half the kernel time
-once its blocks are reserved in one call, because each write no longer allocates them. The
-reservation keeps the file's size (FALLOC_FL_KEEP_SIZE): its size still says how much was
-written. glibc's `posix_fallocate` is not used: where the file system cannot reserve, it
-writes zeros over the whole file, which would double the work; here such a file system is
-simply written as before.
+Measured on ext4: writing a 1.9 GB shard in 256 KB pieces took 28% less time in `pwrite` once
+its blocks were reserved in one call, because each write no longer allocates them; a soup of
+three 1.9 GB checkpoints went from 5.4 s to 5.1 s. The reservation keeps the file's size
+(FALLOC_FL_KEEP_SIZE): its size still says how much was written. glibc's `posix_fallocate` is
+not used: where the file system cannot reserve, it writes zeros over the whole file, which would
+double the work; here such a file system is simply written as before.
 """
 
 from __future__ import annotations
