@@ -32,6 +32,7 @@ DETERMINISTIC = [
     ("nearswap", [{}], {"t": 0.002}, True),
     ("nearswap", [{}], {"t": [0.0005, 0.01]}, True),
     ("nearswap", [{}], {"t": 5e-7}, True),  # t under the 1e-6 floor of |base - other|
+    ("nearswap", [{}], {"t": -0.001}, True),  # mergekit clamps the weights to 0: the base
     ("ram", [{}, {}, {}], {"epsilon": 0.003}, True),
     ("ram", [{}, {}], {}, True),
     ("ramplus_tl", [{}, {}, {}], {"epsilon": 0.003, "r": 0.5, "alpha": 0.6}, True),

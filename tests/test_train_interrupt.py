@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import tiny_models
-from tests.support.train_helpers import write_corpus
+from tests.support.train_helpers import train_command, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 # Attempts at catching the save before the test gives up (each trains one step).
@@ -43,24 +43,9 @@ def big_base(tmp_path_factory) -> Path:
 
 
 def _command(base: Path, out: Path, corpus: Path) -> list[str]:
-    return [
-        sys.executable,
-        str(ROOT / "cli.py"),
-        "train",
-        str(base),
-        str(out),
-        "--data",
-        str(corpus),
-        "--max-steps",
-        "1",
-        "--block-size",
-        "8",
-        "--batch-size",
-        "1",
-        "--freeze-embeddings",
-        "--no-drift",
-        "-q",
-    ]
+    options = ["--max-steps", "1", "--block-size", "8", "--batch-size", "1"]
+    options += ["--freeze-embeddings", "--no-drift", "-q"]
+    return [sys.executable, *train_command(base, out, corpus, options)]
 
 
 def _env() -> dict[str, str]:

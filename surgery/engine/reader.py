@@ -217,13 +217,17 @@ class Checkpoint:
     hub: HubRef | None = None  # the repository and commit, when `spec` was a Hub id
     # Shard files that are not on disk (Hub files read by ranges) and how to open them.
     openers: dict[Path, Opener] = field(default_factory=dict)
-    # The folder its files may live in (see `checkpoint_root`); None for a bare file.
-    root: Path | None = None
 
     @property
     def folder(self) -> Path | None:
         """The checkpoint folder, or None for a bare .safetensors file."""
         return self.path if self.path.is_dir() else None
+
+    @property
+    def root(self) -> Path | None:
+        """The folder its files may live in (`checkpoint_root`); None for a bare file."""
+        folder = self.folder
+        return None if folder is None else checkpoint_root(folder, self.hub)
 
     @cached_property
     def stacks(self) -> list[Stack]:
@@ -452,9 +456,8 @@ def open_checkpoint(
     remote = dict(remote or {})
     if not path.exists() and path not in remote:
         raise CheckpointError(f"{path}: no such file or folder")
-    root = checkpoint_root(path, hub) if path.is_dir() else None
-    if root is not None:
-        files, weight_map = _shard_files(path, remote, root)
+    if path.is_dir():
+        files, weight_map = _shard_files(path, remote, checkpoint_root(path, hub))
     else:
         files, weight_map = [path], None
     shards = [_read_shard_from(f, remote.get(f)) for f in files]
@@ -463,7 +466,7 @@ def open_checkpoint(
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise _fail(path, f"{problems[0]}{more}")
-    checkpoint = Checkpoint(path=path, shards=shards, spec=spec, hub=hub, root=root)
+    checkpoint = Checkpoint(path=path, shards=shards, spec=spec, hub=hub)
     checkpoint.openers = {f: remote[f] for f in files if f in remote}
     for shard in shards:
         for tensor in shard.tensors:

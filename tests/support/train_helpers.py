@@ -94,26 +94,20 @@ def relative_drift(trained: dict, base: dict, names: list[str]) -> float:
 ROOT = Path(__file__).parents[2]
 
 
+def train_command(base: Path, out: Path, corpus: str | Path, options: list[str]) -> list[str]:
+    """This checkout's `cli.py train BASE OUT --data CORPUS OPTIONS`, for an interpreter or a
+    launcher to run."""
+    return [str(ROOT / "cli.py"), "train", str(base), str(out), "--data", str(corpus), *options]
+
+
 def torchrun_train(
     ranks: int, base: Path, out: Path, corpus: str | Path, options: list[str], timeout: int = 300
 ) -> subprocess.CompletedProcess:
     """`surgery train BASE OUT --data CORPUS OPTIONS` under `torchrun --nproc-per-node RANKS`
     (offline, one thread per rank, this checkout first on the path)."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(ranks),
-        str(ROOT / "cli.py"),
-        "train",
-        str(base),
-        str(out),
-        "--data",
-        str(corpus),
-        *options,
-    ]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    launcher += ["--nproc-per-node", str(ranks)]
+    command = [*launcher, *train_command(base, out, corpus, options)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False

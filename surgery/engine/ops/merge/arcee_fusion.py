@@ -59,6 +59,12 @@ def scaled(change: np.ndarray, divergence: np.ndarray, out: np.ndarray) -> np.nd
     return importance
 
 
+def _ranks(n: int) -> list[int]:
+    """The ranks of the quartiles among `n` sorted values, q * (n - 1) truncated in float32 as
+    mergekit indexes its sorted tensor."""
+    return [int(np.float32(q) * np.float32(n - 1)) for q in QUANTILES]
+
+
 class ArceeFusion(Kernel):
     """base + (other - base) * (importance >= median + 1.5 IQR).
 
@@ -73,17 +79,23 @@ class ArceeFusion(Kernel):
         self.step = max(self.row, CHUNK_ELEMENTS // self.row * self.row)  # whole rows
         self.seed = job.seed
 
-    def _divergences(self, inputs: Inputs) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """(start, importances, the rows' divergences) chunk by chunk: one softmax pass."""
+    def _rows(self, divergence: np.ndarray, start: int, count: int) -> np.ndarray:
+        """The divergences of the rows of elements [start, start + count) (whole rows)."""
+        return divergence[start // self.row : (start + count) // self.row]
+
+    def _divergences(self, inputs: Inputs, divergence: np.ndarray) -> Iterator[tuple]:
+        """(start, importances) chunk by chunk, each row's KL written into `divergence`: the one
+        softmax pass."""
         for start, (base, other) in inputs.chunks(self.step, reuse=True):
             change = np.subtract(other, base)
-            divergence = row_divergence(base, other, self.row)
-            yield start, scaled(change, divergence, out=change), divergence
+            rows = self._rows(divergence, start, len(base))
+            rows[:] = row_divergence(base, other, self.row)
+            yield start, scaled(change, rows, out=change)
 
     def _importances(self, inputs: Inputs, divergence: np.ndarray, part: range | None = None):
         """(start, importances) chunk by chunk, from the rows' divergences."""
         for start, (base, other) in inputs.chunks(self.step, part, reuse=True):
-            rows = divergence[start // self.row : (start + len(base)) // self.row]
+            rows = self._rows(divergence, start, len(base))
             yield start, scaled(np.subtract(other, base, out=other), rows, out=other)
 
     def _quantiles(self, inputs: Inputs) -> tuple[list[float], np.ndarray]:
@@ -92,10 +104,9 @@ class ArceeFusion(Kernel):
         work = inputs.work
         divergence = np.empty((inputs.numel // self.row, 1), work)
         if inputs.numel <= SAMPLE_SIZE:
-            for start, _, rows in self._divergences(inputs):
-                divergence[start // self.row : start // self.row + len(rows)] = rows
-            n = inputs.numel
-            ranks = [int(np.float32(q) * np.float32(n - 1)) for q in QUANTILES]
+            for _ in self._divergences(inputs, divergence):
+                pass  # the selection's passes then read the divergences
+            ranks = _ranks(inputs.numel)
             width = 32 if work == np.float32 else 64
             keys = lambda: (  # noqa: E731
                 ordered_keys(v) for _, v in self._importances(inputs, divergence)
@@ -109,11 +120,11 @@ class ArceeFusion(Kernel):
         counts = rng.multinomial(SAMPLE_SIZE, sizes / inputs.numel)
         sample = np.empty(SAMPLE_SIZE, work)
         filled = 0
-        for (start, values, rows), count in zip(self._divergences(inputs), counts, strict=True):
-            divergence[start // self.row : start // self.row + len(rows)] = rows
+        chunks = zip(self._divergences(inputs, divergence), counts, strict=True)
+        for (_, values), count in chunks:
             sample[filled : filled + count] = values[rng.integers(0, len(values), count)]
             filled += count
-        ranks = [int(np.float32(q) * np.float32(SAMPLE_SIZE - 1)) for q in QUANTILES]
+        ranks = _ranks(SAMPLE_SIZE)
         sample.partition(ranks)  # each rank's value as a full sort puts it there
         return [sample[rank] for rank in ranks], divergence
 
@@ -129,7 +140,7 @@ class ArceeFusion(Kernel):
         """The fused values, chunk by chunk (whole rows)."""
         threshold, divergence = state
         for start, (base, other) in inputs.chunks(self.step, part, reuse=True):
-            rows = divergence[start // self.row : (start + len(base)) // self.row]
+            rows = self._rows(divergence, start, len(base))
             change = np.subtract(other, base)
             change *= scaled(change, rows, out=other) >= threshold
             out.put(start, np.add(base, change, out=change))
