@@ -11,7 +11,6 @@ from pathlib import Path
 import yaml
 
 from surgery.core.dtypes import parse_dtype
-from surgery.engine.ops.merge import registry
 from surgery.engine.ops.merge.spec import (
     MergeConfigError,
     MergeSpec,
@@ -46,6 +45,10 @@ def parse_config(text: str, *, seed: int = 0) -> MergeSpec:
     except yaml.YAMLError as error:
         raise MergeConfigError(f"the config is not valid YAML: {error}".splitlines()[0]) from None
     config = validate(data)
+    # Here, not at the top: the registry loads every method's kernel (and numpy), which
+    # `render_config` (a revert's or a soup's card) never needs.
+    from surgery.engine.ops.merge import registry
+
     registry.get(config["merge_method"])
     if config["tokenizer_source"] not in (None, "base"):
         raise MergeConfigError(

@@ -35,6 +35,23 @@ def test_byte_copy_operations_never_import_torch(families, tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+def test_a_revert_from_the_command_line_never_imports_numpy(families, tmp_path):
+    """`surgery revert` copies bytes: numpy (0.15 s of start-up) comes only with a blend."""
+    paths = families("llama")
+    argv = ["surgery", "revert", "--quiet", "--layers", "1:3"]
+    argv += [str(paths["base"]), str(paths["trained"]), str(tmp_path / "o")]
+    code = (
+        "import sys, cli\n"
+        f"sys.argv = {argv!r}\n"
+        "try:\n    cli.main()\nexcept SystemExit as stop:\n    assert not stop.code, stop.code\n"
+        "assert (tmp := __import__('pathlib').Path(sys.argv[-1])).is_dir(), tmp\n"
+        "assert 'numpy' not in sys.modules, 'numpy was imported'"
+    )
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert result.returncode == 0, result.stderr
+
+
 # `lint-imports`, run by the interpreter of this test session.
 _LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())"
 

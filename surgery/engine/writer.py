@@ -29,9 +29,7 @@ from tqdm import tqdm
 from surgery.core.dtypes import CONFIG_NAMES, bits, itemsize, torch_dtype
 from surgery.core.errors import OutputError
 from surgery.engine.allocator import keep_freed_memory
-from surgery.engine.blend import ChunkBlender, accumulate, accumulator_dtype, check_finite, finish
 from surgery.engine.file_space import reserve
-from surgery.engine.float_codec import CODEC_DTYPES
 from surgery.engine.output_dir import staged_output
 from surgery.engine.plan import OutputTensor, Plan
 from surgery.engine.progress import byte_progress, notice
@@ -54,6 +52,8 @@ from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_bytes, ten
 
 if TYPE_CHECKING:
     import torch
+
+    from surgery.engine.blend import ChunkBlender
 
 # Elements per blend chunk. 128K elements keep the float32 accumulator (512 KiB) in the CPU's
 # L2 cache while every source is added into it: measured 10% faster than 64K (less Python
@@ -196,6 +196,8 @@ def _needs_torch(tensor: OutputTensor) -> bool:
         return True
     if tensor.is_copy or tensor.kernel is not None:
         return False
+    from surgery.engine.float_codec import CODEC_DTYPES  # numpy: only for blends
+
     return not {tensor.dtype, *(s.tensor.dtype for s in tensor.sources)} <= CODEC_DTYPES
 
 
@@ -210,7 +212,7 @@ class _TensorWriter:
         self.pool = pool
         self.progress = progress
         self.chunk_buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
-        self.blender = ChunkBlender()
+        self._blender: ChunkBlender | None = None
         self.copy_buffer: bytearray | None = None  # for copies from sources without a file
 
     def write(
@@ -274,6 +276,15 @@ class _TensorWriter:
             done += len(piece)
             self.progress.update(len(piece))
 
+    def blender(self) -> ChunkBlender:
+        """This worker's blender, made on first use: a copy-only command (a revert) never
+        imports numpy (0.15 s of start-up)."""
+        if self._blender is None:
+            from surgery.engine.blend import ChunkBlender
+
+            self._blender = ChunkBlender()
+        return self._blender
+
     def _blend(self, fd: int, tensor: OutputTensor, offset: int, part: range) -> None:
         size = itemsize(tensor.dtype)
         inputs = [
@@ -283,13 +294,15 @@ class _TensorWriter:
         for start in range(part.start, part.stop, CHUNK_ELEMENTS):
             stop = min(start + CHUNK_ELEMENTS, part.stop)
             chunks = [(values[start:stop], dtype, weight) for values, dtype, weight in inputs]
-            data = memoryview(self.blender.blend(tensor, chunks, tensor.divisor)).cast("B")
+            data = memoryview(self.blender().blend(tensor, chunks, tensor.divisor)).cast("B")
             _pwrite_all(fd, data, offset + start * size)
             self.hasher.add(offset + start * size, data)
             self.progress.update(len(data))
 
     def _blend_float8(self, fd: int, tensor: OutputTensor, offset: int) -> None:
         """`_blend` through torch, for float8 inputs or outputs (numpy has no float8)."""
+        from surgery.engine.blend import accumulate, accumulator_dtype, check_finite, finish
+
         acc_dtype = accumulator_dtype(tensor.dtype, (s.tensor.dtype for s in tensor.sources))
         numel = tensor.nbytes // itemsize(tensor.dtype)
         if numel == 0:
