@@ -398,9 +398,7 @@ def interpolate(
 @download_option
 @click.argument("config", type=click.Path())
 @click.argument("out", type=OutputFolder())
-def merge(
-    seed, mergekit_arithmetic, max_shard_size, force, push_to, quiet, download, config, out
-):
+def merge(seed, mergekit_arithmetic, max_shard_size, force, push_to, quiet, download, config, out):
     """Run a mergekit YAML CONFIG on the streaming engine; write the result to OUT.
 
     Methods: linear, task_arithmetic, ties, dare_ties, dare_linear, breadcrumbs,

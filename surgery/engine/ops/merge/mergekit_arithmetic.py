@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 FLAG = "--mergekit-arithmetic"
 _VARIANTS = {v.name: v for v in VARIANTS}
-METHODS = ("linear", *_VARIANTS)
+REPRODUCED = ("linear", *_VARIANTS)
 
 
 def check_method(name: str) -> None:
@@ -41,9 +41,9 @@ def check_method(name: str) -> None:
     Raises:
         MergeConfigError: naming the method and the ones the mode does.
     """
-    if name not in METHODS:
+    if name not in REPRODUCED:
         raise MergeConfigError(
-            f"{FLAG} does not reproduce {name}; only {', '.join(METHODS)} (at density 1)"
+            f"{FLAG} does not reproduce {name}; only {', '.join(REPRODUCED)} (at density 1)"
         )
 
 
