@@ -387,11 +387,18 @@ def interpolate(
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of DARE/DELLA's random masks."
 )
+@click.option(
+    "--mergekit-arithmetic",
+    is_flag=True,
+    help="Compute as mergekit does, op by op in the config's dtype (bit-identical to "
+    "mergekit-yaml), not in float32 with one rounding; linear, task_arithmetic and the "
+    "TIES/DARE/Breadcrumbs/DELLA variants at density 1 only.",
+)
 @options(shard_option, force_option, push_option, quiet_option)
 @download_option
 @click.argument("config", type=click.Path())
 @click.argument("out", type=OutputFolder())
-def merge(seed, max_shard_size, force, push_to, quiet, download, config, out):
+def merge(seed, mergekit_arithmetic, max_shard_size, force, push_to, quiet, download, config, out):
     """Run a mergekit YAML CONFIG on the streaming engine; write the result to OUT.
 
     Methods: linear, task_arithmetic, ties, dare_ties, dare_linear, breadcrumbs,
@@ -402,13 +409,22 @@ def merge(seed, max_shard_size, force, push_to, quiet, download, config, out):
     Examples:
       surgery merge ties.yml out
       surgery merge --seed 1 dare.yml out
+      surgery merge --mergekit-arithmetic bf16-ties.yml out  # mergekit's bits
       surgery merge revert-out/mergekit_config.yml replay    # replay any output's config
     """
     from surgery.api import merge as run
 
     kwargs = _write_kwargs(None, max_shard_size, force, quiet)
     del kwargs["dtype"]
-    _done(run(config, out, seed=seed, download=download, **kwargs), quiet, push_to)
+    path = run(
+        config,
+        out,
+        seed=seed,
+        download=download,
+        mergekit_arithmetic=mergekit_arithmetic,
+        **kwargs,
+    )
+    _done(path, quiet, push_to)
 
 
 @cli.command("extract-lora")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -192,6 +193,7 @@ def merge(
     *,
     seed: int = 0,
     download: bool = False,
+    mergekit_arithmetic: bool = False,
     **write_options: object,
 ) -> Path:
     """Run a mergekit YAML config on the streaming engine and write the result to `out`.
@@ -200,6 +202,9 @@ def merge(
         config: path of the YAML (mergekit's format; model paths relative to the working
             directory, or Hub ids, read by ranges unless `download`).
         seed: seed of DARE and DELLA's random masks (recorded in the recipe).
+        mergekit_arithmetic: compute as mergekit does, each torch operation in the config's
+            `dtype` (bit-identical to `mergekit-yaml`), instead of in float32 with one rounding;
+            linear and the task arithmetic methods at density 1 only (recorded in the recipe).
 
     Raises:
         MergeConfigError: an unsupported method or key, or a config mergekit rejects.
@@ -208,7 +213,7 @@ def merge(
     # Imported here: the merge methods bring numpy, which no other command needs at start-up.
     from surgery.engine.ops.merge.planner import plan_merge
 
-    spec = read_config(config, seed=seed)
+    spec = replace(read_config(config, seed=seed), mergekit_arithmetic=mergekit_arithmetic)
     # Companion files of every model: the planner picks which one the output copies them from.
     plan = plan_merge(spec, open_inputs(spec.models, ranges=not download))
     if not download and rereads_remote(plan):

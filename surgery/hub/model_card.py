@@ -57,10 +57,16 @@ def describe_operation(recipe: dict) -> str:
         names = ", ".join(f"**{_name(e)}**" for e in inputs if e["role"] != "base")
         onto = f" onto the base {roles['base']}" if "base" in roles else ""
         seed = f" Random masks seeded with {recipe['seed']}." if "seed" in recipe else ""
+        arithmetic = (
+            " Computed with `--mergekit-arithmetic`: mergekit's own operations in the config's "
+            "dtype, bit for bit."
+            if recipe.get("mergekit_arithmetic")
+            else ""
+        )
         return (
             f"A mergekit `{recipe.get('method')}` merge of {names}{onto}, run by `surgery "
             "merge` on the streaming engine; the config is in the recipe below and in "
-            f"mergekit_config.yml.{seed}"
+            f"mergekit_config.yml.{seed}{arithmetic}"
         )
     if operation == "extract-lora":
         where = f" of layers `{recipe['layers']}`" if recipe.get("layers") else ""

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from surgery.core.errors import MismatchError
 from surgery.core.layers import Stack, select_stack, stack_layer
-from surgery.engine.ops.merge import registry
+from surgery.engine.ops.merge import mergekit_arithmetic, registry
 from surgery.engine.ops.merge.architectures import is_pre_weight
 from surgery.engine.ops.merge.equivalent import with_local_paths
 from surgery.engine.ops.merge.method import REQUIRED, Base, Method, Param, Scope, TensorJob
@@ -226,6 +227,11 @@ class _Planner:
     def __init__(self, spec: MergeSpec, ckpts: Sequence[Checkpoint], pool: SourcePool) -> None:
         self.spec, self.ckpts, self.pool = spec, ckpts, pool
         self.method = registry.get(spec.method)
+        self.build = self.method.build
+        if spec.mergekit_arithmetic:
+            self.build = partial(
+                mergekit_arithmetic.build, method=spec.method, config_dtype=spec.dtype
+            )
 
     def tensor(self, item: _Tensor) -> OutputTensor:
         spec, method = self.spec, self.method
@@ -270,7 +276,7 @@ class _Planner:
             per_input=per_input,
             seed=spec.seed,
         )
-        return replace(method.build(job), name=item.name)
+        return replace(self.build(job), name=item.name)
 
     def _check_scales(
         self, item: _Tensor, infos: Sequence[TensorInfo], labels: Sequence[str]
@@ -304,6 +310,8 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     """
     method = registry.get(spec.method)
     check_parameters(spec, method)
+    if spec.mergekit_arithmetic:
+        mergekit_arithmetic.check_method(spec.method)
     for checkpoint in checkpoints:
         refuse_cast(scale_pairs(checkpoint), spec.out_dtype or spec.dtype)
     slices = _slices(spec, checkpoints)
@@ -330,6 +338,7 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
         list(zip(roles, checkpoints, strict=True)),
         method=spec.method,
         seed=spec.seed if registry.get(spec.method).random else None,
+        mergekit_arithmetic=True if spec.mergekit_arithmetic else None,
         config=config,
     )
     return Plan(

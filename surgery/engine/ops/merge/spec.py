@@ -97,3 +97,5 @@ class MergeSpec:
     tokenizer_source: str | None = None  # "base" or None
     seed: int = 0
     config: dict = field(default_factory=dict)  # the YAML as given, for the recipe
+    # Compute as mergekit does, in `dtype` op by op (see `mergekit_arithmetic`), not in float32.
+    mergekit_arithmetic: bool = False
