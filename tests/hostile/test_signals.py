@@ -77,8 +77,14 @@ def test_signals_quick(tmp_path):
 @pytest.mark.slow
 def test_signals_at_random_moments_of_a_large_soup(tmp_path):
     experts = big_experts(tmp_path / "experts", 3, 128)  # about 400 MB of inputs
+    # The moments span one whole run as this machine runs it today (a fixed span went stale
+    # when the soup got faster: every signal then came after the end).
+    started = time.perf_counter()
+    result = run("soup", "-q", *experts, tmp_path / "timed")
+    assert result.returncode == 0, result.stderr
+    span = time.perf_counter() - started
     rng = random.Random(2024)
     signals = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
-    moments = [(rng.choice(signals), rng.uniform(0.1, 8.0)) for _ in range(12)]
+    moments = [(rng.choice(signals), rng.uniform(0.05, span)) for _ in range(12)]
     outcomes = signal_runs(tmp_path, experts, moments)
     assert "interrupted" in outcomes
