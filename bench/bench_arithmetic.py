@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import llama_config, size_arguments, write_checkpoint
+from bench_engine import ensure_checkpoints, size_arguments
 from measure import measure
 
 INPUTS = ("base", "expert1", "expert2", "expert3")
@@ -61,10 +61,7 @@ def differing(ours: Path, theirs: Path) -> tuple[int, int]:
 def main() -> None:
     args = size_arguments(__doc__, "bench/out")
     work = args.work
-    for seed, name in enumerate(INPUTS):
-        if not (work / name).exists():
-            print(f"building {name} ...", file=sys.stderr)
-            write_checkpoint(work / name, llama_config(args.layers, args.hidden), seed)
+    ensure_checkpoints(work, args.layers, args.hidden, INPUTS)
     config = work / "arithmetic.yml"
     config.write_text(config_text(work))
     surgery = [sys.executable, "-m", "cli", "merge", "-q", str(config)]

@@ -17,7 +17,7 @@ import argparse
 import json
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -127,15 +127,23 @@ save_file(merged, out + "/model.safetensors")
 """
 
 
+# Every benchmark's checkpoints, each with its own seed whichever benchmark builds it first.
+CHECKPOINTS = ("base", "trained", "expert1", "expert2", "expert3")
+
+
+def ensure_checkpoints(work: Path, layers: int, hidden: int, names: Sequence[str]) -> None:
+    """Build the named checkpoints (of `CHECKPOINTS`) that `work` does not hold yet."""
+    config = llama_config(layers, hidden)
+    for name in names:
+        if not (work / name).exists():
+            print(f"building {name} ...", file=sys.stderr)
+            write_checkpoint(work / name, config, CHECKPOINTS.index(name))
+
+
 def run(
     work: Path, layers: int, hidden: int, repeat: int = 1
 ) -> list[tuple[str, str, Measurement]]:
-    config = llama_config(layers, hidden)
-    names = ["base", "trained", "expert1", "expert2", "expert3"]
-    for seed, name in enumerate(names):
-        if not (work / name).exists():
-            print(f"building {name} ...", file=sys.stderr)
-            write_checkpoint(work / name, config, seed)
+    ensure_checkpoints(work, layers, hidden, CHECKPOINTS)
     for old in work.iterdir():
         if old.name.startswith("out-") or old.suffix == ".yml":
             shutil.rmtree(old) if old.is_dir() else old.unlink()

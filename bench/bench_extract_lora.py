@@ -16,16 +16,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import llama_config, size_arguments, timed, write_checkpoint
+from bench_engine import ensure_checkpoints, size_arguments, timed
 from measure import Measurement
 
 
 def run(work: Path, layers: int, hidden: int, rank: int) -> list[tuple[str, Measurement]]:
-    config = llama_config(layers, hidden)
-    for seed, name in enumerate(["base", "expert1"]):
-        if not (work / name).exists():
-            print(f"building {name} ...", file=sys.stderr)
-            write_checkpoint(work / name, config, seed)
+    ensure_checkpoints(work, layers, hidden, ("base", "expert1"))
     base, trained = str(work / "base"), str(work / "expert1")
     ours = [sys.executable, "-m", "cli", "extract-lora", "--rank", str(rank), "-q", base, trained]
     commands = {

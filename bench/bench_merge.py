@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import llama_config, mergekit, size_arguments, timed, write_checkpoint
+from bench_engine import ensure_checkpoints, mergekit, size_arguments, timed
 from measure import Measurement, median_run
 
 # Per-method config bodies; {b} is the base, {e1}..{e3} the experts, {n} the layer count.
@@ -66,12 +66,9 @@ def config_text(method: str, work: Path, layers: int) -> str:
 
 
 def run(work: Path, layers: int, hidden: int, methods: list[str], repeat: int = 1) -> list:
-    config = llama_config(layers, hidden)
-    for seed, name in enumerate(["base", "expert1", "expert2", "expert3"]):
-        if not (work / name).exists():
-            print(f"building {name} ...", file=sys.stderr)
-            write_checkpoint(work / name, config, seed)
-    inputs = [str(work / n) for n in ("base", "expert1", "expert2", "expert3")]
+    names = ("base", "expert1", "expert2", "expert3")
+    ensure_checkpoints(work, layers, hidden, names)
+    inputs = [str(work / n) for n in names]
     results = []
     for method in methods:
         text = config_text(method, work, layers)

@@ -57,6 +57,9 @@ CASES = [
     ("dare_ties", [{"weight": 0.5, "density": 1.0}, {"weight": 0.8}], {}, True, {}, True),
     ("dare_linear", [{"weight": 0.6}, {"weight": [0.2, 0.7]}], {"lambda": 1.3}, True, {}, True),
     ("breadcrumbs_ties", [{"weight": 0.6}, {"weight": 0.7}], {}, True, {}, True),
+    ("breadcrumbs", [{"weight": 0.6}, {"weight": 0.7}], {}, True, {}, True),
+    ("della", [{"weight": 0.6, "density": 1.0}, {"weight": 0.7}], {}, True, {}, True),
+    ("della_linear", [{"weight": 0.6}, {"weight": 0.7}], {"lambda": 0.8}, True, {}, True),
     # Computed in bf16, saved as float16 and float32 (mergekit's `.to(out_dtype)` at the end).
     ("ties", [{"weight": 0.4}, {"weight": 0.9}], {}, True, {"out_dtype": "float16"}, True),
     ("dare_ties", [{"weight": 0.4}, {"weight": 0.9}], {}, True, {"out_dtype": "float32"}, True),

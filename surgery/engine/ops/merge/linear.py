@@ -11,12 +11,23 @@ from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.plan import OutputTensor, Source, blend_of, copy_of
 
 
+def weight_divisor(job: TensorJob) -> float:
+    """sum(w_i) when `normalize`, else 1.
+
+    Raises:
+        MergeConfigError: the weights sum to 0 under `normalize`.
+    """
+    weights = [float(p["weight"]) for p in job.per_input]
+    total = sum(weights) if job.shared["normalize"] else 1.0
+    if total == 0:
+        raise MergeConfigError(f"linear: the weights of {job.name!r} sum to 0; cannot normalize")
+    return total
+
+
 def build(job: TensorJob) -> OutputTensor:
     """The weighted sum of the inputs, one tensor."""
     weights = [float(p["weight"]) for p in job.per_input]
-    divisor = sum(weights) if job.shared["normalize"] else 1.0
-    if divisor == 0:
-        raise MergeConfigError(f"linear: the weights of {job.name!r} sum to 0; cannot normalize")
+    divisor = weight_divisor(job)
     sources = [Source(t, w) for t, w in zip(job.inputs, weights, strict=True) if w]
     if not sources:  # every weight 0 and no normalization: zeros, as 0 * x
         sources = [Source(job.inputs[0], 0.0)]

@@ -22,6 +22,7 @@ import numpy as np
 from surgery.core.dtypes import torch_dtype
 from surgery.engine.ops.merge.arrays import Inputs, Output
 from surgery.engine.ops.merge.kernel import Kernel, computed
+from surgery.engine.ops.merge.linear import weight_divisor
 from surgery.engine.ops.merge.method import TensorJob
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.ops.merge.task_arithmetic import VARIANTS, Variant
@@ -74,10 +75,9 @@ class MergekitKernel(Kernel):
 
         dtype, out_dtype = torch_dtype(self.dtype), torch_dtype(self.out_dtype)
         carrier = torch.float64 if self.out_dtype == "F64" else torch.float32
-        for start in range(part.start, part.stop, self.step):
-            stop = min(start + self.step, part.stop)
+        for start, chunks in inputs.chunks(self.step, part):
             # Decoded exactly (float32 or float64), then cast once to `dtype`, as mergekit's load.
-            tensors = [torch.from_numpy(c).to(dtype) for c in inputs.all(start, stop)]
+            tensors = [torch.from_numpy(c).to(dtype) for c in chunks]
             with torch.no_grad():
                 result = self._combine(tensors)
             # mergekit's `.to(out_dtype)`; then float32 (float64) holds it exactly, and `put`'s
@@ -162,8 +162,7 @@ def build(job: TensorJob, method: str, config_dtype: str | None) -> OutputTensor
         MergeConfigError: a density below 1 (random or magnitude masks are not reproduced), or
             linear weights that sum to 0 under `normalize`.
     """
-    check_method(method)
-    if method in _VARIANTS:
+    if method in _VARIANTS:  # the method itself was checked once by `plan_merge`
         for index in job.non_base:
             density = float(job.per_input[index]["density"])
             if density < 1:
@@ -171,7 +170,7 @@ def build(job: TensorJob, method: str, config_dtype: str | None) -> OutputTensor
                     f"{FLAG} does not reproduce {method} at density {density} "
                     f"({job.name!r}); only at density 1"
                 )
-    elif job.shared["normalize"] and sum(float(p["weight"]) for p in job.per_input) == 0:
-        raise MergeConfigError(f"linear: the weights of {job.name!r} sum to 0; cannot normalize")
+    else:
+        weight_divisor(job)  # the default's refusal: weights that sum to 0 under `normalize`
     dtype = compute_dtype(config_dtype, [t.dtype for t in job.inputs])
     return computed(MergekitKernel(job, method, dtype), job.shape)

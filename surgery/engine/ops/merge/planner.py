@@ -338,7 +338,7 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
         list(zip(roles, checkpoints, strict=True)),
         method=spec.method,
         seed=spec.seed if registry.get(spec.method).random else None,
-        mergekit_arithmetic=True if spec.mergekit_arithmetic else None,
+        mergekit_arithmetic=spec.mergekit_arithmetic or None,
         config=config,
     )
     return Plan(
