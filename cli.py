@@ -263,6 +263,13 @@ base_trained_out = options(
 )
 @stack_option
 @modules_option
+@click.option(
+    "--attention-only",
+    is_flag=True,
+    help="The paper's attention_only: only the MLP tensors of LAYERS (names holding mlp, "
+    "gate_proj, up_proj, down_proj, fc1 or fc2) come from BASE; attention and norms stay "
+    "TRAINED's.",
+)
 @write_options
 @download_option
 @base_trained_out
@@ -270,6 +277,7 @@ def revert(
     layers,
     stack,
     modules,
+    attention_only,
     dtype,
     max_shard_size,
     force,
@@ -288,12 +296,13 @@ def revert(
       surgery revert --layers -6: base trained out           # the last six layers
       surgery revert --layers 0:4 --stack vision base trained out
       surgery revert --layers 9:28 --modules mlp base trained out  # only their MLPs
+      surgery revert --layers 9:28 --attention-only base trained out  # the paper's
     """
     from surgery.api import revert as run
 
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    kwargs["download"] = download
-    _done(run(base, trained, out, layers, stack=stack, modules=modules, **kwargs), quiet, push_to)
+    kwargs.update(download=download, modules=modules, attention_only=attention_only)
+    _done(run(base, trained, out, layers, stack=stack, **kwargs), quiet, push_to)
 
 
 @cli.command()

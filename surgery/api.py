@@ -129,6 +129,7 @@ def revert(
     *,
     stack: str | None = None,
     modules: str | None = None,
+    attention_only: bool = False,
     dtype: str | None = None,
     download: bool = False,
     **write_options: object,
@@ -139,7 +140,15 @@ def revert(
     """
     base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
     warn_if_swapped(base_ckpt, trained_ckpt)
-    plan = plan_revert(base_ckpt, trained_ckpt, layers, stack=stack, modules=modules, dtype=dtype)
+    plan = plan_revert(
+        base_ckpt,
+        trained_ckpt,
+        layers,
+        stack=stack,
+        modules=modules,
+        attention_only=attention_only,
+        dtype=dtype,
+    )
     return write_plan(plan, out, **write_options)
 
 

@@ -69,7 +69,11 @@ def train(
         discard_old_checkpoints(plan.checkpoints_dir, plan.discard_checkpoints)
         set_seed(config.seed)
         model, tokenizer, layers = load(
-            plan.layout, plan.dtype, plan.strategies.modules, progress=config.progress
+            plan.layout,
+            plan.dtype,
+            plan.strategies.modules,
+            attention_only=plan.strategies.attention_only,
+            progress=config.progress,
         )
         model = prepare(model, layers, plan.strategies, plan.layout.text_stack)
         early = plan.strategies.early_stopping
@@ -97,6 +101,7 @@ def strategies(config: TrainConfig) -> str:
             ("--freeze-embeddings", "" if config.freeze_embeddings else None),
             ("--l2sp", config.l2sp),
             ("--modules", config.modules),
+            ("--attention-only", "" if config.attention_only else None),
             ("--l2sp-form", config.l2sp_form if config.l2sp else None),
             ("--ema", config.ema),
             ("--lora", config.lora),

@@ -28,7 +28,13 @@ from surgery.core.modules import ModuleFilter, parse_module_filter
 from surgery.engine.output_dir import check_output
 from surgery.engine.output_paths import existing_output
 from train.errors import TrainConfigError
-from train.limits import block_size, check_lambdas, require_narrowed_layers
+from train.limits import (
+    block_size,
+    check_attention_only,
+    check_lambdas,
+    require_attention_only_tensors,
+    require_narrowed_layers,
+)
 from train.regularizers import L2SP_FORMS
 from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
 
@@ -158,6 +164,7 @@ class Strategies:
     frozen_layers: tuple[int, ...]
     freeze_embeddings: bool
     modules: ModuleFilter | None  # narrows --freeze and --l2sp's layers to these modules
+    attention_only: bool  # the paper's attention_only (see train.layer_map.LayerMap)
     l2sp: LayerValues | None
     l2sp_form: str
     ema: float | None
@@ -217,6 +224,10 @@ class TrainConfig:
         mix_until: `[NAME=]FRACTION` curriculum limits; see `apply_mix_until`.
         freeze: layer spec of layers that get no gradient ("9:28").
         freeze_embeddings: also freeze input embeddings and output head.
+        modules: narrows `freeze` and `l2sp`'s layers to these modules (surgery.core.modules).
+        attention_only: the paper's `attention_only`: `l2sp` gives the MLP parameters (names
+            holding mlp, gate_proj, up_proj, down_proj, fc1, fc2) no penalty in any layer and
+            every other parameter its layer's lambda; `freeze` freezes only its layers' MLPs.
         l2sp: per-layer lambda spec ("9:28=0.05,*=0.001"); `*` covers the other layers and the
             tensors outside the stack (embeddings, final norm), as in the paper's code.
         l2sp_form: "sum", lambda * ||w - w0||^2 per optimizer step (the paper's code), or
@@ -289,6 +300,15 @@ class TrainConfig:
             "Only these modules of the --freeze and --l2sp layers: attn, mlp, or a regex on "
             "names inside a layer; the rest of those layers train as unnamed layers do.",
             metavar="MODULES",
+        ),
+    )
+    attention_only: bool = field(
+        default=False,
+        metadata=cli(
+            "The paper's attention_only: --l2sp gives MLP tensors (names holding mlp, "
+            "gate_proj, up_proj, down_proj, fc1, fc2) no penalty in any layer, the others "
+            "their layer's lambda; --freeze freezes only its layers' MLPs (attention and "
+            "norms train)."
         ),
     )
     l2sp: str | None = field(
@@ -453,11 +473,14 @@ class TrainConfig:
         if l2sp is not None:
             check_lambdas(l2sp, self.l2sp)
         require_narrowed_layers(modules, frozen or ranges)
+        if self.attention_only:
+            require_attention_only_tensors(layout.tensors, stack, frozen)
         block = block_size(self.block_size, layout.config)
         strategies = Strategies(
             frozen_layers=frozen,
             freeze_embeddings=self.freeze_embeddings,
             modules=modules,
+            attention_only=self.attention_only,
             l2sp=l2sp,
             l2sp_form=self.l2sp_form,
             ema=self.ema,
@@ -493,6 +516,8 @@ class TrainConfig:
             raise TrainConfigError("--lora is a baseline on its own: drop --l2sp and --ema")
         if lora is not None and self.modules is not None:
             raise TrainConfigError("--modules does not apply to --lora (choose targets=...)")
+        if self.attention_only:
+            check_attention_only(self.modules, self.lora, self.freeze, self.l2sp)
         return _Request(
             output=output,
             resume_from=resume_from,

@@ -25,8 +25,8 @@ def freeze(
     Args:
         model: the model, before any wrapping.
         layers: layer indices of the text stack.
-        layer_of: each parameter name's layer, None for those `--modules` leaves out
-            (`LayerMap.narrowed`).
+        layer_of: each parameter name's layer, None for those `--modules` or
+            `--attention-only` leaves out (`LayerMap.freezable`).
         embeddings: also freeze the input embeddings and the output head (tied or not).
 
     Returns:

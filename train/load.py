@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 
 
 def load(
-    layout: CheckpointLayout, dtype: torch.dtype, modules: ModuleFilter | None, *, progress: bool
+    layout: CheckpointLayout,
+    dtype: torch.dtype,
+    modules: ModuleFilter | None,
+    *,
+    attention_only: bool = False,
+    progress: bool,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, LayerMap]:
     """Load BASE for training (see `load_for_training`) and map its parameters to layers.
 
@@ -23,6 +28,7 @@ def load(
         layout: BASE's layout.
         dtype: the training dtype.
         modules: the `--modules` filter that narrows the layer specs.
+        attention_only: `--attention-only` (see `train.layer_map.LayerMap`).
         progress: show transformers' loading bar.
 
     Returns:
@@ -35,4 +41,5 @@ def load(
     tokenizer = AutoTokenizer.from_pretrained(layout.folder, trust_remote_code=False)
     tokenizer.model_max_length = int(1e30)  # packing splits long documents; no length warning
     names = (n for n, _ in model.named_parameters())
-    return model, tokenizer, layer_map(names, layout.text_stack.num_layers, modules)
+    layers = layer_map(names, layout.text_stack.num_layers, modules, attention_only)
+    return model, tokenizer, layers

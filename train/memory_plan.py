@@ -40,7 +40,12 @@ from surgery.core.modules import parse_module_filter
 from surgery.core.sizes import format_size
 from train.config import LoraSpec, TrainConfig, parse_lora
 from train.errors import TrainConfigError
-from train.limits import block_size, check_lambdas
+from train.limits import (
+    block_size,
+    check_attention_only,
+    check_lambdas,
+    require_attention_only_tensors,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -192,14 +197,19 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
     from train.freezing import freeze
     from train.layer_map import layer_map
 
+    if cfg.attention_only:
+        check_attention_only(cfg.modules, cfg.lora, cfg.freeze, cfg.l2sp)
     names = [n for n, _ in model.named_parameters()]
-    num_layers = select_stack(find_stacks(names)).num_layers
+    stack = select_stack(find_stacks(names))
+    num_layers = stack.num_layers
     frozen = parse_layer_spec(cfg.freeze, num_layers) if cfg.freeze else []
+    if cfg.attention_only:
+        require_attention_only_tensors(names, stack, frozen)
     modules = parse_module_filter(cfg.modules) if cfg.modules else None
-    # `narrowed`: what --freeze's and --l2sp's ranges reach.
-    mapped = layer_map(names, num_layers, modules)
+    # `narrowed`: what --l2sp's ranges reach; `freezable`: what --freeze's reach.
+    mapped = layer_map(names, num_layers, modules, cfg.attention_only)
     layers, narrowed = mapped.layers, mapped.narrowed
-    freeze(model, frozen, narrowed, cfg.freeze_embeddings)
+    freeze(model, frozen, mapped.freezable, cfg.freeze_embeddings)
     l2sp = check_lambdas(parse_layer_values(cfg.l2sp, num_layers), cfg.l2sp) if cfg.l2sp else None
     params = dict(model.named_parameters())
     total = sum(p.numel() for p in params.values())
@@ -215,7 +225,8 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
     for name, param in params.items():
         if param.requires_grad:
             trained += param.numel()
-            if l2sp is not None and l2sp.value_for(narrowed[name]):
+            exempt = name in mapped.unregularized
+            if l2sp is not None and not exempt and l2sp.value_for(narrowed[name]):
                 regularized += param.numel()
     return Counts(total, trained, regularized, largest_unit, largest_layer)
 

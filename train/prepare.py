@@ -33,7 +33,7 @@ def prepare(
         TrainConfigError: nothing left to train.
     """
     frozen = strategies.frozen_layers
-    freeze(model, frozen, layers.narrowed, strategies.freeze_embeddings)
+    freeze(model, frozen, layers.freezable, strategies.freeze_embeddings)
     if strategies.lora is None:
         return model
     # Adapters only where layers train: --freeze keeps its layers bit-identical under LoRA.

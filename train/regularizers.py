@@ -22,7 +22,7 @@ gathered, and the result equals the unsharded computation element for element.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,21 +68,24 @@ class L2SP:
         values: LayerValues,
         layers: Mapping[str, int | None],
         form: str = "sum",
+        exempt: Collection[str] = frozenset(),
     ) -> L2SP:
         """Snapshot the reference w0 of every trainable parameter with lambda > 0.
 
         Args:
             model: the model holding the base weights (on its training device).
             values: lambda per layer; `default` for other layers and tensors outside the stack.
-            layers: each parameter name's layer (see `freezing.layer_map`).
+            layers: each parameter name's layer (see `train.layer_map`).
             form: "sum" (lambda * ||w - w0||^2) or "half" (lambda / 2 * ||w - w0||^2).
+            exempt: parameters with no penalty whatever their layer's lambda
+                (`--attention-only`'s MLPs, `LayerMap.unregularized`).
 
         Returns:
             The regularizer.
         """
         terms = []
         for name, param in model.named_parameters():
-            strength = values.value_for(layers[name])
+            strength = 0.0 if name in exempt else values.value_for(layers[name])
             if param.requires_grad and strength:
                 reference = local(param.detach()).clone()
                 terms.append(_Term(name, param, reference, float(strength)))

@@ -104,9 +104,10 @@ def _attach_to(
     """Create L2-SP, drift and EMA on the model's parameters as they sit on their devices
     (this rank's shards under FSDP)."""
     if strategies.l2sp is not None:
-        # --modules narrows the ranges: a tensor it leaves out gets the `*` lambda.
+        # --modules narrows the ranges: a tensor it leaves out gets the `*` lambda;
+        # --attention-only leaves the MLPs out altogether (lambda 0), as the paper's code.
         trainer.l2sp = L2SP.from_model(
-            model, strategies.l2sp, layers.narrowed, strategies.l2sp_form
+            model, strategies.l2sp, layers.narrowed, strategies.l2sp_form, layers.unregularized
         )
         held = sum(t.reference.nbytes for t in trainer.l2sp.terms)
         trainer.held_bytes["l2sp_reference"] = held

@@ -16,6 +16,14 @@ as if its layer were not chosen (it stays TRAINED, trains, or gets the `*` value
   `attention.output.LayerNorm`).
 - anything else: one regular expression, searched in the tensor's name inside its layer
   (`self_attn.q_proj.weight` of `model.layers.3.self_attn.q_proj.weight`), e.g. `q_proj|v_proj`.
+
+`--attention-only` is not a `--modules` group: it is the paper's `attention_only`
+(sanchit-ahuja/scaling-multilingual-experts, `regularization.py`), whose parameter counts as MLP
+when its name holds one of `REFERENCE_MLP` as a substring (`_is_mlp_param`); everything else
+(attention, norms, embeddings) is not MLP. `ATTENTION_ONLY` is that rule as a filter; it is
+searched in a tensor's name inside its layer, which is the reference's search of the whole name
+wherever the stack's prefix holds none of the substrings (`model.layers`,
+`language_model.model.layers`).
 """
 
 from __future__ import annotations
@@ -74,6 +82,8 @@ class ModuleFilter:
     spec: str
     groups: frozenset[str] = frozenset()
     pattern: re.Pattern[str] | None = None
+    # How errors name the filter; None: `--modules SPEC`.
+    label: str | None = None
 
     def matches(self, inner: str) -> bool:
         """Whether a tensor, by its name inside its layer, is selected."""
@@ -90,6 +100,8 @@ class ModuleFilter:
             LayerSpecError: no name matches.
         """
         if not any(self.matches(name) for name in inner_names):
+            if self.label is not None:
+                raise LayerSpecError(f"{self.label} matches no tensor of layers {layers}")
             raise LayerSpecError(
                 f"--modules {self.spec!r} matches no tensor of layers {layers} (groups: "
                 f"{', '.join(GROUPS)}, or a regex on names inside a layer, e.g. q_proj|v_proj)"
@@ -112,3 +124,14 @@ def parse_module_filter(spec: str) -> ModuleFilter:
         return ModuleFilter(text, pattern=re.compile(text))
     except re.error as error:
         raise LayerSpecError(f"--modules {spec!r} is not a valid regex: {error}") from None
+
+
+# The paper's code (`_is_mlp_param`): a parameter is MLP when its name contains one of these.
+REFERENCE_MLP = ("mlp", "gate_proj", "up_proj", "down_proj", "fc1", "fc2")
+
+# `--attention-only`: the reference's MLP parameters (see the module's docstring).
+ATTENTION_ONLY = ModuleFilter(
+    "|".join(REFERENCE_MLP),
+    pattern=re.compile("|".join(map(re.escape, REFERENCE_MLP))),
+    label="--attention-only (the MLP tensors: names holding " + ", ".join(REFERENCE_MLP) + ")",
+)
