@@ -276,6 +276,43 @@ def test_a_folder_of_another_model_suite_or_settings_is_refused(study, families)
     assert _files(study / "out") == before
 
 
+def test_a_resume_with_another_tokenizer_is_refused(study, tmp_path, monkeypatch):
+    """results.json records the sha256 of the tokenizer's files; another tokenizer (here the
+    model's own with one token added, as a grown vocabulary comes) is refused before the model
+    loads, and the same files in another folder are the same tokenizer."""
+    from transformers import AutoTokenizer
+
+    import eval.model_loading
+    from eval.study.tokenizer_id import TOKENIZER_FILES, tokenizer_sha256
+
+    study, base = study
+    before = _files(study / "out")
+    recorded = res.read_results(study / "out").settings["tokenizer_sha256"]
+    assert recorded is not None and recorded == tokenizer_sha256(Path(base))
+    grown = AutoTokenizer.from_pretrained(base)
+    grown.add_tokens(["<grown>"])
+    grown.save_pretrained(tmp_path / "grown")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in TOKENIZER_FILES:
+        if (Path(base) / name).exists():
+            (copy / name).write_bytes((Path(base) / name).read_bytes())
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model must not load")
+
+    monkeypatch.setattr(eval.model_loading, "load_model", no_model)
+    argv = [base, "--suite", study / "suite.yml", "-o", study / "out", *ARGS]
+    result = _eval(*argv, "--tokenizer", tmp_path / "grown")
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert "another tokenizer" in result.output and recorded in result.output
+    assert _files(study / "out") == before
+    # The model's tokenizer files copied elsewhere: the finished folder resumes (nothing to do).
+    assert _eval(*argv, "--tokenizer", copy).exit_code == 0
+    assert _files(study / "out") == before
+
+
 PIQA_ONLY = (
     FAMILIES_YAML
     + """\
