@@ -276,6 +276,43 @@ def test_a_folder_of_another_model_suite_or_settings_is_refused(study, families)
     assert _files(study / "out") == before
 
 
+def test_a_resume_with_another_tokenizer_is_refused(study, tmp_path, monkeypatch):
+    """results.json records the sha256 of the tokenizer's files; another tokenizer (here the
+    model's own with one token added, as a grown vocabulary comes) is refused before the model
+    loads, and the same files in another folder are the same tokenizer."""
+    from transformers import AutoTokenizer
+
+    import eval.model_loading
+    from eval.study.tokenizer_id import TOKENIZER_FILES, tokenizer_sha256
+
+    study, base = study
+    before = _files(study / "out")
+    recorded = res.read_results(study / "out").settings["tokenizer_sha256"]
+    assert recorded is not None and recorded == tokenizer_sha256(Path(base))
+    grown = AutoTokenizer.from_pretrained(base)
+    grown.add_tokens(["<grown>"])
+    grown.save_pretrained(tmp_path / "grown")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in TOKENIZER_FILES:
+        if (Path(base) / name).exists():
+            (copy / name).write_bytes((Path(base) / name).read_bytes())
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model must not load")
+
+    monkeypatch.setattr(eval.model_loading, "load_model", no_model)
+    argv = [base, "--suite", study / "suite.yml", "-o", study / "out", *ARGS]
+    result = _eval(*argv, "--tokenizer", tmp_path / "grown")
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert "another tokenizer" in result.output and recorded in result.output
+    assert _files(study / "out") == before
+    # The model's tokenizer files copied elsewhere: the finished folder resumes (nothing to do).
+    assert _eval(*argv, "--tokenizer", copy).exit_code == 0
+    assert _files(study / "out") == before
+
+
 PIQA_ONLY = (
     FAMILIES_YAML
     + """\
@@ -406,17 +443,56 @@ def test_suite_and_task_options_do_not_mix(study):
     assert result.exit_code == 2 and "a seed is given twice" in result.output
 
 
-def test_the_paper_suite_has_its_five_families():
+# The reference's language lists (sanchit-ahuja/scaling-multilingual-experts), by MADLAD code:
+# configs/constants.py LANGS (held in) and HELDOUT_LANGS, and scripts/bootstrap_ci.py HELDOUT
+# (the held-out relatives of the paper's tables: no German).
+REFERENCE_LANGS = {
+    "slavic": ["mk", "hr", "ru", "sk", "sr", "uk"],
+    "germanic": ["af", "fy", "lb", "da", "nl", "en"],
+    "indic": ["bn", "hi", "kn", "ml", "mr", "ne", "ta", "te"],
+    "austronesian": ["sm", "jv", "ceb", "fil", "id", "ms"],
+    "romance": ["es", "pt", "fr", "gl", "it", "ro"],
+}
+REFERENCE_HELDOUT_LANGS = {
+    "slavic": ["bg", "cs", "lt", "pl", "sl", "lv"],
+    "germanic": ["de", "is", "no", "sv"],
+    "indic": ["as", "gu", "or", "pa", "sd", "si", "ur"],
+    "austronesian": ["ilo", "mi", "su", "war", "mg"],
+    "romance": ["ca"],
+}
+TABLES_HELDOUT = {**REFERENCE_HELDOUT_LANGS, "germanic": ["sv", "no", "is"]}
+
+
+def _lang2(suite, split):
+    """Each family's languages of a split by MADLAD code, as the reference names them."""
+    return {
+        family.name: sorted(suite.variables[lang]["lang2"] for lang in getattr(family, split))
+        for family in suite.families
+    }
+
+
+def test_the_paper_suite_holds_the_languages_of_the_paper_tables():
     suite = load_suite(PAPER_SUITE)
-    held_in = [lang for f in suite.families for lang in f.held_in]
-    held_out = [lang for f in suite.families for lang in f.held_out]
-    assert [f.name for f in suite.families] == [
-        "slavic", "germanic", "indic", "austronesian", "romance"
+    assert [f.name for f in suite.families] == list(REFERENCE_LANGS)
+    assert _lang2(suite, "held_in") == {k: sorted(v) for k, v in REFERENCE_LANGS.items()}
+    assert _lang2(suite, "held_out") == {k: sorted(v) for k, v in TABLES_HELDOUT.items()}
+    # German, scored by the reference but in none of its tables, is measured in no family.
+    assert suite.others == ("deu_Latn",)
+    assert {u.lang for u in plan(suite) if u.family is None and u.lang} == {"deu_Latn"}
+
+
+def test_the_german_variant_differs_from_the_paper_suite_only_in_german():
+    default = load_suite(PAPER_SUITE).normalized()
+    variant_suite = load_suite(PAPER_SUITE.with_name("paper_with_german.yml"))
+    assert _lang2(variant_suite, "held_out") == {
+        k: sorted(v) for k, v in REFERENCE_HELDOUT_LANGS.items()
+    }
+    variant = variant_suite.normalized()
+    assert variant["families"]["germanic"]["held_out"] == [
+        "deu_Latn", *default["families"]["germanic"]["held_out"]
     ]  # fmt: skip
-    assert len(held_in) == 32 and len(held_out) == 23
-    # The paper's code names languages by MADLAD code: every one maps back.
-    assert {suite.variables[lang]["lang2"] for lang in held_in} >= {"fy", "lb", "fil", "ceb"}
-    assert all("lang2" in suite.variables[lang] for lang in held_in + held_out)
+    variant["families"]["germanic"]["held_out"].remove("deu_Latn")
+    assert {**variant, "others": ["deu_Latn"]} == default
 
 
 def _cli_process(argv, nproc=None):

@@ -25,6 +25,7 @@ from eval.errors import CompareError
 from eval.study.measures import Measure, measure_for, primary_metric
 from eval.study.results import SuiteResults, UnitResult, read_results, read_samples
 from eval.study.stats import cell_rng, percentile_interval, resample_counts, sign_test
+from eval.study.tokenizer_id import refuse_token_metrics
 
 # Settings that change what is scored (batch size does not): the items, their prompts and
 # the precision they are scored in.
@@ -94,6 +95,7 @@ class Comparison:
     rows: list[dict[str, Any]] = field(default_factory=list)
     sign_tests: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # metrics left out, and why
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
@@ -320,6 +322,7 @@ def compare(
         families=families,
         axes=[],
         skipped=[unit for cell, result in results if result is None for unit in cell.units],
+        refused=refuse_token_metrics(runs, results),
     )
     _aggregate(comparison, [(c, r) for c, r in results if r is not None])
     return comparison

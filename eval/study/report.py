@@ -130,6 +130,8 @@ def report_markdown(comparison: Comparison, plots: list[str]) -> str:
         lines += [f"Also in comparison.csv and comparison.json: {', '.join(others)}.", ""]
     if comparison.skipped:
         lines += [f"Not compared (no per-item outcome): {', '.join(comparison.skipped)}.", ""]
+    for reason in comparison.refused:
+        lines += [reason, ""]
     return "\n".join(lines)
 
 
@@ -162,6 +164,7 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
             "rows": comparison.rows,
             "sign_tests": comparison.sign_tests,
             "skipped": comparison.skipped,
+            "refused": comparison.refused,
         }
     )
 

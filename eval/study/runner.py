@@ -24,6 +24,7 @@ from typing import Any
 from eval.errors import EvalDataError, SuiteError
 from eval.study import results as res
 from eval.study.suite import Unit, load_suite, plan
+from eval.study.tokenizer_id import SETTING, tokenizer_folder, tokenizer_sha256
 from eval.tasks import Task
 from eval.translation import find_language_file
 
@@ -43,8 +44,9 @@ class SuiteRun:
     tokenizer: str | None = None
     progress: bool = True
 
-    def settings(self) -> dict[str, Any]:
-        """results.json's ``settings``: what changes scores (a resumed run must match them)."""
+    def settings(self, tokenizer_digest: str | None = None) -> dict[str, Any]:
+        """results.json's ``settings``: what changes scores (a resumed run must match them),
+        with the sha256 of the tokenizer's files (`eval.study.tokenizer_id`)."""
         return {
             "seed": self.seed,
             "limit": self.limit,
@@ -52,6 +54,7 @@ class SuiteRun:
             "max_length": self.max_length,
             "eval_dtype": self.dtype,
             "fewshot_seeds": list(self.fewshot_seeds) or [None],
+            SETTING: tokenizer_digest,
         }
 
 
@@ -155,6 +158,12 @@ def check_resumable(directory: Path, expected: res.SuiteResults) -> res.SuiteRes
     for label, old, new in (
         ("model", found.model.path, expected.model.path),
         ("suite", found.suite_sha256, expected.suite_sha256),
+        # Before the other settings, so that the line names it rather than printing them all.
+        (
+            "tokenizer",
+            f"{SETTING} {found.settings.get(SETTING) or 'not recorded'}",
+            f"{SETTING} {expected.settings.get(SETTING) or 'not recorded'}",
+        ),
         ("settings", found.settings, expected.settings),
     ):
         if old != new:
@@ -182,11 +191,12 @@ def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: Suite
         ModelError, CheckpointError: the model cannot be loaded.
     """
     suite, units, missing, tasks = prepare(suite_path, options)
+    tokenizer = tokenizer_sha256(tokenizer_folder(checkpoint, options.tokenizer))
     header = res.SuiteResults(
         model=model_info(checkpoint),
         suite=suite,
         suite_sha256=res.suite_sha256(suite),
-        settings=options.settings(),
+        settings=options.settings(tokenizer),
         units=(),
         missing=tuple(missing),
         complete=False,
