@@ -13,6 +13,7 @@ import json
 import math
 import re
 import shutil
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,11 +22,20 @@ from click.testing import CliRunner
 from sacrebleu.metrics import CHRF
 from scipy.stats import binomtest
 
+from bench.measure import measure
 from cli import cli
 from eval.errors import CompareError
+from eval.study import stats
 from eval.study.chrf_stats import chrf_statistics, supports
 from eval.study.compare import cells_of, compare, compute_cell, load_runs
-from eval.study.stats import cell_seed, chrf_from_sums, resample_counts, sign_test
+from eval.study.stats import (
+    cell_seed,
+    chrf_from_sums,
+    count_blocks,
+    resample_counts,
+    resampled_sums,
+    sign_test,
+)
 from tests.support.study_dirs import Study, read_lines, write_results
 
 # Uneven families, so that the macro of macros differs from the mean over languages.
@@ -220,6 +230,80 @@ def test_chrf_resamples_are_sacrebleus_paired_bootstrap(study):
     assert estimate_ci(boot[:, 1]) == pytest.approx(
         (again["chrF2"].mean, again["chrF2"].ci), abs=1e-3
     )
+
+
+def whole_count_matrix(rng, n, resamples):
+    """The count matrix as compare drew it before blocks, in one (B, n) draw: the oracle."""
+    index = rng.choice(n, size=(resamples, n), replace=True)
+    index += np.arange(resamples)[:, None] * n
+    counts = np.bincount(index.ravel(), minlength=resamples * n)
+    return counts.reshape(resamples, n).astype(np.float64)
+
+
+@pytest.mark.parametrize(
+    "n, resamples, block", [(7, 1000, 20), (1, 10, 1), (300, 41, 1000), (3, 999, 2), (50, 7, 10)]
+)
+def test_resamples_drawn_in_blocks_are_those_of_one_whole_draw(n, resamples, block):
+    """Blocks of rows (block // n rows each, the last one shorter) hold the same counts, bit
+    for bit, as one draw of the whole matrix from the same seed; sums of integer statistics
+    are then exact and equal, sums of floats equal to float64 rounding."""
+    blocks = list(count_blocks(np.random.default_rng(5), n, resamples, block))
+    assert [len(b) for b in blocks[:-1]] == [max(1, block // n)] * (len(blocks) - 1)
+    whole = whole_count_matrix(np.random.default_rng(5), n, resamples)
+    assert np.array_equal(np.concatenate(blocks), whole)
+    rng = np.random.default_rng(0)
+    integers = rng.integers(0, 300, (n, 4)).astype(np.float64)  # outcomes, token counts
+    sums = resampled_sums(np.random.default_rng(5), integers, resamples, block)
+    assert np.array_equal(sums, whole @ integers)
+    floats = -rng.random((n, 3)) * 500  # log-likelihoods
+    sums = resampled_sums(np.random.default_rng(5), floats, resamples, block)
+    # Each sum adds n non-positive terms: any order is within n ulps of the exact sum.
+    bound = n * np.finfo(np.float64).eps * np.abs(whole @ floats)
+    assert np.all(np.abs(sums - whole @ floats) <= bound)
+
+
+def test_compare_in_blocks_gives_the_whole_draws_results(study, monkeypatch):
+    """Every cell of the study (perplexity, accuracies, chrF), resampled in blocks of 3 to 40
+    rows against one whole draw (a block larger than the matrix: the code before blocks):
+    the same point values, the same float32 resampled metrics (perplexity within one float32
+    ulp: its log-likelihood sums may differ in float64's last bits)."""
+    runs = load_runs(study.base, [study.dense, study.soup])
+    resamples = 300
+    for cell in cells_of(runs[0].results):
+        monkeypatch.setattr(stats, "BLOCK", 2**40)
+        _, whole = compute_cell(runs, cell, resamples, 0)
+        monkeypatch.setattr(stats, "BLOCK", 120)
+        _, blocked = compute_cell(runs, cell, resamples, 0)
+        assert blocked.point.keys() == whole.point.keys()
+        for name in whole.point:
+            assert np.array_equal(blocked.point[name], whole.point[name])
+            if cell.kind == "ppl":
+                np.testing.assert_allclose(blocked.boot[name], whole.boot[name], rtol=2**-23)
+            else:
+                assert np.array_equal(blocked.boot[name], whole.boot[name]), (cell.key, name)
+
+
+RESAMPLE = """
+import sys
+import numpy as np
+from eval.study.stats import resampled_sums
+n, resamples = int(sys.argv[1]), int(sys.argv[2])
+values = np.random.default_rng(0).random((n, 4))
+resampled_sums(np.random.default_rng(0), values, resamples)
+"""
+
+
+def test_resampling_memory_does_not_grow_with_items():
+    """Peak RssAnon of resampling 2,000 and 20,000 items (B = 1,000): one whole count matrix
+    would cost 24 x B x n bytes (46 and 458 MiB); blocks cost the same for both."""
+    peaks = {}
+    for n in (2_000, 20_000):
+        result = measure([sys.executable, "-c", RESAMPLE, str(n), "1000"])
+        assert result.returncode == 0
+        peaks[n] = result.peak_anon
+    print({n: f"{peak / 2**20:.0f} MiB" for n, peak in peaks.items()})
+    # The values grow by 0.6 MiB; three block-sized arrays are 24 MiB in all.
+    assert peaks[20_000] - peaks[2_000] < 32 * 2**20, peaks
 
 
 @pytest.mark.parametrize("word_order", [0, 2])

@@ -24,7 +24,7 @@ import numpy as np
 from eval.errors import CompareError
 from eval.study.measures import Measure, measure_for, primary_metric
 from eval.study.results import SuiteResults, UnitResult, read_results, read_samples
-from eval.study.stats import cell_rng, percentile_interval, resample_counts, sign_test
+from eval.study.stats import cell_rng, percentile_interval, resampled_sums, sign_test
 
 # Settings that change what is scored (batch size does not): the items, their prompts and
 # the precision they are scored in.
@@ -222,8 +222,9 @@ def compute_cell(
 ) -> tuple[Cell, CellResult | None]:
     """A cell's point values and its paired bootstrap resamples for every model.
 
-    One count matrix C (resamples x items) for all models and seeds; each metric is applied to
-    C @ statistics, so the base and every strategy are scored on the same resampled items.
+    One count matrix C (resamples x items) for all models and seeds, drawn in blocks of rows;
+    each metric is applied to C @ statistics, so the base and every strategy are scored on the
+    same resampled items.
     """
     lines = _aligned(runs, cell)
     unit = runs[0].results.unit(cell.units[0])
@@ -234,8 +235,8 @@ def compute_cell(
     stats = measure.statistics(lines)  # (seeds * models, n, k)
     k = stats.shape[-1]
     flat = stats.transpose(1, 0, 2).reshape(n, seeds * models * k)
-    counts = resample_counts(cell_rng(seed, cell.key), n, resamples)
-    sums = (counts @ flat).reshape(resamples, seeds, models, k)
+    sums = resampled_sums(cell_rng(seed, cell.key), flat, resamples)
+    sums = sums.reshape(resamples, seeds, models, k)
     totals = stats.sum(axis=1).reshape(seeds, models, k)
     point, boot = {}, {}
     for name, metric in measure.metrics.items():

@@ -3,12 +3,14 @@ summed sacrebleu statistics, percentile intervals and exact sign tests.
 
 Every resample of a language is a row of a count matrix C (how often each item is drawn), so
 a metric that is a function of summed per-item statistics is resampled for all models at once
-by one matrix product C @ Y: no Python loop over resamples.
+by matrix products C @ Y, a block of rows of C at a time (bounded memory whatever the
+number of items): no Python loop over single resamples.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,19 +34,59 @@ def cell_rng(seed: int, key: str) -> np.random.Generator:
     return np.random.default_rng(cell_seed(seed, key))
 
 
-def resample_counts(rng: np.random.Generator, n: int, resamples: int) -> np.ndarray:
-    """Count matrix of `resamples` bootstrap resamples of `n` items.
+# Items x resamples drawn at once: the indices, their counts and the float64 count matrix are
+# 8 MiB each, whatever the number of items (a whole matrix is 24 x B x n bytes: 4.5 GiB at
+# B = 10,000 and n = 20,000).
+BLOCK = 2**20
+
+
+def count_blocks(
+    rng: np.random.Generator, n: int, resamples: int, block: int | None = None
+) -> Iterator[np.ndarray]:
+    """Consecutive rows of the count matrix of `resamples` bootstrap resamples of `n` items.
 
     The indices are drawn as sacrebleu's paired bootstrap draws them (`rng.choice(n, (B, n))`),
-    then counted by one bincount, so the same generator gives the same resamples as sacrebleu.
+    a block of rows at a time: a Generator's bounded integers come from one stream whatever the
+    size of each call, so the rows are those of one (B, n) draw (a test checks it), and the same
+    generator gives the same resamples as sacrebleu.
+
+    Yields:
+        float64 arrays (rows, n), `rows` at most max(1, block // n) (block: BLOCK by default):
+        row b holds how often each item is in that resample.
+    """
+    rows = max(1, (block or BLOCK) // max(n, 1))
+    for start in range(0, resamples, rows):
+        size = min(rows, resamples - start)
+        index = rng.choice(n, size=(size, n), replace=True)
+        index += np.arange(size)[:, None] * n  # row b counts into bins b*n .. b*n + n - 1
+        counts = np.bincount(index.ravel(), minlength=size * n)
+        yield counts.reshape(size, n).astype(np.float64)
+
+
+def resample_counts(rng: np.random.Generator, n: int, resamples: int) -> np.ndarray:
+    """The whole count matrix (resamples, n) of `count_blocks`: for small n only."""
+    return np.concatenate(list(count_blocks(rng, n, resamples)))
+
+
+def resampled_sums(
+    rng: np.random.Generator, values: np.ndarray, resamples: int, block: int | None = None
+) -> np.ndarray:
+    """Per resample, the sums of `values` (n, k) over the items drawn: C @ values, a block of
+    count rows at a time, so memory stays bounded whatever n is.
+
+    Sums of integer statistics (outcomes, counts) are exact; float sums (log-likelihoods) may
+    differ from one whole product in their last bits, as BLAS sums in another order for
+    another matrix shape (as it does on another CPU).
 
     Returns:
-        float64 array (resamples, n): row b holds how often each item is in resample b.
+        float64 array (resamples, k).
     """
-    index = rng.choice(n, size=(resamples, n), replace=True)
-    index += np.arange(resamples)[:, None] * n
-    counts = np.bincount(index.ravel(), minlength=resamples * n)
-    return counts.reshape(resamples, n).astype(np.float64)
+    sums = np.empty((resamples, values.shape[1]))
+    start = 0
+    for counts in count_blocks(rng, len(values), resamples, block):
+        sums[start : start + len(counts)] = counts @ values
+        start += len(counts)
+    return sums
 
 
 def percentile_interval(values: np.ndarray) -> tuple[float, float]:
