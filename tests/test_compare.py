@@ -565,7 +565,10 @@ def test_report_csv_json_and_plots(study, tmp_path):
         "resamples": 500,
         "seed": 0,
         "interval": "paired bootstrap percentile 2.5/97.5",
+        "p": "min(1, 2 * (1 + min(#{d <= 0}, #{d >= 0})) / (B + 1)) over resampled changes d",
+        "min_items": 30,
     }
+    assert data["bold"] == "interval" and data["adjustment"]["alpha"] == 0.05
     assert data["models"] == ["base", "dense", "soup"]
     with (out / "comparison.csv").open() as handle:
         table = list(csv.DictReader(handle))
@@ -592,7 +595,8 @@ def test_report_csv_json_and_plots(study, tmp_path):
     assert (f"**{cell}**" if overall["significant"] else cell) in report
     for text in ("macro of macros", "B = 500", "seed 0", "![change_heatmap.png]", "## belebele"):
         assert text in report
-    table_line = next(line for line in report.splitlines() if line.startswith("| dense |"))
+    headline = report[report.index("## belebele · acc") :]
+    table_line = next(line for line in headline.splitlines() if line.startswith("| dense |"))
     assert re.search(r"\d+–\d+, p=", table_line)  # sign tests in the same row
     # OUT is not replaced without --force; the same seed gives the same numbers, in one
     # process or two (each language's resamples come from its own stream).
@@ -678,27 +682,44 @@ def test_three_tiny_models_eval_suite_then_compare(tmp_path, families):
     refused(result, "suite.tasks.belebele.options.shots is 2, not 1", tmp_path / "r2")
 
 
-def test_a_language_in_no_family_is_compared_but_in_no_mean(tmp_path):
-    """A suite's `others` (the base's own language): language rows with intervals, but in no
-    family's mean, no overall mean and no sign test."""
-    spec = Study(families=FAMILIES, others=["eng_Latn"])
+def test_languages_in_no_family_are_their_own_mean_the_forgetting(tmp_path):
+    """A suite's `others` (languages in no family): language rows with intervals under the
+    split `others`, their own mean (recomputed on every resample) and sign test over them, in
+    no family's mean and in no held-in or held-out macro."""
+    spec = Study(families=FAMILIES, others=["eng_Latn", "fra_Latn"])
+    skill = {**DENSE, "eng_Latn": -0.8, "fra_Latn": -0.4}
     folders = [
-        write_results(tmp_path / name, spec, name, skill, seed=seed)
-        for name, skill, seed in (("base", 0.0, 1), ("dense", DENSE, 2))
+        write_results(tmp_path / name, spec, name, level, seed=seed)
+        for name, level, seed in (("base", 0.0, 1), ("dense", skill, 2))
     ]
     comparison = compare(folders[0], folders[1:], resamples=200, seed=0)
     english = rows_of(comparison, lang="eng_Latn", model="dense", scope="language")
     assert len(english) >= len(spec.tasks)
-    assert all(r["family"] is None and r["split"] is None for r in english)
+    assert all(r["family"] is None and r["split"] == "others" for r in english)
     assert all(r["ci_low"] <= r["ci_high"] for r in english)
+    where = dict(model="dense", task="belebele", metric="acc")
+    forgot = one(comparison, scope="overall", split="others", **where)
+    langs = [one(comparison, scope="language", lang=x, **where) for x in spec.others]
+    assert forgot["n"] == 2 and forgot["family"] is None
+    assert forgot["value"] == pytest.approx(np.mean([r["value"] for r in langs]))
+    assert forgot["delta"] == pytest.approx(np.mean([r["delta"] for r in langs]))
+    # The mean's resamples are the mean of its languages' (paired): a narrower interval than
+    # the widest language's, but not a copy of either.
+    assert forgot["ci_low"] < forgot["delta"] < forgot["ci_high"]
+    assert forgot["ci_low"] not in {r["ci_low"] for r in langs}
+    (test,) = [
+        s for s in comparison.sign_tests
+        if s["split"] == "others" and s["task"] == "belebele" and s["metric"] == "acc"
+    ]  # fmt: skip
+    assert (test["over"], test["wins"] + test["losses"] + test["ties"]) == ("languages", 2)
     for row in rows_of(comparison, model="dense", scope="overall"):
-        assert row["n"] == len(FAMILIES)
+        assert row["n"] == (2 if row["split"] == "others" else len(FAMILIES))
     for row in rows_of(comparison, model="dense", scope="family"):
         where = {k: row[k] for k in ("task", "variant", "metric", "family", "split")}
         langs = rows_of(comparison, model="dense", scope="language", **where)
         assert row["n"] == len(FAMILIES[row["family"]][row["split"]]) == len(langs)
         assert row["value"] == pytest.approx(np.mean([r["value"] for r in langs]))
     for test in comparison.sign_tests:
-        if test["over"] == "languages":
+        if test["over"] == "languages" and test["split"] != "others":
             langs = sum(len(f[test["split"]]) for f in FAMILIES.values())
             assert test["wins"] + test["losses"] + test["ties"] == langs
