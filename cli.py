@@ -804,7 +804,7 @@ def localize(
     default="interval",
     show_default=True,
     help="Bold a change whose unadjusted 95% interval excludes 0, or only one that survives "
-    "Benjamini-Hochberg over its table (marked † either way).",
+    "Benjamini-Hochberg over its table († marks the latter either way).",
 )
 @force_option
 @quiet_option
