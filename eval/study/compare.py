@@ -348,7 +348,8 @@ def _summary(
     bootstrap p, the ratio to the base for perplexities, and whether the change counts.
 
     `items` is the fewest items of any language (or task) the value rests on: below
-    MIN_ITEMS its interval is not trusted and the change is never `significant`.
+    MIN_ITEMS the row is `few_items`, its interval too narrow to trust, and never bold.
+    `significant` is the interval's verdict alone (the demo's table and text read it).
     """
     rows = []
     value = point.mean(axis=1)
@@ -362,7 +363,7 @@ def _summary(
             changes = boot[:, m].astype(np.float64) - base
             low, high = percentile_interval(changes)
             row.update(delta=float(value[m] - value[0]), ci_low=low, ci_high=high)
-            row["significant"] = bool((low > 0 or high < 0) and not few)
+            row["significant"] = bool(low > 0 or high < 0)
             row["p"] = bootstrap_p(changes)
         else:
             row.update(delta=None, ci_low=None, ci_high=None, significant=None, p=None)
@@ -505,7 +506,7 @@ def table_of(row: dict[str, Any]) -> str:
 
 def _adjust(comparison: Comparison) -> None:
     """Benjamini-Hochberg q over the strategies' cells of each table of each metric, and the
-    adjusted verdict: the change counts (`significant`) and its q is below ALPHA."""
+    adjusted verdict: the interval excludes 0, q is below ALPHA and the items are enough."""
     tables: dict[tuple, list[dict[str, Any]]] = {}
     for row in comparison.rows:
         if row["p"] is not None:
@@ -516,7 +517,9 @@ def _adjust(comparison: Comparison) -> None:
     for rows in tables.values():
         for row, q in zip(rows, adjust_bh([r["p"] for r in rows]), strict=True):
             row["q"] = q
-            row["significant_adjusted"] = bool(row["significant"] and q < ALPHA)
+            row["significant_adjusted"] = bool(
+                row["significant"] and q < ALPHA and not row["few_items"]
+            )
 
 
 def default_jobs() -> int:

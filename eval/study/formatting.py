@@ -36,7 +36,7 @@ def decimals(axis: dict[str, Any]) -> int:
 
 def format_cell(row: dict[str, Any], digits: int, bold: str = "significant") -> str:
     """`61.2 (+1.7 [0.4, 3.0])`, bold where `row[bold]` (by default `significant`: the
-    unadjusted interval excludes 0, on enough items); the base: the value only.
+    unadjusted interval excludes 0) and the row rests on enough items; the base: the value.
 
     With several few-shot seeds the value carries their population std: `61.2±0.4 (...)`.
     `†` marks a change that survives Benjamini-Hochberg over its table, `‡` a cell resting on
@@ -54,8 +54,9 @@ def format_cell(row: dict[str, Any], digits: int, bold: str = "significant") -> 
 
 
 def _marked(text: str, row: dict[str, Any], bold: str) -> str:
-    """Bold where `row[bold]`, then `†` (survives Benjamini-Hochberg) and `‡` (few items)."""
-    text = f"**{text}**" if row.get(bold) else text
+    """Bold where `row[bold]` unless the row rests on too few items, then `†` (survives
+    Benjamini-Hochberg) and `‡` (few items)."""
+    text = f"**{text}**" if row.get(bold) and not row.get("few_items") else text
     if row.get("significant_adjusted"):
         text += ADJUSTED
     return text + FEW if row.get("few_items") else text

@@ -55,7 +55,8 @@ def _is_ratio(axis: dict[str, Any]) -> bool:
 
 
 def _marks(row: dict[str, Any], bold: str) -> str:
-    return ("*" if row.get(bold) else "") + (FEW if row.get("few_items") else "")
+    few = row.get("few_items")
+    return ("*" if row.get(bold) and not few else "") + (FEW if few else "")
 
 
 def plot_heatmap(
