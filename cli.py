@@ -807,14 +807,23 @@ def localize(
 @click.option(
     "--jobs", type=click.IntRange(min=1), default=None, help="Processes [default: the usable CPUs]."
 )
+@click.option(
+    "--bold",
+    type=click.Choice(["interval", "adjusted"]),
+    default="interval",
+    show_default=True,
+    help="Bold a change whose unadjusted 95% interval excludes 0, or only one that survives "
+    "Benjamini-Hochberg over its table († marks the latter either way).",
+)
 @force_option
 @quiet_option
-def compare(dirs, base, out, resamples, seed, jobs, force, quiet):
+def compare(dirs, base, out, resamples, seed, jobs, force, quiet, bold):
     """Compare strategies' suite results (DIRS) with the base's, item by item.
 
     Per family the mean over held-in and over held-out languages, overall the mean over
-    families; changes from the base with paired bootstrap 95% intervals, sign tests over
-    languages and families. Writes OUT/report.md, comparison.csv, comparison.json and two
+    families, and the mean over the suite's `others:` languages (forgetting); changes from the
+    base with paired bootstrap 95% intervals, Benjamini-Hochberg over each table, sign tests
+    over languages and families. Writes OUT/report.md, comparison.csv, comparison.json and two
     plots. Results of other suites, settings, data or prompts are refused.
 
     \b
@@ -838,7 +847,9 @@ def compare(dirs, base, out, resamples, seed, jobs, force, quiet):
         progress=not quiet,
     )
     with staged_output(out) as staging:
-        write_report(comparison, staging)
+        notes = write_report(comparison, staging, bold)
+    for note in notes if not quiet else ():
+        click.echo(note, err=True)
     _done(out, quiet, None)
 
 

@@ -13,6 +13,7 @@ import json
 import math
 import re
 import shutil
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,11 +22,20 @@ from click.testing import CliRunner
 from sacrebleu.metrics import CHRF
 from scipy.stats import binomtest
 
+from bench.measure import measure
 from cli import cli
 from eval.errors import CompareError
+from eval.study import stats
 from eval.study.chrf_stats import chrf_statistics, supports
 from eval.study.compare import cells_of, compare, compute_cell, load_runs
-from eval.study.stats import cell_seed, chrf_from_sums, resample_counts, sign_test
+from eval.study.stats import (
+    cell_seed,
+    chrf_from_sums,
+    count_blocks,
+    resample_counts,
+    resampled_sums,
+    sign_test,
+)
 from tests.support.study_dirs import Study, read_lines, write_results
 
 # Uneven families, so that the macro of macros differs from the mean over languages.
@@ -220,6 +230,80 @@ def test_chrf_resamples_are_sacrebleus_paired_bootstrap(study):
     assert estimate_ci(boot[:, 1]) == pytest.approx(
         (again["chrF2"].mean, again["chrF2"].ci), abs=1e-3
     )
+
+
+def whole_count_matrix(rng, n, resamples):
+    """The count matrix as compare drew it before blocks, in one (B, n) draw: the oracle."""
+    index = rng.choice(n, size=(resamples, n), replace=True)
+    index += np.arange(resamples)[:, None] * n
+    counts = np.bincount(index.ravel(), minlength=resamples * n)
+    return counts.reshape(resamples, n).astype(np.float64)
+
+
+@pytest.mark.parametrize(
+    "n, resamples, block", [(7, 1000, 20), (1, 10, 1), (300, 41, 1000), (3, 999, 2), (50, 7, 10)]
+)
+def test_resamples_drawn_in_blocks_are_those_of_one_whole_draw(n, resamples, block):
+    """Blocks of rows (block // n rows each, the last one shorter) hold the same counts, bit
+    for bit, as one draw of the whole matrix from the same seed; sums of integer statistics
+    are then exact and equal, sums of floats equal to float64 rounding."""
+    blocks = list(count_blocks(np.random.default_rng(5), n, resamples, block))
+    assert [len(b) for b in blocks[:-1]] == [max(1, block // n)] * (len(blocks) - 1)
+    whole = whole_count_matrix(np.random.default_rng(5), n, resamples)
+    assert np.array_equal(np.concatenate(blocks), whole)
+    rng = np.random.default_rng(0)
+    integers = rng.integers(0, 300, (n, 4)).astype(np.float64)  # outcomes, token counts
+    sums = resampled_sums(np.random.default_rng(5), integers, resamples, block)
+    assert np.array_equal(sums, whole @ integers)
+    floats = -rng.random((n, 3)) * 500  # log-likelihoods
+    sums = resampled_sums(np.random.default_rng(5), floats, resamples, block)
+    # Each sum adds n non-positive terms: any order is within n ulps of the exact sum.
+    bound = n * np.finfo(np.float64).eps * np.abs(whole @ floats)
+    assert np.all(np.abs(sums - whole @ floats) <= bound)
+
+
+def test_compare_in_blocks_gives_the_whole_draws_results(study, monkeypatch):
+    """Every cell of the study (perplexity, accuracies, chrF), resampled in blocks of 3 to 40
+    rows against one whole draw (a block larger than the matrix: the code before blocks):
+    the same point values, the same float32 resampled metrics (perplexity within one float32
+    ulp: its log-likelihood sums may differ in float64's last bits)."""
+    runs = load_runs(study.base, [study.dense, study.soup])
+    resamples = 300
+    for cell in cells_of(runs[0].results):
+        monkeypatch.setattr(stats, "BLOCK", 2**40)
+        _, whole = compute_cell(runs, cell, resamples, 0)
+        monkeypatch.setattr(stats, "BLOCK", 120)
+        _, blocked = compute_cell(runs, cell, resamples, 0)
+        assert blocked.point.keys() == whole.point.keys()
+        for name in whole.point:
+            assert np.array_equal(blocked.point[name], whole.point[name])
+            if cell.kind == "ppl":
+                np.testing.assert_allclose(blocked.boot[name], whole.boot[name], rtol=2**-23)
+            else:
+                assert np.array_equal(blocked.boot[name], whole.boot[name]), (cell.key, name)
+
+
+RESAMPLE = """
+import sys
+import numpy as np
+from eval.study.stats import resampled_sums
+n, resamples = int(sys.argv[1]), int(sys.argv[2])
+values = np.random.default_rng(0).random((n, 4))
+resampled_sums(np.random.default_rng(0), values, resamples)
+"""
+
+
+def test_resampling_memory_does_not_grow_with_items():
+    """Peak RssAnon of resampling 2,000 and 20,000 items (B = 1,000): one whole count matrix
+    would cost 24 x B x n bytes (46 and 458 MiB); blocks cost the same for both."""
+    peaks = {}
+    for n in (2_000, 20_000):
+        result = measure([sys.executable, "-c", RESAMPLE, str(n), "1000"])
+        assert result.returncode == 0
+        peaks[n] = result.peak_anon
+    print({n: f"{peak / 2**20:.0f} MiB" for n, peak in peaks.items()})
+    # The values grow by 0.6 MiB; three block-sized arrays are 24 MiB in all.
+    assert peaks[20_000] - peaks[2_000] < 32 * 2**20, peaks
 
 
 @pytest.mark.parametrize("word_order", [0, 2])
@@ -481,7 +565,10 @@ def test_report_csv_json_and_plots(study, tmp_path):
         "resamples": 500,
         "seed": 0,
         "interval": "paired bootstrap percentile 2.5/97.5",
+        "p": "min(1, 2 * (1 + min(#{d <= 0}, #{d >= 0})) / (B + 1)) over resampled changes d",
+        "min_items": 30,
     }
+    assert data["bold"] == "interval" and data["adjustment"]["alpha"] == 0.05
     assert data["models"] == ["base", "dense", "soup"]
     with (out / "comparison.csv").open() as handle:
         table = list(csv.DictReader(handle))
@@ -508,7 +595,8 @@ def test_report_csv_json_and_plots(study, tmp_path):
     assert (f"**{cell}**" if overall["significant"] else cell) in report
     for text in ("macro of macros", "B = 500", "seed 0", "![change_heatmap.png]", "## belebele"):
         assert text in report
-    table_line = next(line for line in report.splitlines() if line.startswith("| dense |"))
+    headline = report[report.index("## belebele · acc") :]
+    table_line = next(line for line in headline.splitlines() if line.startswith("| dense |"))
     assert re.search(r"\d+–\d+, p=", table_line)  # sign tests in the same row
     # OUT is not replaced without --force; the same seed gives the same numbers, in one
     # process or two (each language's resamples come from its own stream).
@@ -594,27 +682,44 @@ def test_three_tiny_models_eval_suite_then_compare(tmp_path, families):
     refused(result, "suite.tasks.belebele.options.shots is 2, not 1", tmp_path / "r2")
 
 
-def test_a_language_in_no_family_is_compared_but_in_no_mean(tmp_path):
-    """A suite's `others` (the base's own language): language rows with intervals, but in no
-    family's mean, no overall mean and no sign test."""
-    spec = Study(families=FAMILIES, others=["eng_Latn"])
+def test_languages_in_no_family_are_their_own_mean_the_forgetting(tmp_path):
+    """A suite's `others` (languages in no family): language rows with intervals under the
+    split `others`, their own mean (recomputed on every resample) and sign test over them, in
+    no family's mean and in no held-in or held-out macro."""
+    spec = Study(families=FAMILIES, others=["eng_Latn", "fra_Latn"])
+    skill = {**DENSE, "eng_Latn": -0.8, "fra_Latn": -0.4}
     folders = [
-        write_results(tmp_path / name, spec, name, skill, seed=seed)
-        for name, skill, seed in (("base", 0.0, 1), ("dense", DENSE, 2))
+        write_results(tmp_path / name, spec, name, level, seed=seed)
+        for name, level, seed in (("base", 0.0, 1), ("dense", skill, 2))
     ]
     comparison = compare(folders[0], folders[1:], resamples=200, seed=0)
     english = rows_of(comparison, lang="eng_Latn", model="dense", scope="language")
     assert len(english) >= len(spec.tasks)
-    assert all(r["family"] is None and r["split"] is None for r in english)
+    assert all(r["family"] is None and r["split"] == "others" for r in english)
     assert all(r["ci_low"] <= r["ci_high"] for r in english)
+    where = dict(model="dense", task="belebele", metric="acc")
+    forgot = one(comparison, scope="overall", split="others", **where)
+    langs = [one(comparison, scope="language", lang=x, **where) for x in spec.others]
+    assert forgot["n"] == 2 and forgot["family"] is None
+    assert forgot["value"] == pytest.approx(np.mean([r["value"] for r in langs]))
+    assert forgot["delta"] == pytest.approx(np.mean([r["delta"] for r in langs]))
+    # The mean's resamples are the mean of its languages' (paired): a narrower interval than
+    # the widest language's, but not a copy of either.
+    assert forgot["ci_low"] < forgot["delta"] < forgot["ci_high"]
+    assert forgot["ci_low"] not in {r["ci_low"] for r in langs}
+    (test,) = [
+        s for s in comparison.sign_tests
+        if s["split"] == "others" and s["task"] == "belebele" and s["metric"] == "acc"
+    ]  # fmt: skip
+    assert (test["over"], test["wins"] + test["losses"] + test["ties"]) == ("languages", 2)
     for row in rows_of(comparison, model="dense", scope="overall"):
-        assert row["n"] == len(FAMILIES)
+        assert row["n"] == (2 if row["split"] == "others" else len(FAMILIES))
     for row in rows_of(comparison, model="dense", scope="family"):
         where = {k: row[k] for k in ("task", "variant", "metric", "family", "split")}
         langs = rows_of(comparison, model="dense", scope="language", **where)
         assert row["n"] == len(FAMILIES[row["family"]][row["split"]]) == len(langs)
         assert row["value"] == pytest.approx(np.mean([r["value"] for r in langs]))
     for test in comparison.sign_tests:
-        if test["over"] == "languages":
+        if test["over"] == "languages" and test["split"] != "others":
             langs = sum(len(f[test["split"]]) for f in FAMILIES.values())
             assert test["wins"] + test["losses"] + test["ties"] == langs

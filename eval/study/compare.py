@@ -22,14 +22,27 @@ from typing import Any
 import numpy as np
 
 from eval.errors import CompareError
-from eval.study.measures import Measure, measure_for, primary_metric
+from eval.study.measures import RATIO_METRICS, Measure, measure_for, primary_metric
 from eval.study.results import SuiteResults, UnitResult, read_results, read_samples
-from eval.study.stats import cell_rng, percentile_interval, resample_counts, sign_test
+from eval.study.stats import (
+    ALPHA,
+    MIN_ITEMS,
+    adjust_bh,
+    bootstrap_p,
+    cell_rng,
+    percentile_interval,
+    resampled_sums,
+    sign_test,
+    smallest_sign_test_p,
+)
 from eval.study.tokenizer_id import refuse_token_metrics
 
 # Settings that change what is scored (batch size does not): the items, their prompts and
 # the precision they are scored in.
 SCORED_SETTINGS = ("seed", "limit", "max_length", "fewshot_seeds", "eval_dtype")
+
+# The split of a language in no family (the suite's `others:`): what a strategy forgets.
+OTHERS = "others"
 
 WEIGHTING = {
     "language": "all items of the language count equally: accuracy is the mean of per-item "
@@ -39,6 +52,8 @@ WEIGHTING = {
     "family": "unweighted mean over the family's held-in (or held-out) languages",
     "overall": "unweighted mean over families of the family means (a macro of macros: each "
     "family counts once, whatever its number of languages)",
+    "others": "unweighted mean over the suite's `others:` languages (in no family): what a "
+    "strategy costs on languages it was not trained on and that are not its relatives",
     "task": "a task without languages (e.g. copain): all its items count equally",
 }
 
@@ -224,8 +239,9 @@ def compute_cell(
 ) -> tuple[Cell, CellResult | None]:
     """A cell's point values and its paired bootstrap resamples for every model.
 
-    One count matrix C (resamples x items) for all models and seeds; each metric is applied to
-    C @ statistics, so the base and every strategy are scored on the same resampled items.
+    One count matrix C (resamples x items) for all models and seeds, drawn in blocks of rows;
+    each metric is applied to C @ statistics, so the base and every strategy are scored on the
+    same resampled items.
     """
     lines = _aligned(runs, cell)
     unit = runs[0].results.unit(cell.units[0])
@@ -236,8 +252,8 @@ def compute_cell(
     stats = measure.statistics(lines)  # (seeds * models, n, k)
     k = stats.shape[-1]
     flat = stats.transpose(1, 0, 2).reshape(n, seeds * models * k)
-    counts = resample_counts(cell_rng(seed, cell.key), n, resamples)
-    sums = (counts @ flat).reshape(resamples, seeds, models, k)
+    sums = resampled_sums(cell_rng(seed, cell.key), flat, resamples)
+    sums = sums.reshape(resamples, seeds, models, k)
     totals = stats.sum(axis=1).reshape(seeds, models, k)
     point, boot = {}, {}
     for name, metric in measure.metrics.items():
@@ -328,25 +344,55 @@ def compare(
     return comparison
 
 
-def _summary(point: np.ndarray, boot: np.ndarray) -> list[dict[str, Any]]:
-    """Per model: value (mean over seeds), seed std, change from the base and its interval."""
+def _summary(
+    axis: dict[str, Any], point: np.ndarray, boot: np.ndarray, items: int
+) -> list[dict[str, Any]]:
+    """Per model: value (mean over seeds), seed std, change from the base, its interval and
+    bootstrap p, the ratio to the base for perplexities, and whether the change counts.
+
+    `items` is the fewest items of any language (or task) the value rests on: below
+    MIN_ITEMS the row is `few_items`, its interval too narrow to trust, and never bold.
+    `significant` is the interval's verdict alone (the demo's table and text read it).
+    """
     rows = []
     value = point.mean(axis=1)
+    few = items < MIN_ITEMS
+    base = boot[:, 0].astype(np.float64)
     for m in range(point.shape[0]):
         row = {"value": float(value[m]), "seeds": int(point.shape[1])}
         row["seed_std"] = float(point[m].std()) if point.shape[1] > 1 else None
+        row.update(items=items, few_items=few)
         if m:
-            low, high = percentile_interval(boot[:, m].astype(np.float64) - boot[:, 0])
+            changes = boot[:, m].astype(np.float64) - base
+            low, high = percentile_interval(changes)
             row.update(delta=float(value[m] - value[0]), ci_low=low, ci_high=high)
             row["significant"] = bool(low > 0 or high < 0)
+            row["p"] = bootstrap_p(changes)
         else:
-            row.update(delta=None, ci_low=None, ci_high=None, significant=None)
+            row.update(delta=None, ci_low=None, ci_high=None, significant=None, p=None)
+        row.update(_ratio(axis, value, boot, m))
         rows.append(row)
     return rows
 
 
+def _ratio(axis: dict[str, Any], value: np.ndarray, boot: np.ndarray, m: int) -> dict[str, Any]:
+    """A perplexity's ratio to the base and its interval (None for other metrics and the base):
+    perplexities span orders of magnitude, so their changes read as factors."""
+    if axis["metric"] not in RATIO_METRICS or not m:
+        return dict.fromkeys(("ratio", "ratio_low", "ratio_high"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = boot[:, m].astype(np.float64) / boot[:, 0]
+        low, high = percentile_interval(ratios)
+        return {"ratio": float(value[m] / value[0]), "ratio_low": low, "ratio_high": high}
+
+
+# One language or task: its point values, resampled values and item count.
+Member = tuple[np.ndarray, np.ndarray, int]
+
+
 def _aggregate(comparison: Comparison, results: list[tuple[Cell, CellResult]]) -> None:
-    """Fill the comparison's axes, rows (language, family, overall, task) and sign tests."""
+    """Fill the comparison's axes, rows (language, family, overall, task), sign tests and the
+    Benjamini-Hochberg adjustment over each table's cells."""
     axes: dict[tuple, list[tuple[Cell, CellResult]]] = {}
     for cell, result in results:
         for metric in result.point:
@@ -363,17 +409,18 @@ def _aggregate(comparison: Comparison, results: list[tuple[Cell, CellResult]]) -
             "primary": metric == first.primary,
         }
         comparison.axes.append(axis)
-        groups: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
+        groups: dict[tuple, list[Member]] = {}
         for cell, result in members:
             scope = "language" if cell.lang else "task"
-            where = {"family": cell.family, "split": cell.split, "lang": cell.lang}
+            # A language in no family is one of the suite's `others`: forgetting elsewhere.
+            split = cell.split or (OTHERS if cell.lang else None)
+            where = {"family": cell.family, "split": split, "lang": cell.lang}
             point, boot = result.point[metric], result.boot[metric]
-            _emit(comparison, axis, scope, where, result.n, point, boot)
-            if cell.lang and cell.family and cell.split:
-                groups.setdefault((cell.family, cell.split), []).append(
-                    (result.point[metric], result.boot[metric])
-                )
+            _emit(comparison, axis, scope, where, result.n, point, boot, result.n)
+            if cell.lang:
+                groups.setdefault((cell.family, split), []).append((point, boot, result.n))
         _families_and_overall(comparison, axis, groups)
+    _adjust(comparison)
 
 
 def _emit(
@@ -384,10 +431,13 @@ def _emit(
     n: int,
     point: np.ndarray,
     boot: np.ndarray,
+    items: int,
 ) -> None:
-    """Add one row per model: `n` is items (language, task) or languages/families averaged."""
+    """Add one row per model: `n` is items (language, task) or languages/families averaged,
+    `items` the fewest items of a language it rests on."""
     rows = []
-    for model, summary in zip(comparison.models, _summary(point, boot), strict=True):
+    summaries = _summary(axis, point, boot, items)
+    for model, summary in zip(comparison.models, summaries, strict=True):
         row = {"model": model, **_axis_key(axis), "scope": scope, **where, "n": n, **summary}
         rows.append(row)
     comparison.rows.extend(rows)
@@ -397,27 +447,37 @@ def _axis_key(axis: dict[str, Any]) -> dict[str, Any]:
     return {key: axis[key] for key in ("task", "variant", "metric")}
 
 
+def _mean(members: list[Member]) -> Member:
+    """The unweighted mean of members' values and resamples; the fewest items of any."""
+    point = np.mean([p for p, _, _ in members], axis=0)
+    boot = np.mean([b.astype(np.float64) for _, b, _ in members], axis=0)
+    return point, boot, min(items for _, _, items in members)
+
+
 def _families_and_overall(comparison: Comparison, axis: dict[str, Any], groups: dict) -> None:
-    """Family macros per split, the macro over families, and both sign tests per split."""
+    """Family macros per split, the macro over families, the mean over the suite's `others`
+    languages, and the sign tests of each split."""
     for split in ("held_in", "held_out"):
         macros = []
         for family in comparison.families:
             members = groups.get((family, split))
             if not members:
                 continue
-            point = np.mean([p for p, _ in members], axis=0)
-            boot = np.mean([b.astype(np.float64) for _, b in members], axis=0)
+            mean = _mean(members)
             where = {"family": family, "split": split, "lang": None}
-            _emit(comparison, axis, "family", where, len(members), point, boot)
-            macros.append((point, boot))
+            _emit(comparison, axis, "family", where, len(members), *mean)
+            macros.append(mean)
         if not macros:
             continue
-        point = np.mean([p for p, _ in macros], axis=0)
-        boot = np.mean([b for _, b in macros], axis=0)
         where = {"family": None, "split": split, "lang": None}
-        _emit(comparison, axis, "overall", where, len(macros), point, boot)
+        _emit(comparison, axis, "overall", where, len(macros), *_mean(macros))
         for scope, over in (("language", "languages"), ("family", "families")):
             _sign_tests(comparison, axis, split, scope, over)
+    others = groups.get((None, OTHERS))
+    if others:
+        where = {"family": None, "split": OTHERS, "lang": None}
+        _emit(comparison, axis, "overall", where, len(others), *_mean(others))
+        _sign_tests(comparison, axis, OTHERS, "language", "languages")
 
 
 def _sign_tests(
@@ -434,9 +494,35 @@ def _sign_tests(
         changes = [r["delta"] for r in rows if r["model"] == model]
         test = sign_test(changes, axis["higher_is_better"])
         counts = {"wins": test.wins, "losses": test.losses, "ties": test.ties, "p": test.p}
+        # With k units and no ties the smallest two-sided p is 2 / 2^k: 0.0625 for 5.
+        counts["min_p"] = smallest_sign_test_p(len(changes))
         comparison.sign_tests.append(
             {"model": model, **key, "split": split, "over": over, **counts}
         )
+
+
+def table_of(row: dict[str, Any]) -> str:
+    """Which of the report's tables a row's cell is in: `headline` (overall and family means),
+    `language` or `task`; Benjamini-Hochberg adjusts over one metric's table."""
+    return "headline" if row["scope"] in ("overall", "family") else row["scope"]
+
+
+def _adjust(comparison: Comparison) -> None:
+    """Benjamini-Hochberg q over the strategies' cells of each table of each metric, and the
+    adjusted verdict: the interval excludes 0, q is below ALPHA and the items are enough."""
+    tables: dict[tuple, list[dict[str, Any]]] = {}
+    for row in comparison.rows:
+        if row["p"] is not None:
+            key = (row["task"], row["variant"], row["metric"], table_of(row))
+            tables.setdefault(key, []).append(row)
+        else:
+            row.update(q=None, significant_adjusted=None)
+    for rows in tables.values():
+        for row, q in zip(rows, adjust_bh([r["p"] for r in rows]), strict=True):
+            row["q"] = q
+            row["significant_adjusted"] = bool(
+                row["significant"] and q < ALPHA and not row["few_items"]
+            )
 
 
 def default_jobs() -> int:

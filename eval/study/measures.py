@@ -26,6 +26,8 @@ OUTCOMES = ("acc", "acc_norm", "acc_bytes")
 # The metric the report's tables and plots show for each kind (the CSV and JSON have all).
 PRIMARY = {"ppl": "ppl", "flores": "chrf"}
 PPL_METRICS = ("ppl", "word_perplexity", "byte_perplexity", "bits_per_byte")
+# Perplexities, whose changes read as ratios to the base (bits per byte is already a log).
+RATIO_METRICS = ("ppl", "word_perplexity", "byte_perplexity")
 
 Lines = list[dict[str, Any]]
 

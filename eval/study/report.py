@@ -9,14 +9,29 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval.study.compare import WEIGHTING, Comparison
-from eval.study.formatting import SPLITS, axis_label, decimals, format_cell, matches
-from eval.study.stats import TIE
+from eval.study.compare import OTHERS, WEIGHTING, Comparison
+from eval.study.formatting import (
+    ADJUSTED,
+    FEW,
+    OVERALL,
+    SPLITS,
+    axis_label,
+    decimals,
+    find_row,
+    format_cell,
+    format_change,
+    matches,
+)
+from eval.study.stats import ALPHA, MIN_ITEMS, TIE
 
 COLUMNS = (
-    "model", "task", "variant", "metric", "scope", "family", "split", "lang", "n", "seeds",
-    "value", "seed_std", "delta", "ci_low", "ci_high", "significant",
+    "model", "task", "variant", "metric", "scope", "family", "split", "lang", "n", "items",
+    "few_items", "seeds", "value", "seed_std", "delta", "ci_low", "ci_high", "ratio",
+    "ratio_low", "ratio_high", "p", "q", "significant", "significant_adjusted",
 )  # fmt: skip
+# What bolds a cell: `--bold interval` (the default) or `--bold adjusted`.
+BOLD = {"interval": "significant", "adjusted": "significant_adjusted"}
+HEADS = {"held_in": "learned (held-in)", "held_out": "transferred (held-out)"}
 
 
 def _sign_cell(comparison: Comparison, axis, model, split, over) -> str:
@@ -26,37 +41,75 @@ def _sign_cell(comparison: Comparison, axis, model, split, over) -> str:
     return ""
 
 
-def _axis_table(comparison: Comparison, axis: dict[str, Any]) -> list[str]:
-    digits = decimals(axis)
-    columns: list[tuple[str, dict[str, Any]]] = [
-        (f"all {short}", {"scope": "overall", "split": split}) for split, short in SPLITS.items()
+def _headline_columns(comparison: Comparison) -> list[tuple[str, dict[str, Any]]]:
+    """The macros per split (`all in`, `all out`), the `others` mean, then each family's."""
+    columns = [
+        (f"all {short}" if split in SPLITS else short, {"scope": "overall", "split": split})
+        for split, short in OVERALL.items()
     ]
     for family in comparison.families:
         for split, short in SPLITS.items():
             where = {"scope": "family", "family": family, "split": split}
             columns.append((f"{family} {short}", where))
+    return columns
+
+
+def _axis_table(comparison: Comparison, axis: dict[str, Any], bold: str) -> list[str]:
+    digits = decimals(axis)
     present = [
         (name, where)
-        for name, where in columns
+        for name, where in _headline_columns(comparison)
         if any(matches(r, axis, **where) for r in comparison.rows)
     ]
-    splits = [s for s in SPLITS if any(w.get("split") == s for _, w in present)]
-    tests = [(s, over) for over in ("languages", "families") for s in splits]
-    header = [name for name, _ in present] + [f"{over} {SPLITS[s]}" for s, over in tests]
+    splits = [s for s in OVERALL if any(w.get("split") == s for _, w in present)]
+    tests = [
+        (s, over)
+        for over in ("languages", "families")
+        for s in splits
+        if over == "languages" or s in SPLITS
+    ]
+    header = [name for name, _ in present] + [f"{over} {OVERALL[s]}" for s, over in tests]
     lines = ["| strategy | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     for model in comparison.models:
         cells = []
         for _, where in present:
             row = next((r for r in comparison.rows if matches(r, axis, model=model, **where)), None)
-            cells.append(format_cell(row, digits) if row else "")
+            cells.append(format_cell(row, digits, bold) if row else "")
         cells += [_sign_cell(comparison, axis, model, s, over) for s, over in tests]
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     better = "higher" if axis["higher_is_better"] else "lower"
     unit = " (%)" if axis["scale"] == "percent" else ""
-    return [f"## {axis_label(axis)}{unit}, {better} is better", "", *lines, ""]
+    title = f"## {axis_label(axis)}{unit}, {better} is better"
+    return [title, "", *lines, "", *_sign_test_notes(comparison, axis)]
 
 
-def _language_table(comparison: Comparison, axis: dict[str, Any]) -> list[str]:
+def _sign_test_notes(comparison: Comparison, axis: dict[str, Any]) -> list[str]:
+    """Where a sign test cannot reach p < ALPHA whatever the outcomes, say so under its table."""
+    few = {}
+    for test in comparison.sign_tests:
+        if matches(test, axis) and test["min_p"] >= ALPHA:
+            units = test["wins"] + test["losses"] + test["ties"]
+            few[(units, test["over"])] = test["min_p"]
+    if not few:
+        return []
+    named = {
+        f"{units} {over if units != 1 else over[:-1]}": p
+        for (units, over), p in sorted(few.items())
+    }
+    parts = list(named)
+    smallest = ", ".join(f"{p:.3g} over {part}" for part, p in named.items())
+    return [
+        f"Sign tests over {_join(parts)} can never reach p < {ALPHA:g}, whatever the outcomes: "
+        f"over k languages or families the smallest two-sided p is 2 / 2^k ({smallest}).",
+        "",
+    ]
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _language_table(comparison: Comparison, axis: dict[str, Any], bold: str) -> list[str]:
     digits = decimals(axis)
     rows = [r for r in comparison.rows if matches(r, axis, scope="language")]
     langs = list(dict.fromkeys((r["family"], r["split"], r["lang"], r["n"]) for r in rows))
@@ -65,50 +118,121 @@ def _language_table(comparison: Comparison, axis: dict[str, Any]) -> list[str]:
         "|---" * (len(comparison.models) + 4) + "|",
     ]
     for family, split, lang, n in langs:
-        cells = [
-            format_cell(next(r for r in rows if r["lang"] == lang and r["model"] == m), digits)
+        found = [
+            next(r for r in rows if r["lang"] == lang and r["model"] == m)
             for m in comparison.models
         ]
+        cells = [format_cell(row, digits, bold) for row in found]
         lines.append(
-            # A language of the suite's `others` has neither family nor split.
-            f"| {family or ''} | {SPLITS.get(split, split or '')} | {lang} | {n} | "
+            f"| {family or ''} | {OVERALL.get(split, split or '')} | {lang} | {n} | "
             + " | ".join(cells)
             + " |"
         )
     return [f"### {axis_label(axis)}", "", *lines, ""]
 
 
-def _task_table(comparison: Comparison, axes: list[dict[str, Any]]) -> list[str]:
+def _task_table(comparison: Comparison, axes: list[dict[str, Any]], bold: str) -> list[str]:
     header = [axis_label(a) for a in axes]
     lines = ["| strategy | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     for model in comparison.models:
         cells = []
         for axis in axes:
             row = next(r for r in comparison.rows if matches(r, axis, model=model, scope="task"))
-            cells.append(format_cell(row, decimals(axis)))
+            cells.append(format_cell(row, decimals(axis), bold))
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
     return ["## Tasks without languages", "", *lines, ""]
 
 
-def report_markdown(comparison: Comparison, plots: list[str]) -> str:
-    """report.md: how to read it, one table per primary metric, per-language tables."""
-    strategies = ", ".join(f"`{m}`" for m in comparison.models[1:])
-    primary = [a for a in comparison.axes if a["primary"]]
-    by_language = [
-        a for a in primary if any(matches(r, a, scope="language") for r in comparison.rows)
-    ]
-    tasks = [a for a in primary if a not in by_language]
+def _summary(comparison: Comparison, axes: list[dict[str, Any]], bold: str) -> list[str]:
+    """The report's opening: per strategy and metric, what it forgot on the suite's `others`
+    languages, learned on held-in ones and transferred to held-out ones, with intervals."""
+    overall = {r["split"] for r in comparison.rows if r["scope"] == "overall"}
+    splits = [s for s in (OTHERS, *SPLITS) if s in overall]
+    others = sorted({r["lang"] for r in comparison.rows if r["split"] == OTHERS and r["lang"]})
+    heads = [HEADS.get(s, "forgotten elsewhere (others)") for s in splits]
     lines = [
-        f"# Strategies against `{comparison.base}`",
+        "## What each strategy forgot, learned and transferred",
         "",
+        f"Changes from `{comparison.base}` [95% interval] of the means in the tables below "
+        "(perplexities also as a ratio to the base): forgotten elsewhere on the suite's "
+        f"`others:` languages ({', '.join(others)}), learned on the held-in languages, "
+        "transferred to their held-out relatives."
+        if others
+        else "The suite has no `others:` languages, so what a strategy forgets beyond its "
+        "families is not measured here (add the base's own language, for one, under "
+        f"`others:`). Changes from `{comparison.base}` [95% interval] of the means in the "
+        "tables below (perplexities also as a ratio to the base): learned on the held-in "
+        "languages, transferred to their held-out relatives.",
+        "",
+        "| strategy | metric | " + " | ".join(heads) + " |",
+        "|---" * (len(heads) + 2) + "|",
+    ]
+    for model in comparison.models[1:]:
+        for axis in axes:
+            better = "higher" if axis["higher_is_better"] else "lower"
+            cells = []
+            for split in splits:
+                row = find_row(comparison.rows, axis, model=model, scope="overall", split=split)
+                cells.append(format_change(row, decimals(axis), bold) if row else "")
+            label = f"{axis_label(axis)} ({better} is better)"
+            lines.append(f"| {model} | {label} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _method(comparison: Comparison, bold: str) -> str:
+    """The paragraph under the summary: what a cell is, its interval and what bold means."""
+    strategies = ", ".join(f"`{m}`" for m in comparison.models[1:])
+    if bold == BOLD["interval"]:
+        bolding = (
+            "**Bold** (the default, `--bold interval`): the unadjusted 95% interval excludes 0. "
+            "A table holds many cells, and about 1 in 20 of the changes that are really 0 is "
+            f"bold by chance. {ADJUSTED}: the change survives the Benjamini-Hochberg "
+            "correction over the strategies' cells of its table (a 5% false discovery rate; "
+            "`--bold adjusted` bolds these instead)"
+        )
+    else:
+        bolding = (
+            f"**Bold** and {ADJUSTED} (`--bold adjusted`): the change survives the "
+            "Benjamini-Hochberg correction over the strategies' cells of its table (a 5% false "
+            "discovery rate) and its 95% interval excludes 0"
+        )
+    return (
         f"Strategies {strategies}, scored on the same items as the base (matched by doc id and "
         "prompt hash). Cells: value (change from the base [95% interval]). Intervals: paired "
         f"bootstrap, B = {comparison.resamples} resamples of each language's items with seed "
         f"{comparison.seed}, the same resamples for every model, percentiles 2.5 and 97.5; "
         "family and overall intervals recompute their means on every resample of all their "
-        "languages. **Bold**: the interval excludes 0. Sign tests (last columns): wins–losses "
-        f"against the base over languages or over families, ties within {TIE:g} dropped, exact "
-        "two-sided binomial p.",
+        "languages. Intervals resample items with the few-shot demonstrations held fixed, so "
+        "they leave out how much a change depends on which demonstrations were drawn (the "
+        f"spread over seeds, shown as ± where there are several). {bolding}; the p of a change "
+        "is twice the share of resampled changes on the far side of 0, +1 corrected "
+        f"(comparison.csv has p and the adjusted q). {FEW}: some language of the cell has "
+        f"fewer than {MIN_ITEMS} items, and the cell is never bold: with so few items the "
+        "percentile interval is too narrow (in simulations where nothing changed, a 95% "
+        "interval excluded 0 in 24% of trials with 3 items, 11% with 10 and 6-7% with 30). "
+        "Sign tests (last columns): wins–losses against the base over languages or over "
+        f"families, ties within {TIE:g} dropped, exact two-sided binomial p. The sign test "
+        "over languages counts a family's languages as independent trials, though related "
+        "languages move together, so it overstates the evidence; the one over families does "
+        "not, but has few trials (over 5 or fewer it can never reach p < 0.05)."
+    )
+
+
+def report_markdown(
+    comparison: Comparison, plots: list[str], notes: list[str] = (), bold: str = "significant"
+) -> str:
+    """report.md: the forgetting-first summary, how to read it, one table per primary metric,
+    per-language tables. `notes` say why a plot is absent; `bold` is the row key that bolds."""
+    primary = [a for a in comparison.axes if a["primary"]]
+    by_language = [
+        a for a in primary if any(matches(r, a, scope="language") for r in comparison.rows)
+    ]
+    tasks = [a for a in primary if a not in by_language]
+    lines = [f"# Strategies against `{comparison.base}`", ""]
+    if by_language:
+        lines += _summary(comparison, by_language, bold)
+    lines += [
+        _method(comparison, bold),
         "",
         "How each number is weighted:",
         "",
@@ -117,14 +241,16 @@ def report_markdown(comparison: Comparison, plots: list[str]) -> str:
     ]
     for name in plots:
         lines += [f"![{name}]({name})", ""]
+    for note in notes:
+        lines += [note, ""]
     for axis in by_language:
-        lines += _axis_table(comparison, axis)
+        lines += _axis_table(comparison, axis, bold)
     if tasks:
-        lines += _task_table(comparison, tasks)
+        lines += _task_table(comparison, tasks, bold)
     if by_language:
         lines += ["## Per language", ""]
         for axis in by_language:
-            lines += _language_table(comparison, axis)
+            lines += _language_table(comparison, axis, bold)
     others = [axis_label(a) for a in comparison.axes if not a["primary"]]
     if others:
         lines += [f"Also in comparison.csv and comparison.json: {', '.join(others)}.", ""]
@@ -146,11 +272,11 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def comparison_json(comparison: Comparison) -> dict[str, Any]:
+def comparison_json(comparison: Comparison, bold: str = "significant") -> dict[str, Any]:
     """Everything in the comparison as one JSON-ready object."""
     return _finite(
         {
-            "format": "surgery-compare/1",
+            "format": "surgery-compare/2",
             "base": comparison.base,
             "models": comparison.models,
             "folders": comparison.folders,
@@ -158,7 +284,17 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
                 "resamples": comparison.resamples,
                 "seed": comparison.seed,
                 "interval": "paired bootstrap percentile 2.5/97.5",
+                "p": "min(1, 2 * (1 + min(#{d <= 0}, #{d >= 0})) / (B + 1)) over resampled "
+                "changes d",
+                "min_items": MIN_ITEMS,
             },
+            "adjustment": {
+                "method": "Benjamini-Hochberg (scipy.stats.false_discovery_control)",
+                "over": "the strategies' cells of each table of each metric: headline "
+                "(overall, others and family means), language, task",
+                "alpha": ALPHA,
+            },
+            "bold": bold,
             "weighting": WEIGHTING,
             "axes": comparison.axes,
             "rows": comparison.rows,
@@ -169,20 +305,30 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
     )
 
 
-def write_report(comparison: Comparison, folder: Path) -> None:
-    """Write report.md, comparison.csv, comparison.json and the PNG plots into `folder`."""
+def write_report(comparison: Comparison, folder: Path, bold: str = "interval") -> list[str]:
+    """Write report.md, comparison.csv, comparison.json and the PNG plots into `folder`.
+
+    Args:
+        bold: what bolds a cell: `interval` (its unadjusted 95% interval excludes 0) or
+            `adjusted` (it survives Benjamini-Hochberg over its table).
+
+    Returns:
+        One line for each plot that could not be drawn, saying why (also in report.md).
+    """
     from eval.study.plots import plot_heatmap, plot_tradeoff
 
-    plots = [
-        name
-        for name in (plot_heatmap(comparison, folder), plot_tradeoff(comparison, folder))
-        if name
-    ]
-    (folder / "report.md").write_text(report_markdown(comparison, plots), encoding="utf-8")
+    key = BOLD[bold]
+    drawn = [plot_heatmap(comparison, folder, key), plot_tradeoff(comparison, folder, key)]
+    plots = [name for name, _ in drawn if name]
+    notes = [why for _, why in drawn if why]
+    text = report_markdown(comparison, plots, notes, key)
+    (folder / "report.md").write_text(text, encoding="utf-8")
     with (folder / "comparison.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         for row in _finite(comparison.rows):
             writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
-    text = json.dumps(comparison_json(comparison), indent=1, sort_keys=True, allow_nan=False)
+    data = comparison_json(comparison, bold)
+    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
     (folder / "comparison.json").write_text(text + "\n", encoding="utf-8")
+    return notes
