@@ -5,6 +5,11 @@ sum's (TIES's election), then the weighted mean of what is left, added to the ba
 
 Passes: counting the elements of nonzero variance and radix selection of the variance
 threshold (only when select_topk < 1), the mean squares, then the map.
+
+Variances tied at the threshold are kept by position (`RankRange`), mergekit's `torch.topk` keeps
+an arbitrary few of them; since the weights are mean squares of the selected task vectors, that
+choice moves every selected element of the tensor (by 1 ulp of the output, more only where
+it nearly cancels), not only the tied ones.
 """
 
 from __future__ import annotations
