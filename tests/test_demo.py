@@ -183,6 +183,14 @@ def test_report_commands_are_the_real_ones(tmp_path):
     assert trains == {n: _plain(train_config(models, n, r, 0)) for n, r in runs.items()}
 
 
+def _ratio(task: str, value: float, delta: float | None) -> dict:
+    """A perplexity row's ratio to the base and its interval, as the comparison gives them."""
+    if task != "ppl" or delta is None:
+        return dict.fromkeys(("ratio", "ratio_low", "ratio_high"))
+    ratio = value / (value - delta)
+    return {"ratio": ratio, "ratio_low": ratio / 1.5, "ratio_high": ratio * 1.1}
+
+
 def _comparison(significant: dict[str, bool]):
     """A comparison's rows, made up, for every cell of the demo's table: `significant` per
     column label (whether its changes' intervals exclude 0)."""
@@ -208,6 +216,7 @@ def _comparison(significant: dict[str, bool]):
                 | {"ci_low": None if i == 0 else (0.1 if significant[label] else -1.0)}
                 | {"ci_high": None if i == 0 else delta + 1}
                 | {"significant": None if i == 0 else significant[label]}
+                | _ratio(task, 10.0 + i, delta)
             )
     return SimpleNamespace(axes=axes, rows=rows, resamples=100, seed=0)
 
@@ -232,6 +241,7 @@ def test_table_plot_and_report_drop_the_same_noise_column(tmp_path):
     report = _write_report(tmp_path, comparison, rows, QUICK, True, axes, commands).read_text()
     assert "| Copain acc (" not in report and "Copain acc is left out" in report
     assert "B = 100" in report
+    assert "How far these figures hold" in report
     # One column that moves is enough to keep it.
     significant["Copain acc"] = True
     assert len(moving_axes(_comparison(significant), rows)) == len(AXES)
@@ -271,3 +281,39 @@ def test_models_scored_through_the_suite_make_the_table_from_the_comparison(tmp_
     from eval.demo.pipeline import plot_strategies
 
     plot_strategies(comparison, rows, tmp_path / "strategies.png", list(AXES))
+
+
+def test_perplexity_panels_draw_ratios_to_the_base_on_a_log_axis():
+    """Perplexity moves by orders of magnitude: its panels draw each strategy's ratio to the
+    base (the comparison's ratio and interval) from 1 on a log axis, chrF the change from 0."""
+    from eval.demo.pipeline import strategies_figure
+
+    significant = dict.fromkeys([label for label, _, _ in AXES], True)
+    comparison, rows = _comparison(significant), table_rows()
+    axes = moving_axes(comparison, rows)
+    fig = strategies_figure(comparison, rows, axes)
+    for ax, (label, task, _) in zip(fig.axes, axes, strict=True):
+        ends = [bar.get_x() + bar.get_width() for bar in ax.patches]
+        cells = [cell(comparison, row, (label, task, {})) for row in rows[1:]]
+        if task == "ppl":
+            assert ax.get_xscale() == "log" and ax.get_xlabel().startswith("ratio")
+            assert ends == pytest.approx([c["ratio"] for c in cells])
+            assert {bar.get_x() for bar in ax.patches} == {1.0}
+        else:
+            assert ax.get_xscale() == "linear"
+            assert ends == pytest.approx([c["delta"] for c in cells])
+
+
+def test_the_report_names_changes_that_hold_by_a_small_margin():
+    from eval.demo.pipeline import sensitive
+
+    wide = {"significant": True, "delta": 1.0, "ci_low": 0.2, "ci_high": 2.5}
+    narrow = {"significant": True, "delta": 2.0, "ci_low": 1.5, "ci_high": 2.5}
+    assert sensitive(wide, ppl=False) and not sensitive(narrow, ppl=False)
+    assert not sensitive({**wide, "significant": False}, ppl=False)
+    assert sensitive({**narrow, "few_items": True}, ppl=False)
+    # Perplexity in log ratio: x3 within [x2, x4.5] holds; x1.2 within [x1.01, x1.5] does not.
+    assert not sensitive({"significant": True, "ratio": 3, "ratio_low": 2, "ratio_high": 4.5}, True)
+    assert sensitive(
+        {"significant": True, "ratio": 1.2, "ratio_low": 1.01, "ratio_high": 1.5}, True
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import shlex
 import sys
 import time
@@ -40,7 +41,8 @@ class Size:
     """How big the run is: quick (about 3 minutes on 2 idle CPU cores) or default."""
 
     train_sentences: int
-    eval_sentences: int
+    eval_sentences: int  # translation: each of dev (demonstrations) and devtest (scored)
+    ppl_sentences: int  # perplexity text per language, in documents of four sentences
     hidden: int
     layers: int
     middle: str  # the middle layers that freezing, L2-SP and reverting address
@@ -51,8 +53,10 @@ class Size:
     resamples: int  # bootstrap resamples B of the comparison (few in the quick run: fast)
 
 
-QUICK = Size(800, 8, 64, 6, "2:5", 250, 60, 8, "0:1:0.5", 1000)
-FULL = Size(4000, 24, 128, 6, "2:5", 1500, 300, 30, "0:1:0.25", 10_000)
+# 32 scored sentences and 32 perplexity documents per language: a comparison's cell needs at
+# least 30 items per language to be called beyond noise (eval.study.stats.MIN_ITEMS).
+QUICK = Size(800, 32, 128, 64, 6, "2:5", 250, 60, 8, "0:1:0.5", 1000)
+FULL = Size(4000, 32, 160, 128, 6, "2:5", 1500, 300, 30, "0:1:0.25", 10_000)
 
 STRATEGIES = [
     ("Base", "base"),
@@ -335,47 +339,77 @@ def markdown_table(comparison, rows: list[TableRow], axes: list[tuple[str, str, 
     return "\n".join(lines)
 
 
+def bar_extent(c: dict, ppl: bool) -> tuple[float, float, float]:
+    """A cell as a bar: (length, low, high). Perplexity: its ratio to the base with the
+    ratio's own bootstrap interval (the comparison's), drawn on a log axis since perplexities
+    move by orders of magnitude; other measures: the change from the base and its interval."""
+    if ppl:
+        return c["ratio"], c["ratio_low"], c["ratio_high"]
+    return c["delta"], c["ci_low"], c["ci_high"]
+
+
 def plot_strategies(
     comparison, rows: list[TableRow], path: Path, axes: list[tuple[str, str, dict]]
 ) -> list[str]:
+    """strategies.png (`strategies_figure`); returns the panels' titles."""
+    from surgery.diagnostics.plots import pyplot
+
+    fig = strategies_figure(comparison, rows, axes)
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+    return [ax.get_title() for ax in fig.axes]
+
+
+def strategies_figure(comparison, rows: list[TableRow], axes: list[tuple[str, str, dict]]):
     """One panel per column of `axes` (those the table shows): each strategy's change from the
-    base with its 95% interval. Returns the panels' titles."""
+    base with its 95% interval (perplexity: its ratio to the base, log axis)."""
     from surgery.diagnostics.plots import pyplot
 
     plt = pyplot()
-    fig, panels = plt.subplots(1, len(axes), figsize=(4.2 * len(axes), 5.2), squeeze=False)
+    fig, panels = plt.subplots(
+        1, len(axes), figsize=(2.2 + 3.2 * len(axes), 5.6), squeeze=False, sharey=True
+    )
     labels = [row.label for row in rows[1:]]
-    titles = []
     for ax, column in zip(panels[0], axes, strict=True):
         label, task, _ = column
+        ppl = task == "ppl"
         cells = [cell(comparison, row, column) for row in rows[1:]]
-        deltas = [c["delta"] for c in cells]
-        # A percentile interval of a ratio-type metric (perplexity) need not contain the point
-        # change: the bar's whisker on that side is then empty, never negative.
-        errors = [[max(0.0, d - c["ci_low"]) for d, c in zip(deltas, cells, strict=True)]]
-        errors.append([max(0.0, c["ci_high"] - d) for d, c in zip(deltas, cells, strict=True)])
+        bars = [bar_extent(c, ppl) for c in cells]
+        origin = 1.0 if ppl else 0.0
+        lengths = [b[0] for b in bars]
+        # Whiskers never negative: a percentile interval need not contain the point.
+        errors = [[max(0.0, b[0] - b[1]) for b in bars], [max(0.0, b[2] - b[0]) for b in bars]]
         lower = better(comparison, task) == "lower"
-        good = [(d < 0) if lower else (d > 0) for d in deltas]
+        good = [(n < origin) if lower else (n > origin) for n in lengths]
         colors = [
             ("tab:green" if g else "tab:red") if c["significant"] else "lightgray"
             for g, c in zip(good, cells, strict=True)
         ]
-        ax.barh(labels, deltas, xerr=errors, color=colors, capsize=2)
-        if task == "ppl":
-            ax.set_xscale("symlog")  # perplexities move by orders of magnitude
-        ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_xlabel("change from the base, 95% interval")
-        titles.append(f"{label}\n({better(comparison, task)} is better)")
-        ax.set_title(titles[-1])
-        ax.invert_yaxis()
+        if ppl:
+            ax.set_xscale("log")
+            ax.barh(
+                labels,
+                [n - origin for n in lengths],
+                left=origin,
+                xerr=errors,
+                color=colors,
+                capsize=2,
+            )
+            ax.set_xlabel("ratio to the base (log scale)")
+        else:
+            ax.barh(labels, lengths, xerr=errors, color=colors, capsize=2)
+            ax.set_xlabel("change from the base")
+        ax.axvline(origin, color="black", linewidth=0.8)
+        ax.set_title(f"{label}\n({better(comparison, task)} is better)", fontsize=10)
         ax.grid(axis="x", alpha=0.3)
+    panels[0][0].invert_yaxis()  # shared: the first strategy on top
     fig.suptitle(
-        "Strategies against forgetting: change from the base (green = better, gray = within noise)"
+        "Strategies against forgetting, against the base (green = better, gray = within noise;"
+        " whiskers: 95% intervals)",
+        fontsize=11,
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return titles
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return fig
 
 
 def run_comparison(scores_dir: Path, rows: list[TableRow], out: Path, resamples: int, seed: int):
@@ -479,7 +513,11 @@ def _default_device() -> str:
 
 def _make_world(root: Path, size: Size, seed: int) -> None:
     write_world(
-        root, train_sentences=size.train_sentences, eval_sentences=size.eval_sentences, seed=seed
+        root,
+        train_sentences=size.train_sentences,
+        eval_sentences=size.eval_sentences,
+        ppl_sentences=size.ppl_sentences,
+        seed=seed,
     )
     (root / "copain.txt").write_text("\n\n".join(_copain_lines(400, seed + 1000)) + "\n")
     (root / "world.json").write_text(json.dumps({"seed": seed, "size": size.__dict__}))
@@ -637,6 +675,38 @@ def explain(
     return f"{text}\n\n```bash\n{commands[strategy]}\n```"
 
 
+def sensitive(c: dict, ppl: bool) -> bool:
+    """A change beyond noise that another machine or seed could bring back within it: less
+    than twice its interval's half-width from 0 (perplexity: in log ratio), or resting on too
+    few items."""
+    if not c["significant"]:
+        return False
+    length, low, high = bar_extent(c, ppl)
+    if ppl:
+        length, low, high = math.log(length), math.log(low), math.log(high)
+    return bool(c.get("few_items")) or abs(length) < high - low
+
+
+def sensitive_text(comparison, rows: list[TableRow], axes: list[tuple[str, str, dict]]) -> str:
+    """The report's paragraph on which figures are sensitive, naming the cells."""
+    names = [
+        f"{row.label} · {column[0]}"
+        for row in rows[1:]
+        for column in axes
+        if sensitive(cell(comparison, row, column), column[1] == "ppl")
+    ]
+    listed = "; ".join(names) if names else "none here"
+    return (
+        "How far these figures hold: each model comes from one training run, and floating-point "
+        "sums differ between CPUs, which training amplifies, so another machine prints other "
+        "values. Least stable are values on skills the base lacks (its chrF: it never saw the "
+        "family languages) and changes beyond noise by a small margin, less than twice their "
+        f"interval's half-width from 0 (perplexity: in log ratio): {listed}. "
+        "`surgery demo --quick --seeds 3` runs the demo three times and shows which conclusions "
+        "held in every run."
+    )
+
+
 def _write_results(out: Path, comparison, rows: list[TableRow]) -> None:
     """results.json and results.csv: every column's cell of every row (value, change from the
     base, interval, whether it excludes 0)."""
@@ -707,6 +777,8 @@ a paired bootstrap over the items with B = {comparison.resamples} resamples
 excludes 0.
 {left_out}
 {markdown_table(comparison, rows, axes)}
+
+{sensitive_text(comparison, rows, axes)}
 
 ## The strategies
 

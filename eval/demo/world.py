@@ -251,24 +251,34 @@ def _write_madlad(root: Path, lang: str, lines: list[str]) -> None:
 
 
 def write_world(
-    root: Path, *, train_sentences: int, eval_sentences: int, seed: int = 0
+    root: Path,
+    *,
+    train_sentences: int,
+    eval_sentences: int,
+    seed: int = 0,
+    ppl_sentences: int | None = None,
 ) -> WorldFiles:
     """Generate the world's text files under `root`.
 
     Training text and evaluation text use disjoint sentences; translation dev (demonstrations)
-    and devtest (scored) splits are disjoint too.
+    and devtest (scored) splits are disjoint too. `eval_sentences` sentences make each
+    translation split; perplexity text is the devtest sentences and more, `ppl_sentences` in
+    all (by default as many), in documents of four: perplexity is cheap to score, and a few
+    documents make a noisy figure.
     """
     languages = build_languages(seed)
-    pool = sentences(train_sentences + 2 * eval_sentences, seed + 1)
+    ppl_sentences = max(ppl_sentences or eval_sentences, eval_sentences)
+    pool = sentences(train_sentences + eval_sentences + ppl_sentences, seed + 1)
     train_part = pool[:train_sentences]
     dev_part = pool[train_sentences : train_sentences + eval_sentences]
-    test_part = pool[train_sentences + eval_sentences :]
+    ppl_part = pool[train_sentences + eval_sentences :]
+    test_part = ppl_part[:eval_sentences]
     files = WorldFiles(root, languages)
     (root / "train").mkdir(parents=True, exist_ok=True)
     for lang in languages:
         if not lang.held_out:
             files.train[lang.code].write_text("\n".join(lang.render(s) for s in train_part) + "\n")
-        _write_madlad(files.ppl_root(lang), lang.code, [lang.render(s) for s in test_part])
+        _write_madlad(files.ppl_root(lang), lang.code, [lang.render(s) for s in ppl_part])
         for split, part in (("dev", dev_part), ("devtest", test_part)):
             (files.flores / split).mkdir(parents=True, exist_ok=True)
             lines = "\n".join(lang.render(s) for s in part) + "\n"
