@@ -145,6 +145,46 @@ def test_sweep_and_localize_score_with_any_scorer(families, tmp_path):
     assert result.trained["norm/sq"] == rows[1]["norm/sq"]
 
 
+@pytest.mark.parametrize(
+    ("narrowing", "label"),
+    [
+        ({}, "alpha (0 = base, 1 = trained)"),
+        ({"layers": "1:3"}, "alpha (0 = base in layers 1:3, 1 = trained)"),
+        (
+            {"layers": "1:3", "modules": "attn"},
+            "alpha (0 = base in attn of layers 1:3, 1 = trained)",
+        ),
+    ],
+)
+def test_sweep_plot_says_where_alpha_0_is_base(families, tmp_path, monkeypatch, narrowing, label):
+    # With --layers (and --modules) alpha 0 is BASE only there: the axis must not say "0 = base".
+    from surgery.diagnostics import plots
+
+    figures = []
+
+    def keep(*args, **kwargs):
+        figures.append(metrics_figure(*args, **kwargs))
+        return figures[-1]
+
+    metrics_figure = plots.metrics_figure
+    monkeypatch.setattr(plots, "metrics_figure", keep)
+    paths = families("llama")
+    run_sweep(
+        paths["base"],
+        paths["trained"],
+        tmp_path / "s",
+        [0.0, 1.0],
+        scorer=TaskScorer.of(TASKS[:1]),
+        save=False,
+        in_memory=True,
+        quiet=True,
+        **narrowing,
+    )
+    (figure,) = figures
+    assert {ax.get_xlabel() for ax in figure.axes if ax.lines} == {label}
+    assert (tmp_path / "s" / "sweep.png").is_file()
+
+
 def test_sweep_without_eval_writes_checkpoints_only(families, tmp_path):
     paths = families("gpt2")
     result = CliRunner().invoke(
