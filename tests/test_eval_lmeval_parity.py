@@ -5,11 +5,17 @@ PIQA configs (included from the installed package, pointed at local files) and a
 perplexity task: same acc / acc_norm / acc_bytes at 0 and 2 shots, per-item log-likelihoods
 within 1e-4 (the table is printed per item), same bits per byte with a 16-token window; with a
 tokenizer that adds BOS (as Llama's and Gemma's do) and one that adds nothing (GPT-2, SmolLM).
+
+Every tolerance on a derived figure comes from the per-item one (`LL_TOL`), so a CPU that rounds
+float32 differently (within `LL_TOL`) passes too: an accuracy is compared item by item except
+where the choices are within the tolerance of a tie, and a perplexity in log space within the
+bound of a sum of per-document differences.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +28,7 @@ from eval.api import evaluate
 from eval.data import read_documents
 from tests.support import tiny_models
 from tests.support.lmeval_runner import run_lm_eval, write_jsonl, write_task_yamls
+from tests.support.tolerances import LL_TOL, near_tie
 
 DATA = Path(__file__).parent / "data" / "eval"
 FILES = {
@@ -57,6 +64,27 @@ def _ours(model, tok, tasks, tmp_path, **kwargs):
     return result["metrics"], lines
 
 
+def _same_accuracy(metric: str, mine: list[dict], theirs: list[dict], ours: dict, results: dict):
+    """Each item's outcome as lm-eval's except near ties (their LLs within `LL_TOL` of ours may
+    pick either choice), so the accuracy within (near ties) / n and equal when there are none."""
+    sizes = {"acc": lambda s: [1] * len(s["lengths"]), "acc_norm": lambda s: s["lengths"]}
+    sizes["acc_bytes"] = lambda s: s["byte_lengths"]
+    ties = 0
+    for item, their in zip(mine, theirs, strict=True):
+        if near_tie([r[0][0] for r in their["resps"]], sizes[metric](item)):
+            ties += 1
+        else:
+            assert item[metric] == their[metric], (metric, their["doc_id"])
+    kind, n = mine[0]["task"], len(mine)
+    if ties:
+        assert abs(ours[f"{kind}/{metric}"] - results[f"{metric},none"]) <= ties / n, metric
+        return
+    assert ours[f"{kind}/{metric}"] == results[f"{metric},none"], metric
+    # The standard error is a function of the accuracy and n alone.
+    ours_err, their_err = ours[f"{kind}/{metric}_stderr"], results[f"{metric}_stderr,none"]
+    assert ours_err == pytest.approx(their_err, abs=1e-12), metric
+
+
 def _table(rows: list[tuple]) -> str:
     return "\n".join(
         "  ".join(f"{c:>12}" if not isinstance(c, float) else f"{c:12.6f}" for c in r) for r in rows
@@ -85,16 +113,11 @@ def test_multiple_choice_matches_lm_eval(model, tmp_path, adds_bos, shots):
                 rows.append((their["doc_id"], c, their_ll, ll, abs(ll - their_ll)))
                 worst = max(worst, abs(ll - their_ll))
         print(f"\n{kind}, {shots}-shot, adds_bos={adds_bos}\n{_table(rows)}")
-        assert worst < 1e-4, _table(rows)
+        assert worst < LL_TOL, _table(rows)
         reported = [m.split(",")[0] for m in results if m.endswith(",none") and "stderr" not in m]
         assert reported, results
         for metric in reported:
-            assert metrics[f"{kind}/{metric}"] == results[f"{metric},none"], metric
-            ours_err, their_err = (
-                metrics[f"{kind}/{metric}_stderr"],
-                results[f"{metric}_stderr,none"],
-            )
-            assert ours_err == pytest.approx(their_err, abs=1e-12), metric
+            _same_accuracy(metric, ours_items, theirs_items, metrics, results)
         assert len(ours_items) == metrics[f"{kind}/n"] == len(theirs_items)
 
 
@@ -121,9 +144,19 @@ def test_rolling_perplexity_matches_lm_eval(model, tmp_path, adds_bos):
             )
         )
     print(f"\nrolling log-likelihood, window {window}, adds_bos={adds_bos}\n{_table(rows)}")
-    assert all(row[-1] < 1e-4 for row in rows[1:]), _table(rows)
-    for metric in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
-        assert metrics[f"ppl/x/{metric}"] == pytest.approx(results[f"{metric},none"], rel=1e-6)
+    assert all(row[-1] < LL_TOL for row in rows[1:]), _table(rows)
+    # Each document's log-likelihood within LL_TOL, so their sum within len(docs) * LL_TOL; word
+    # and byte perplexity are exp(-sum / count), so their logs agree within that over the count
+    # (lm-eval's counts), and bits per byte (-sum / (ln 2 * bytes)) within it over ln 2 * bytes.
+    # (A relative tolerance on the perplexity itself, 1.87e16 here, held on one CPU only.)
+    words = sum(len(re.split(r"\s+", doc)) for doc in docs)
+    n_bytes = sum(len(doc.encode("utf-8")) for doc in docs)
+    bound = len(docs) * LL_TOL
+    for metric, count in (("word_perplexity", words), ("byte_perplexity", n_bytes)):
+        ours, theirs_value = metrics[f"ppl/x/{metric}"], results[f"{metric},none"]
+        assert math.log(ours) == pytest.approx(math.log(theirs_value), abs=bound / count), metric
+    bpb = results["bits_per_byte,none"]
+    assert metrics["ppl/x/bits_per_byte"] == pytest.approx(bpb, abs=bound / n_bytes / math.log(2))
     assert not math.isnan(metrics["ppl/x/ppl"])
 
 

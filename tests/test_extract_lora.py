@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from cli import cli
 from surgery import api
-from surgery.engine.lowrank import Solver
+from surgery.engine.lowrank import Solver, singular_values
 from surgery.engine.ops.extract_lora import ADAPTER_WEIGHTS, PREFIX, LoraOptions
 from tests.support import tiny_models
 
@@ -290,6 +290,33 @@ def test_randomized_svd_recovers_a_low_rank_change_reproducibly(family, tmp_path
         assert error <= 1e-5 * float(delta.norm()), module
     recipe = json.loads((tmp_path / "a" / "surgery_recipe.json").read_text())
     assert (recipe["svd"], recipe["seed"]) == ("randomized", 5)
+
+
+def test_randomized_threshold_keeps_the_sketch_values_it_chose_the_rank_from(family, tmp_path):
+    # The rank comes from the randomized sketch's singular values: the written factors must keep
+    # those very values, all above epsilon. A sketch drawn with another number of columns (the
+    # kept rank's instead of --rank's) estimates them differently, some at or below epsilon.
+    paths = family("llama")
+    base, trained = _state(paths["base"]), _state(paths["trained"])
+    solver, rank = Solver("randomized", seed=0), 8
+
+    def sketch(module: str) -> torch.Tensor:
+        delta = trained[f"{module}.weight"] - base[f"{module}.weight"]  # float32, as the engine
+        return singular_values(delta, min(rank, *delta.shape), solver, f"{module}.weight")
+
+    # Epsilon just under one sketch value of a wide weight, where estimates differ the most.
+    values = sketch("model.layers.0.mlp.up_proj")
+    epsilon = float(values[4] - 0.01 * (values[4] - values[5]))
+    adapter, config = _extract(paths, tmp_path / "a", rank=rank, sv_epsilon=epsilon, solver=solver)
+    factored = _factored(adapter)
+    assert len(factored) > 10 and config["r"] == max(a.shape[0] for a, _ in factored.values())
+    for module, (a, b) in factored.items():
+        chosen = sketch(module)
+        kept = int((chosen > epsilon).sum())
+        assert a.shape[0] == b.shape[1] == min(rank, kept), module
+        written = torch.linalg.svdvals(b.double() @ a.double())[: a.shape[0]]
+        assert bool((written > epsilon).all()), (module, written.tolist(), epsilon)
+        assert written.float() == pytest.approx(chosen[: a.shape[0]], rel=1e-5), module
 
 
 def test_card_names_the_adapter_relation(family, tmp_path):

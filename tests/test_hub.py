@@ -129,6 +129,67 @@ def test_offline_with_nothing_cached_is_a_clear_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def _local_folders(families, root: Path) -> None:
+    """ckpt/plain and ckpt/expert: the folders a user means when typing `ckpt/plian`."""
+    paths = families("llama")
+    shutil.copytree(paths["base"], root / "ckpt" / "plain")
+    shutil.copytree(paths["trained"], root / "ckpt" / "expert")
+
+
+@pytest.mark.parametrize("where", ["offline", "fake-hub"])
+def test_a_mistyped_local_folder_is_named_before_the_hub(families, tmp_path, where):
+    _local_folders(families, tmp_path)
+    hub_says = {
+        "offline": "it is not in the Hub cache, and the Hub cannot be reached "
+        "(HF_HUB_OFFLINE set, or no network)",
+        "fake-hub": "it is not a repository you can read (private? HF_TOKEN)",
+    }[where]
+    with FakeHub() as hub:  # knows no repository: ckpt/plian is not on it
+        env = {"HF_HOME": str(tmp_path / "hf")}
+        env |= {"HF_HUB_OFFLINE": "1"} if where == "offline" else {"HF_ENDPOINT": hub.endpoint}
+        args = ("revert", "--layers", "1:2", "ckpt/plian", "ckpt/expert", "out")
+        result = surgery(*args, env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: ckpt/plian: no such file or folder (nearest: ckpt/plain); as a Hub id, {hub_says}"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_path_that_cannot_be_a_hub_id_names_the_nearest_at_once(families, tmp_path):
+    from surgery.core.errors import CheckpointError
+    from surgery.hub.resolve import check_input
+
+    _local_folders(families, tmp_path)
+    for typo, nearest in [
+        (tmp_path / "ckpt" / "expret", tmp_path / "ckpt" / "expert"),  # absolute: never the Hub
+        (tmp_path / "ckpt" / "zzz", None),  # a folder that exists, nothing near in it
+        (tmp_path / "nowhere" / "plain", None),  # no such folder either
+    ]:
+        hint = f" (nearest: {nearest})" if nearest else ""
+        with pytest.raises(CheckpointError) as raised:
+            check_input(typo)
+        assert str(raised.value) == f"{typo}: no such file or folder{hint}"
+
+
+@pytest.mark.parametrize("where", ["offline", "fake-hub"])
+def test_a_hub_id_whose_organisation_is_a_local_folder_still_resolves(
+    hf_home, families, tmp_path, where
+):
+    # acme/ is a local folder, with a name close to the repository's in it: the Hub id wins
+    # over a suggestion (only an existing local path does).
+    shutil.copytree(families("llama")["base"], tmp_path / "acme" / "tiny-bas")
+    with FakeHub() as hub:
+        hub.add_model("acme/tiny-base", families("llama")["base"], SHA_BASE)
+        if where == "offline":
+            env = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
+        else:
+            env = {"HF_HOME": str(tmp_path / "empty"), "HF_ENDPOINT": hub.endpoint}
+        result = surgery("inspect", "acme/tiny-base", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "4 layers" in result.stdout
+
+
 def test_training_from_a_hub_id_goes_through_the_one_resolver(hf_home, tmp_path, families):
     corpus = write_corpus(tmp_path / "sk.jsonl", docs=20)
     env = {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}

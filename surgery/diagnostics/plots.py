@@ -58,9 +58,22 @@ def _plain_ticks(ax) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def metrics_figure(rows: Sequence[dict], metrics: Sequence[str], title: str):
+def alpha_label(layers: str | None = None, modules: str | None = None) -> str:
+    """The alpha axis's label, saying what alpha 0 is: BASE, or with a layer spec or module
+    filter BASE only there (TRAINED elsewhere); alpha 1 is TRAINED either way."""
+    if layers is None and modules is None:
+        return "alpha (0 = base, 1 = trained)"
+    where = f"layers {layers}" if layers is not None else "every layer"
+    if modules is not None:
+        where = f"{modules} of {where}"
+    return f"alpha (0 = base in {where}, 1 = trained)"
+
+
+def metrics_figure(
+    rows: Sequence[dict], metrics: Sequence[str], title: str, xlabel: str | None = None
+):
     """The figure of `plot_metrics_vs_alpha` (not saved): one panel per metric kind, a line per
-    task in it, against alpha."""
+    task in it, against alpha (`xlabel`: the axis's label, default `alpha_label()`)."""
     plt = pyplot()
     panels = _panels(metrics)
     cols = min(3, len(panels))
@@ -79,7 +92,7 @@ def metrics_figure(rows: Sequence[dict], metrics: Sequence[str], title: str):
         _plain_ticks(ax)
         better = "lower" if lower_is_better(members[0]) else "higher"
         ax.set_title(f"{kind} ({better} is better)")
-        ax.set_xlabel("alpha (0 = base, 1 = trained)")
+        ax.set_xlabel(xlabel or alpha_label())
         ax.set_ylabel(kind)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
@@ -91,11 +104,12 @@ def metrics_figure(rows: Sequence[dict], metrics: Sequence[str], title: str):
 
 
 def plot_metrics_vs_alpha(
-    rows: Sequence[dict], metrics: Sequence[str], path: Path, title: str
+    rows: Sequence[dict], metrics: Sequence[str], path: Path, title: str, xlabel: str | None = None
 ) -> Path:
     """One panel per metric kind (ppl, bits_per_byte, acc...) against alpha (0 = BASE, 1 =
-    TRAINED), one line per task: what training forgot and what it learned side by side."""
-    fig = metrics_figure(rows, metrics, title)
+    TRAINED; `xlabel` from `alpha_label` says where BASE is when only some layers blend), one
+    line per task: what training forgot and what it learned side by side."""
+    fig = metrics_figure(rows, metrics, title, xlabel)
     fig.savefig(path, dpi=110)
     pyplot().close(fig)
     return path

@@ -146,7 +146,7 @@ def run_sweep(
             write_results(rows, staging, "sweep", config)
             metrics = metric_names(rows)
             if metrics:
-                from surgery.diagnostics.plots import plot_metrics_vs_alpha
+                from surgery.diagnostics.plots import alpha_label, plot_metrics_vs_alpha
 
                 where = f" (layers {layers})" if layers else ""
                 plot_metrics_vs_alpha(
@@ -154,6 +154,7 @@ def run_sweep(
                     metrics,
                     staging / "sweep.png",
                     f"Interpolation sweep{where}: {Path(str(trained)).name}",
+                    alpha_label(layers, modules),
                 )
     return rows
 

@@ -14,6 +14,9 @@ Two solvers:
   singular values are estimates: accurate when the spectrum decays past rank r + p.
 
 The randomized solver seeds torch's global generator: callers run one factorization at a time.
+Its sketch depends on the number of columns drawn, so a rank chosen from its singular values
+(`kept_rank`) is factored from the same sketch: `factor(..., sketch_rank=)` takes the rank that
+`singular_values` was given.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ def _decomposition(
 
 def singular_values(delta: torch.Tensor, rank: int, solver: Solver, name: str) -> torch.Tensor:
     """The singular values of `delta` the solver sees (descending): all of them for `full`, the
-    estimated top `rank + OVERSAMPLE` for `randomized` (the same as `factor` computes)."""
+    estimated top `rank + OVERSAMPLE` for `randomized` (those of `factor`'s decomposition with
+    `sketch_rank=rank`)."""
     import torch
 
     if solver.method == "full":
@@ -73,13 +77,20 @@ def singular_values(delta: torch.Tensor, rank: int, solver: Solver, name: str) -
 
 
 def factor(
-    delta: torch.Tensor, rank: int, solver: Solver, name: str
+    delta: torch.Tensor, rank: int, solver: Solver, name: str, sketch_rank: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, B) of shapes (rank, n) and (m, rank), float32, with `B @ A` the rank-`rank`
-    approximation of `delta` (m, n)."""
+    approximation of `delta` (m, n).
+
+    Args:
+        sketch_rank: the rank the randomized solver draws its sketch for (default `rank`; at
+            least `rank`): the one given to `singular_values` when `rank` was chosen from them,
+            so the factors keep exactly the singular values that chose it (another number of
+            columns is another sketch, whose values may fall on the other side of a threshold).
+    """
     import torch
 
-    u, s, vh = _decomposition(delta, rank, solver, name)
+    u, s, vh = _decomposition(delta, max(rank, sketch_rank or rank), solver, name)
     s = s[:rank]
     if solver.distribute_scale:
         root = torch.sqrt(s)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from surgery.core.errors import CheckpointError
+from surgery.core.nearby import no_such_path
 from surgery.engine.reader import Checkpoint, HubRef, open_checkpoint
 from surgery.hub.errors import hub_errors
 from surgery.hub.timeouts import bound_requests
@@ -47,10 +48,10 @@ def check_input(spec: str | Path) -> None:
     as a Hub id (`org/name[@revision]`): a mistyped folder never goes to the network.
 
     Raises:
-        CheckpointError: `SPEC: no such file or folder`.
+        CheckpointError: `SPEC: no such file or folder`, with the nearest names in its folder.
     """
     if not Path(spec).exists() and parse_hub_id(str(spec)) is None:
-        raise CheckpointError(f"{spec}: no such file or folder")
+        raise CheckpointError(no_such_path(spec))
 
 
 def resolve(spec: str | Path) -> tuple[Path, HubRef | None]:

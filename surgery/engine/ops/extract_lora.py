@@ -158,10 +158,10 @@ def _delta(pool: SourcePool, module: _Module) -> torch.Tensor:
 
 
 def _factor(
-    pool: SourcePool, module: _Module, rank: int, solver: Solver
+    pool: SourcePool, module: _Module, rank: int, sketch_rank: int, solver: Solver
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, B) of the module's change (see `surgery.engine.lowrank.factor`)."""
-    return factor(_delta(pool, module), rank, solver, module.trained.name)
+    return factor(_delta(pool, module), rank, solver, module.trained.name, sketch_rank)
 
 
 def _values(pool: SourcePool, module: _Module, rank: int, solver: Solver) -> torch.Tensor:
@@ -173,8 +173,9 @@ class _Factors:
     """The (A, B) of one module, computed once when its A is written and dropped once its B is
     (the writer writes them one after the other)."""
 
-    def __init__(self, module: _Module, rank: int, solver: Solver) -> None:
+    def __init__(self, module: _Module, rank: int, sketch_rank: int, solver: Solver) -> None:
         self.module, self.rank, self.solver = module, rank, solver
+        self.sketch_rank = sketch_rank  # the rank `_ranks` drew its sketch for
         self._lock = threading.Lock()
         self._result: list[torch.Tensor | None] | None = None
 
@@ -182,7 +183,9 @@ class _Factors:
         """Factor `index` (0: A, 1: B), computing both on first use."""
         with self._lock:
             if self._result is None:
-                factors = _on_factoring_thread(_factor, pool, self.module, self.rank, self.solver)
+                factors = _on_factoring_thread(
+                    _factor, pool, self.module, self.rank, self.sketch_rank, self.solver
+                )
                 self._result = list(factors)
             values, self._result[index] = self._result[index], None
             if values is None:  # a bug: each factor is written once
@@ -229,9 +232,9 @@ class FactorKernel:
         progress.update(total)
 
 
-def _factor_tensors(module: _Module, rank: int, solver: Solver) -> list[OutputTensor]:
+def _factor_tensors(module: _Module, rank: int, options: LoraOptions) -> list[OutputTensor]:
     """The output tensors `lora_A`, `lora_B` (or `lora_embedding_*`) of one module."""
-    factors = _Factors(module, rank, solver)
+    factors = _Factors(module, rank, _sketch_rank(module, options), options.solver)
     rows, cols = module.shape
     names = ("lora_embedding_A", "lora_embedding_B") if module.embedding else ("lora_A", "lora_B")
     suffix = "" if module.embedding else ".weight"
@@ -329,12 +332,18 @@ def _add_tied_head(
         chosen.tied_head = True
 
 
+def _sketch_rank(module: _Module, options: LoraOptions) -> int:
+    """The rank a module's singular values are computed for, by `_ranks` and again by its
+    factors: the same number, so the randomized solver draws the same sketch both times."""
+    return min(options.rank, *module.shape)
+
+
 def _ranks(pool: SourcePool, modules: Sequence[_Module], options: LoraOptions) -> dict[str, int]:
     """Each module's rank: `options.rank` at most, and with a threshold only the singular
     values above it (computed here, one weight at a time, so the header is known first)."""
     ranks = {}
     for module in modules:
-        top = min(options.rank, *module.shape)
+        top = _sketch_rank(module, options)
         if options.sv_epsilon > 0:
             values = _on_factoring_thread(_values, pool, module, top, options.solver)
             top = kept_rank(values, options.rank, options.sv_epsilon)
@@ -448,7 +457,7 @@ def plan_extract_lora(
     ranks = {m.name: ranks[m.name] for m in factored}
     if not factored:
         raise SurgeryError("extract-lora: no weight left to factor (check the filters, --rank)")
-    tensors = [t for m in factored for t in _factor_tensors(m, ranks[m.name], options.solver)]
+    tensors = [t for m in factored for t in _factor_tensors(m, ranks[m.name], options)]
     for base_bias, bias in selection.biases:
         delta = blend_of([Source(bias, 1.0), Source(base_bias, -1.0)])
         module = _module_of(bias.name)[0]
