@@ -2,7 +2,8 @@
 Mistral-3), the namings transformers has used for one class, a grown vocabulary.
 
 BASE is a tiny multimodal model saved by transformers (`language_model.model.*` beside a vision
-tower, as the Hub's files are) or renamed as transformers 4.5x saved it (`model.language_model.*`);
+tower, as the Hub's files are) or renamed as some transformers 4.x releases saved it
+(`model.language_model.*`);
 TRAINED is its text model made text-only the reference code's way (`tiny_models.text_only`), then
 trained (seeded noise). Expected outputs are built here by hand from the inputs' tensors, named
 by this file's own rules, never by the engine's.
@@ -54,7 +55,7 @@ def published_name(text_name: str) -> str:
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """`made(arch)` -> paths: base (multimodal, published naming), nested (the same, named as
-    transformers 4.5x saved it), trained and expert (text-only fine-tunes), mm_trained (the
+    transformers 4.x saved it), trained and expert (text-only fine-tunes), mm_trained (the
     multimodal model trained whole)."""
     root = tmp_path_factory.mktemp("layouts")
     built: dict[str, dict[str, Path]] = {}
@@ -374,3 +375,35 @@ def test_inspect_shows_the_matching(made):
     assert any("vision_tower.head.probe" in line and "no counterpart" in line for line in lines)
     data = json.loads(run("inspect", "--json", paths["trained"], paths["base"]).output)
     assert {"a": name, "b": published_name(name), "shapes": "same"} in data["tensors"]
+
+
+def test_qwen2_5_vl_is_not_qwen2(tmp_path):
+    """Qwen2.5-VL's text stack uses multimodal RoPE: not the same model as a Qwen2 text-only
+    one of the same shapes, so they are refused as different architectures."""
+    common = dict(
+        vocab_size=tiny_models.vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=tiny_models.NUM_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    config = transformers.Qwen2_5_VLConfig(
+        text_config=dict(**common, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        vision_config=dict(
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=32,
+            fullatt_block_indexes=[1],
+        ),
+    )
+    vl = tiny_models.save(transformers.Qwen2_5_VLForConditionalGeneration(config), tmp_path / "vl")
+    text = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+    qwen2 = tiny_models.save(text, tmp_path / "qwen2")
+    result = run("revert", "--layers", "1:3", vl, qwen2, tmp_path / "out")
+    assert_refused(result, "different architectures (qwen2, qwen2_5_vl_text)", tmp_path)

@@ -2,8 +2,9 @@
 
 The same text model is published under several namings. A multimodal Gemma-3, Mistral-3 or
 Llava keeps its text model under `language_model.model.*` in the files on the Hub (and as
-transformers 5 saves it), under `model.language_model.*` as transformers 4.5x saved it (and as
-transformers 5 names its modules in memory), beside a vision tower and a projector; a text-only
+transformers 5 saves it), under `model.language_model.*` as some transformers 4.x releases saved
+it (and as transformers 5 names its modules in memory), beside a vision tower and a projector; a
+text-only
 fine-tune made from it (`Gemma3ForCausalLM`, `MistralForCausalLM`) names the same weights
 `model.*`. Every name maps to a canonical one, the text-only name for the text model's tensors:
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 TEXT_ONLY = "text-only"
 PUBLISHED = "multimodal (language_model.model.*)"
-NESTED = "multimodal (model.language_model.*)"
+NESTED = "multimodal (model.language_model.*)"  # 4.x saves; module names in memory
 
 # Per layout: the rules that rename the text model's tensors (the first that matches), then the
 # rules applied in turn to every other tensor (the vision tower, the projector).

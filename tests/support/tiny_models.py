@@ -288,9 +288,9 @@ def rename_tensors(path: Path, rename) -> None:
 
 
 def nested_name(name: str) -> str:
-    """A multimodal tensor's name as transformers 4.5x saved it (`model.language_model.*`,
-    `model.vision_tower.*`, `lm_head.*`) from the published naming (`language_model.model.*`,
-    `vision_tower.*`, `language_model.lm_head.*`)."""
+    """A multimodal tensor's name as some transformers 4.x releases saved it
+    (`model.language_model.*`, `model.vision_tower.*`, `lm_head.*`) from the published naming
+    (`language_model.model.*`, `vision_tower.*`, `language_model.lm_head.*`)."""
     if name.startswith("language_model.model."):
         return "model.language_model." + name.removeprefix("language_model.model.")
     if name.startswith("language_model.lm_head."):
