@@ -407,3 +407,37 @@ def test_qwen2_5_vl_is_not_qwen2(tmp_path):
     qwen2 = tiny_models.save(text, tmp_path / "qwen2")
     result = run("revert", "--layers", "1:3", vl, qwen2, tmp_path / "out")
     assert_refused(result, "different architectures (qwen2, qwen2_5_vl_text)", tmp_path)
+
+
+class WeightNorm:
+    """A scorer (surgery never imports eval's): the squared norm of the weights, in float64."""
+
+    def __init__(self) -> None:
+        self.config = {"scorer": "weight norm"}
+
+    def load(self, folder):
+        return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), None
+
+    def __call__(self, model, tokenizer, *, progress):
+        return {
+            "norm/sq": float(sum(p.detach().double().square().sum() for p in model.parameters()))
+        }
+
+
+@pytest.mark.parametrize("case", ["multimodal", "grown"])
+def test_sweep_and_localize_in_memory_score_the_written_points(made, grown, tmp_path, case):
+    from surgery.diagnostics.localize import run_localize
+    from surgery.diagnostics.sweep import run_sweep
+
+    base, trained = (
+        (made("gemma3mm")["base"], made("gemma3mm")["trained"]) if case == "multimodal" else grown
+    )
+    norm = WeightNorm()
+    rows = run_sweep(
+        base, trained, tmp_path / "s", [0.0, 0.5], scorer=norm, in_memory=True, quiet=True
+    )
+    for row in rows:
+        point = tmp_path / "s" / f"alpha-{row['alpha']:.2f}"
+        assert row["norm/sq"] == norm(norm.load(point)[0], None, progress=False)["norm/sq"]
+    result = run_localize(base, trained, norm, blocks="1:3", quiet=True)
+    assert result.base["norm/sq"] == rows[0]["norm/sq"]
