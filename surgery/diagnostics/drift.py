@@ -145,7 +145,7 @@ def drift(
         ["trained", "base"],
         float_dtypes_may_differ=True,
         vocabulary=True,
-        lonely="tensors without counterpart are not compared; of the others, the rows both have",
+        lonely="drift leaves tensors without counterpart out and compares the rows both have",
     )
     chosen = select_stack(trained.stacks, stack) if trained.stacks else None
     report = DriftReport(stack=chosen)

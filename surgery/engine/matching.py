@@ -259,12 +259,12 @@ def _note(matching: Matching, labels: Sequence[str], rule: str | None) -> None:
     if matching.rows:
         tensors = ", ".join(matching.rows)
         first = next(iter(matching.rows))
-        counts = " and ".join(
-            f"{matching.partner(first, i).shape[0]} in {label}"
+        counts = ", ".join(
+            f"{matching.partner(first, i).shape[0]} rows in {label}"
             for i, label in enumerate(labels)
             if matching.partner(first, i) is not None
         )
-        parts.append(f"the vocabulary differs ({tensors}: {counts} rows)")
+        parts.append(f"the vocabulary differs ({tensors}: {counts})")
     message = "; ".join(parts) + (f": {rule}" if rule else "")
     shown = matching.checkpoints[0].notes_shown
     if message not in shown:
