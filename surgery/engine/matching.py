@@ -84,7 +84,8 @@ class Matching:
         return entry
 
 
-def _labelled(checkpoint: Checkpoint, label: str, layout: Layout) -> str:
+def _labelled(label: str, layout: Layout) -> str:
+    """How a message names an input: its label, with its layout unless it is text-only."""
     return label if layout.kind == TEXT_ONLY else f"{label} ({layout.kind})"
 
 
@@ -210,12 +211,12 @@ def match(
     partners: list[dict[str, TensorInfo]] = [dict(reference.tensors)]
     lonely_names: list[list[str]] = [[]]
     rows: dict[str, int] = {}
+    mine = {ref_layout.canonical[n]: n for n in reference.tensors}  # canonical -> reference's
     for other, layout, label in zip(checkpoints[1:], layouts[1:], labels[1:], strict=True):
         actual = layout.actual()
-        mine = {ref_layout.canonical[n]: n for n in reference.tensors}
         missing = [n for c, n in mine.items() if c not in actual]
         extra = [n for c, n in actual.items() if c not in mine]
-        names = (_labelled(reference, labels[0], ref_layout), _labelled(other, label, layout))
+        names = (_labelled(labels[0], ref_layout), _labelled(label, layout))
         _refuse_names(
             (reference, other), names, missing, extra, lonely is not None, (ref_layout, layout)
         )
@@ -232,7 +233,7 @@ def match(
                 shared = min(reference.tensors[name].shape[0], theirs.shape[0])
                 rows[name] = min(rows.get(name, shared), shared)
         partners.append(found)
-        lonely_names[0] += [n for n in missing if n not in lonely_names[0]]
+        lonely_names[0] = list(dict.fromkeys([*lonely_names[0], *missing]))
         lonely_names.append(extra)
     matching = Matching(
         tuple(checkpoints),
