@@ -543,19 +543,30 @@ def extract_lora(
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @download_option
 @click.argument("checkpoint", type=click.Path())
-def inspect(as_json, download, checkpoint):
+@click.argument("other", type=click.Path(), required=False)
+def inspect(as_json, download, checkpoint, other):
     """Summarize CHECKPOINT from its headers: stacks, layers, dtypes, parameters, shards, recipe.
+
+    With OTHER, show how the two checkpoints' tensors match, tensor by tensor (a multimodal base
+    and a text-only fine-tune name one text model's tensors differently), and what revert and
+    soup make of it.
 
     \b
     Examples:
       surgery inspect path/to/model
       surgery inspect --json model.safetensors
+      surgery inspect ckpt/dense google/gemma-3-4b-pt
     """
-    from surgery.checks.inspection import describe, format_description
-    from surgery.hub.resolve import open_input
+    from surgery.checks import inspection
+    from surgery.hub.resolve import open_input, open_inputs
 
-    info = describe(open_input(checkpoint, ranges=not download, companions=False))
-    click.echo(json.dumps(info, indent=2) if as_json else format_description(info))
+    if other is not None:
+        pair = open_inputs([checkpoint, other], ranges=not download, companions=[False, False])
+        info = inspection.compare(*pair)
+        click.echo(json.dumps(info, indent=2) if as_json else inspection.format_comparison(info))
+        return
+    info = inspection.describe(open_input(checkpoint, ranges=not download, companions=False))
+    click.echo(json.dumps(info, indent=2) if as_json else inspection.format_description(info))
 
 
 @cli.command()

@@ -9,6 +9,10 @@ each; about 0.97B parameters = 1.9 GB each by default), then runs, in one proces
 
 and prints wall time and peak private memory (RssAnon) of each, with ratios to ours.
 Run by hand:  python bench/bench_engine.py [--work DIR] [--layers 19] [--hidden 2048] [--repeat 3]
+
+With --layouts, only a revert side by side: BASE in TRAINED's layout (the same-layout revert
+above) against BASE as a multimodal checkpoint (the same weights under Llava's published names,
+`language_model.model.*`, beside a vision tower), TRAINED text-only either way.
 """
 
 from __future__ import annotations
@@ -194,6 +198,71 @@ def run(
     return [(op, tool, median_run(measured)) for (op, tool), measured in runs.items()]
 
 
+# A small vision tower beside the multimodal BASE: tensors with no counterpart in TRAINED.
+VISION = {
+    f"vision_tower.vision_model.encoder.layers.{n}.mlp.fc{k}.weight": (1024, 1024)
+    for n in range(4)
+    for k in (1, 2)
+} | {"multi_modal_projector.linear_1.weight": (1024, 1024)}
+
+
+def write_multimodal(base: Path, out: Path) -> None:
+    """BASE's weights under a multimodal checkpoint's published names (`language_model.model.*`,
+    `language_model.lm_head.*`) with a vision tower and projector, shard by shard (bounded
+    memory), and a Llava config whose text_config is BASE's."""
+    from safetensors.torch import load_file
+
+    out.mkdir(parents=True)
+    index = json.loads((base / "model.safetensors.index.json").read_text())
+    weight_map = {}
+    shards = sorted(set(index["weight_map"].values()))
+    for number, shard in enumerate(shards):
+        tensors = {f"language_model.{name}": t for name, t in load_file(base / shard).items()}
+        if number == len(shards) - 1:
+            gen = torch.Generator().manual_seed(99)
+            tensors |= {
+                name: (torch.randn(shape, generator=gen) * 0.02).to(torch.bfloat16)
+                for name, shape in VISION.items()
+            }
+        save_file(tensors, out / shard, metadata={"format": "pt"})
+        weight_map |= dict.fromkeys(tensors, shard)
+        del tensors
+    (out / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    text = json.loads((base / "config.json").read_text())
+    config = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava"}
+    (out / "config.json").write_text(json.dumps({**config, "text_config": text}))
+
+
+def run_layouts(
+    work: Path, layers: int, hidden: int, repeat: int = 1
+) -> list[tuple[str, str, Measurement]]:
+    """A revert of the middle third with BASE in TRAINED's layout, then as a multimodal
+    checkpoint (see `write_multimodal`): the name-mapping step's cost, side by side."""
+    ensure_checkpoints(work, layers, hidden, ("base", "trained"))
+    if not (work / "base-multimodal").exists():
+        print("building base-multimodal ...", file=sys.stderr)
+        write_multimodal(work / "base", work / "base-multimodal")
+    b, m, t = (str(work / n) for n in ("base", "base-multimodal", "trained"))
+    spec = f"{layers // 3}:{2 * layers // 3}"
+    commands = [
+        (
+            "revert",
+            "surgery",
+            lambda: surgery(["revert", "--layers", spec, b, t], work / "o", [b, t]),
+        ),
+        (
+            "revert",
+            "surgery, multimodal BASE",
+            lambda: surgery(["revert", "--layers", spec, m, t], work / "o", [m, t]),
+        ),
+    ]
+    runs: dict[str, list[Measurement]] = {tool: [] for _, tool, _ in commands}
+    for _ in range(repeat):
+        for _, tool, command in commands:
+            runs[tool].append(command())
+    return [("revert", tool, median_run(measured)) for tool, measured in runs.items()]
+
+
 def report(results: list[tuple[str, str, Measurement]]) -> str:
     ours = {op: m for op, tool, m in results if tool == "surgery"}
     lines = [
@@ -233,8 +302,14 @@ def size_arguments(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="runs per command (median time)")
+    parser.add_argument(
+        "--layouts",
+        action="store_true",
+        help="only the revert from a multimodal BASE, side by side",
+    )
     args = size_arguments(__doc__, "bench/out", parser)
-    print(report(run(args.work, args.layers, args.hidden, args.repeat)))
+    benchmark = run_layouts if args.layouts else run
+    print(report(benchmark(args.work, args.layers, args.hidden, args.repeat)))
 
 
 if __name__ == "__main__":

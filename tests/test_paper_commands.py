@@ -29,7 +29,9 @@ from tests.support import tiny_models
 from tests.support.checks import assert_valid_output, load_state, same_bits
 from tests.support.train_helpers import in_layers, write_corpus
 
-pytestmark = pytest.mark.slow  # about 70 s of CPU on 2 idle cores (4 trainings, 4 suite evals)
+# The replay of the main block is slow (about 70 s of CPU on 2 idle cores: 4 trainings, 4 suite
+# evals); that of the text-only variant is not (no training).
+slow = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -57,18 +59,24 @@ surgery() { printf "%s\\0" "$@" >> commands; printf "\\n" >> commands; }
 """
 
 
-def paper_block() -> str:
-    """The bash block of README's "### Reproducing the paper" section."""
+def paper_blocks() -> list[str]:
+    """The bash blocks of README's "### Reproducing the paper" section: the paper's commands,
+    then their variant for text-only checkpoints made the reference's way."""
     text = README.read_text(encoding="utf-8")
     section = text.split("### Reproducing the paper", 1)[1].split("\n### ", 1)[0]
-    match = re.search(r"```bash\n(.*?)```", section, re.S)
-    assert match, "README's Reproducing the paper section has no bash block"
-    return match.group(1)
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "README's Reproducing the paper section needs its two bash blocks"
+    return blocks
 
 
-def miniature(block: str) -> str:
-    """The block with SUBSTITUTIONS applied."""
-    for old, new in SUBSTITUTIONS:
+def paper_block() -> str:
+    """The bash block of README's "### Reproducing the paper" section."""
+    return paper_blocks()[0]
+
+
+def miniature(block: str, substitutions=SUBSTITUTIONS) -> str:
+    """The block with `substitutions` applied."""
+    for old, new in substitutions:
         assert old in block, f"README's paper block no longer has {old!r}"
         block = block.replace(old, new)
     return block
@@ -163,6 +171,7 @@ def load_model(folder: Path):
     return tiny_models.Gemma3ForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
 
 
+@slow
 def test_the_block_has_every_kind_of_command(replayed):
     _, commands = replayed
     kinds = [(c[0], "--freeze" in c, "--l2sp" in c, "--weights" in c) for c in commands]
@@ -173,6 +182,7 @@ def test_the_block_has_every_kind_of_command(replayed):
     assert [c[0] for c in commands].count("eval") == 4 and commands[-1][0] == "compare"
 
 
+@slow
 def test_trained_models_keep_the_base_layout_and_freezing_keeps_the_middle(replayed):
     root, _ = replayed
     base = load_state(root / "base")
@@ -189,6 +199,7 @@ def test_trained_models_keep_the_base_layout_and_freezing_keeps_the_middle(repla
         assert (not middle) == (name == "slavic-freeze"), name
 
 
+@slow
 def test_reverted_models_hold_the_base_middle_and_the_rest_trained(replayed):
     root, _ = replayed
     base = load_state(root / "base")
@@ -200,6 +211,7 @@ def test_reverted_models_hold_the_base_middle_and_the_rest_trained(replayed):
             assert same_bits(tensor, expected), (trained, name)
 
 
+@slow
 @pytest.mark.parametrize(
     ("out", "weights", "with_base"),
     [("soup", [0.2] * 5, False), ("soup-anchored", [0.5] + [0.1] * 5, True)],
@@ -222,6 +234,7 @@ def test_soups_are_the_weighted_means(replayed, out, weights, with_base):
         assert ((tensor.double() - mean).abs() <= bound).all(), (out, name)
 
 
+@slow
 def test_the_study_scores_what_is_there_lists_the_rest_and_compares(replayed):
     root, _ = replayed
     # Perplexity of every language written (FLORES codes), Belebele of Slovak, Copain (no data).
@@ -237,3 +250,110 @@ def test_the_study_scores_what_is_there_lists_the_rest_and_compares(replayed):
     comparison = json.loads((root / "report" / "comparison.json").read_text())
     assert set(comparison["models"]) >= {"dense", "slavic", "soup"}
     assert "`dense`, `slavic`, `soup`" in (root / "report" / "report.md").read_text()
+
+
+# The variant for the reference's text-only checkpoints: only BASE changes for the miniature.
+REFERENCE_SUBSTITUTIONS = (("B=google/gemma-3-4b-pt", "B=base"),)
+REFERENCE_MODELS = ("dense", "slavic", *OTHER_EXPERTS)
+
+
+def build_multimodal_base(folder: Path):
+    """A random multimodal Gemma-3 (`Gemma3ForConditionalGeneration`, as google/gemma-3-4b-pt)
+    with the paper's 34 text layers, tiny otherwise; saved as transformers saves it
+    (`language_model.model.*` beside the vision tower). Returns the model."""
+    torch.manual_seed(0)
+    vocab = tiny_models.vocab_size()
+    config = tiny_models.Gemma3Config(
+        text_config=dict(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=34,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            sliding_window=16,
+            max_position_embeddings=128,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        ),
+        mm_tokens_per_image=4,
+        image_token_index=vocab - 1,
+        boi_token_index=vocab - 2,
+        eoi_token_index=vocab - 3,
+    )
+    model = tiny_models.Gemma3ForConditionalGeneration(config).to(torch.bfloat16)
+    tiny_models.save(model, folder)
+    return model
+
+
+@pytest.fixture(scope="module")
+def reference_replayed(tmp_path_factory):
+    """The variant block run in miniature: a multimodal BASE, and text-only models made from it
+    the reference's way (`tiny_models.text_only`) then trained (seeded noise)."""
+    root = tmp_path_factory.mktemp("reference")
+    model = build_multimodal_base(root / "base")
+    for seed, name in enumerate(REFERENCE_MODELS, 400):
+        trained = tiny_models.perturb(tiny_models.text_only(model), seed=seed, scale=0.02)
+        tiny_models.save(trained, root / "reference" / "checkpoints" / name)
+    block = miniature(paper_blocks()[1], REFERENCE_SUBSTITUTIONS)
+    commands = recorded_commands(block, root)
+    with contextlib.chdir(root):
+        for args in commands:
+            run_surgery(args)
+    return root, commands
+
+
+def test_the_variant_reverts_soups_and_anchors(reference_replayed):
+    _, commands = reference_replayed
+    assert [c[0] for c in commands] == ["revert", "revert", "soup", "interpolate"]
+
+
+def test_reference_reverts_hold_the_multimodal_base_middle_under_text_only_names(
+    reference_replayed,
+):
+    root, _ = reference_replayed
+    base = load_state(root / "base")
+    models = root / "reference" / "checkpoints"
+    for trained in ("dense", "slavic"):
+        source = load_state(models / trained)
+        got = assert_valid_output(models / f"{trained}-reverted")
+        assert got.keys() == source.keys()  # text-only, as the reference saved it
+        for name, tensor in got.items():
+            multimodal = "language_model.model." + name.removeprefix("model.")
+            expected = base[multimodal] if in_layers(name, MIDDLE) else source[name]
+            assert same_bits(tensor, expected), (trained, name)
+        loaded = load_model(models / f"{trained}-reverted")
+        assert type(loaded) is tiny_models.Gemma3ForCausalLM
+
+
+def test_reference_anchored_soup_is_the_reference_blend(reference_replayed):
+    """soup-anchored = 0.5 * base + 0.5 * soup within one rounding of the written soup, and the
+    reference's (1 - alpha) * base + alpha * mean within the soup's rounding and that one."""
+    root, _ = reference_replayed
+    base = load_state(root / "base")
+    models = root / "reference" / "checkpoints"
+    experts = [load_state(models / name) for name in ("slavic", *OTHER_EXPERTS)]
+    soup, anchored = load_state(models / "soup"), assert_valid_output(models / "soup-anchored")
+    assert anchored.keys() == soup.keys()
+    for name, tensor in anchored.items():
+        theirs = base["language_model.model." + name.removeprefix("model.")].double()
+        written = 0.5 * theirs + 0.5 * soup[name].double()
+        magnitude = 0.5 * theirs.abs() + 0.5 * soup[name].double().abs()
+        assert (
+            (tensor.double() - written).abs() <= 2**-8 * written.abs() + 2**-22 * magnitude
+        ).all()
+        mean = sum(e[name].double() for e in experts) / len(experts)
+        reference = 0.5 * theirs + 0.5 * mean
+        largest = torch.stack([0.5 * theirs.abs(), 0.5 * mean.abs()]).amax(0)
+        bound = 2**-7 * reference.abs() + 2**-8 * largest
+        assert ((tensor.double() - reference).abs() <= bound).all(), name

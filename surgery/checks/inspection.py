@@ -1,4 +1,4 @@
-"""inspect: what a checkpoint holds, from headers alone."""
+"""inspect: what a checkpoint holds, or how two checkpoints' tensors match, from headers alone."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from collections import Counter
 
 import yaml
 
+from surgery.core.errors import MismatchError
 from surgery.core.layers import stack_layer
+from surgery.engine.matching import match
+from surgery.engine.naming import layout_of
 from surgery.engine.reader import Checkpoint
 
 
@@ -89,4 +92,71 @@ def format_description(info: dict) -> str:
             f"{'inputs' if i == 0 else '':12}{e['role']}: {e['path']}"
             for i, e in enumerate(recipe.get("inputs", []))
         ]
+    return "\n".join(lines)
+
+
+def compare(a: Checkpoint, b: Checkpoint) -> dict:
+    """How two checkpoints' tensors match (`surgery.engine.naming`), tensor by tensor, and what
+    revert, interpolate and soup make of it: a JSON-ready summary."""
+    layouts = layout_of(a.tensors), layout_of(b.tensors)
+    theirs = layouts[1].actual()
+    rows: list[dict] = []
+    matched = set()
+    for name, canonical in layouts[0].canonical.items():
+        other = theirs.get(canonical)
+        matched.add(other)
+        shapes = "same"
+        if other is not None and a.tensors[name].shape != b.tensors[other].shape:
+            shapes = f"{list(a.tensors[name].shape)} / {list(b.tensors[other].shape)}"
+        rows.append({"a": name, "b": other, "shapes": shapes if other is not None else None})
+    rows += [{"a": None, "b": n, "shapes": None} for n in b.tensors if n not in matched]
+    return {
+        "a": {"path": str(a.path), "layout": layouts[0].kind},
+        "b": {"path": str(b.path), "layout": layouts[1].kind},
+        "tensors": rows,
+        "verdicts": {
+            "revert, interpolate, drift (A as TRAINED)": _verdict(a, b, lonely=True),
+            "soup, merge": _verdict(a, b, lonely=False),
+        },
+    }
+
+
+def _verdict(a: Checkpoint, b: Checkpoint, *, lonely: bool) -> str:
+    """`match`'s answer for A and B under a command's rules: matched, or its one-line error."""
+    try:
+        matching = match(
+            [a, b],
+            ["A", "B"],
+            float_dtypes_may_differ=True,
+            vocabulary=lonely,
+            lonely="" if lonely else None,
+            announce=False,
+        )
+    except MismatchError as error:
+        return f"refused: {error}"
+    if matching.exact:
+        return "matched: same names and shapes"
+    found = [
+        "across layouts" if matching.renamed else "",
+        f"{sum(map(len, matching.lonely))} tensors without counterpart"
+        if any(matching.lonely)
+        else "",
+        f"{len(matching.rows)} tensors whose vocabulary rows differ" if matching.rows else "",
+    ]
+    return "matched: " + ", ".join(part for part in found if part)
+
+
+def format_comparison(info: dict) -> str:
+    """The matching as lines: A's name <- B's name, tensors without counterpart, verdicts."""
+    lines = [
+        f"A           {info['a']['path']} ({info['a']['layout']})",
+        f"B           {info['b']['path']} ({info['b']['layout']})",
+    ]
+    for row in info["tensors"]:
+        a, b = row["a"] or "(no counterpart)", row["b"] or "(no counterpart)"
+        shapes = f"  shapes {row['shapes']}" if row["shapes"] not in (None, "same") else ""
+        same = "" if row["a"] != row["b"] else "  (same name)"
+        lines.append(f"tensor      {a}  <-  {b}{same}{shapes}")
+    for command, verdict in info["verdicts"].items():
+        lines.append(f"{command}: {verdict}")
     return "\n".join(lines)

@@ -24,7 +24,7 @@ import numpy as np
 
 from surgery.core.layers import Stack, select_stack, stack_layer
 from surgery.engine.float_codec import CODEC_DTYPES, decode
-from surgery.engine.plan import check_compatible
+from surgery.engine.matching import match
 from surgery.engine.progress import byte_progress
 from surgery.engine.reader import Checkpoint, TensorInfo, openers
 from surgery.engine.source import SourcePool
@@ -93,6 +93,9 @@ class DriftReport:
     kinds: dict[str, Sums] = field(default_factory=dict)
     layer_kinds: dict[tuple[int, str], Sums] = field(default_factory=dict)
     total: Sums = field(default_factory=Sums)
+    # Tensors whose rows differ (a grown vocabulary) -> (rows compared, rows in TRAINED, in BASE):
+    # only the rows both have are compared.
+    shared_rows: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def tensor_sums(base: TensorInfo, trained: TensorInfo, pool: SourcePool) -> Sums:
@@ -130,15 +133,32 @@ def _torch_chunks(base: TensorInfo, trained: TensorInfo, pool: SourcePool) -> It
 def drift(
     base: Checkpoint, trained: Checkpoint, *, stack: str | None = None, quiet: bool = True
 ) -> DriftReport:
-    """Measure drift of every float tensor of TRAINED from BASE.
+    """Measure drift of every float tensor of TRAINED from BASE, matched by name across layouts
+    (`surgery.engine.matching`); of tensors whose rows differ (a grown vocabulary), the rows
+    both have (named in `shared_rows`).
 
     Raises:
         MismatchError: the checkpoints do not line up (dtypes may differ).
     """
-    check_compatible([trained, base], ["trained", "base"], float_dtypes_may_differ=True)
+    matching = match(
+        [trained, base],
+        ["trained", "base"],
+        float_dtypes_may_differ=True,
+        vocabulary=True,
+        lonely="drift leaves tensors without counterpart out and compares the rows both have",
+    )
     chosen = select_stack(trained.stacks, stack) if trained.stacks else None
     report = DriftReport(stack=chosen)
-    pairs = [(base.tensors[n], t) for n, t in trained.tensors.items() if t.is_float and t.numel]
+    pairs = []
+    for name, tensor in trained.tensors.items():
+        theirs = matching.partner(name, 1)
+        if theirs is None or not tensor.is_float or not tensor.numel:
+            continue
+        if name in matching.rows:  # a grown vocabulary: the rows both have
+            shared = matching.rows[name]
+            report.shared_rows[name] = (shared, tensor.shape[0], theirs.shape[0])
+            tensor, theirs = tensor.rows(0, shared), theirs.rows(0, shared)
+        pairs.append((theirs, tensor))
     bar = byte_progress(sum(t.nbytes for _, t in pairs), "drift", quiet)
     workers = ThreadPoolExecutor(max(1, os.cpu_count() or 1))
     with SourcePool(openers([base, trained])) as pool, bar, workers:
@@ -171,11 +191,17 @@ def format_drift(report: DriftReport) -> str:
         lines.append(f"{kind:>10}  {sums.relative_l2:>10.3e}  {sums.cosine:>10.6f}  {sums.numel}")
     total = report.total
     lines.append(f"{'all':>10}  {total.relative_l2:>10.3e}  {total.cosine:>10.6f}  {total.numel}")
+    for name, (shared, trained_rows, base_rows) in report.shared_rows.items():
+        lines.append(
+            f"note: {name} compared on the {shared} rows both have ({trained_rows} in trained, "
+            f"{base_rows} in base)"
+        )
     return "\n".join(lines)
 
 
 def drift_rows(report: DriftReport) -> list[dict]:
-    """One CSV row per tensor: name, layer, kind, relative L2, cosine, parameters."""
+    """One CSV row per tensor: name, layer, kind, relative L2, cosine, parameters compared and,
+    for a grown vocabulary's tensors, the rows compared."""
     rows = []
     for name, sums in report.tensors.items():
         layer = stack_layer(name, report.stack) if report.stack is not None else None
@@ -187,6 +213,8 @@ def drift_rows(report: DriftReport) -> list[dict]:
                 "relative_l2": sums.relative_l2,
                 "cosine": sums.cosine,
                 "params": sums.numel,
+                # A grown vocabulary's tensors: the rows compared (those both have).
+                "shared_rows": report.shared_rows.get(name, ("",))[0],
             }
         )
     return rows

@@ -20,7 +20,8 @@ from surgery.core.dtypes import torch_dtype
 from surgery.core.layers import LayerValues, Stack, find_stacks, select_stack, stack_layer
 from surgery.core.modules import ModuleFilter
 from surgery.engine.blend import accumulate, accumulator_dtype, finish
-from surgery.engine.plan import check_compatible
+from surgery.engine.matching import match
+from surgery.engine.naming import layout_of
 from surgery.engine.reader import Checkpoint
 from surgery.hub.resolve import open_input
 
@@ -50,13 +51,43 @@ def fits_in_memory(checkpoint: Checkpoint, dtype_bytes: int = 4, copies: int = 3
     return checkpoint.num_params * dtype_bytes * copies < 0.8 * _available_memory()
 
 
+# What an in-memory blend does with tensors without counterpart and a grown vocabulary.
+LONELY = (
+    "tensors without counterpart stay trained's, and so do the rows only trained has; the rows "
+    "both have are blended"
+)
+
+
+def _matched(
+    params: dict[str, torch.Tensor], base_params: dict[str, torch.Tensor], storage: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """BASE's parameters under TRAINED's names (matched as the checkpoints are, see
+    `surgery.engine.naming`: the models may be loaded in other layouts), in `storage` dtype;
+    BASE's parameters without a counterpart (a vision tower) are left out.
+
+    Raises:
+        RuntimeError: a parameter of TRAINED's text model that BASE does not have.
+    """
+    mine, theirs = layout_of(params), layout_of(base_params)
+    by_canonical = {theirs.canonical[n]: p for n, p in base_params.items()}
+    base = {}
+    for name, canonical in mine.canonical.items():
+        if canonical in by_canonical:
+            base[name] = by_canonical[canonical].detach().to(storage, copy=True)
+        elif name not in mine.others:
+            raise RuntimeError(f"BASE loaded without TRAINED's parameter {name!r}")
+    return base
+
+
 class MemoryBlender:
     """A loaded model whose weights can be set to any interpolation of BASE and TRAINED.
 
     Memory: the working model, one copy each of the base and trained parameters in the
     checkpoint's storage dtype (exact: they were loaded from it), and two scratch buffers the
     size of the largest parameter. Blends are exact when the model's dtype is at least as wide as
-    the storage dtype (the default: float32 on CPU).
+    the storage dtype (the default: float32 on CPU). BASE's parameters are matched to
+    TRAINED's as `surgery interpolate` matches the checkpoints (a multimodal BASE and a
+    text-only TRAINED; a grown vocabulary: the rows both have are blended).
 
     Args:
         base, trained: the two checkpoints (folders, Hub ids or opened).
@@ -73,8 +104,12 @@ class MemoryBlender:
         base_ckpt, trained_ckpt = (
             c if isinstance(c, Checkpoint) else open_input(c) for c in (base, trained)
         )
-        check_compatible(
-            [trained_ckpt, base_ckpt], ["trained", "base"], float_dtypes_may_differ=False
+        match(
+            [trained_ckpt, base_ckpt],
+            ["trained", "base"],
+            float_dtypes_may_differ=False,
+            vocabulary=True,
+            lonely=LONELY,
         )
         self.storage = torch_dtype(storage_dtype(trained_ckpt))
         self.acc_dtype = accumulator_dtype(storage_dtype(trained_ckpt), [storage_dtype(base_ckpt)])
@@ -82,12 +117,8 @@ class MemoryBlender:
         base_model, _ = load(base_ckpt.path)
         self.params = dict(self.model.named_parameters())
         self.trained = {n: p.detach().to(self.storage, copy=True) for n, p in self.params.items()}
-        self.base = {
-            n: p.detach().to(self.storage, copy=True) for n, p in base_model.named_parameters()
-        }
+        self.base = _matched(self.params, dict(base_model.named_parameters()), self.storage)
         del base_model
-        if self.base.keys() != self.trained.keys():
-            raise RuntimeError("BASE and TRAINED loaded into different parameter sets")
         self.stacks = find_stacks(self.params)
         self.alphas = dict.fromkeys(self.params, 1.0)  # what each parameter holds now
         self.scratch: dict[torch.dtype, torch.Tensor] = {}
@@ -106,17 +137,26 @@ class MemoryBlender:
         for name, param in self.params.items():
             layer = stack_layer(name, stack, modules) if stack is not None else None
             alpha = values.value_for(layer)
-            alpha = 1.0 if alpha is None else alpha
+            alpha = 1.0 if alpha is None or name not in self.base else alpha
             if alpha == self.alphas[name]:
                 continue  # unchanged since the last point: layers outside --layers stay put
             self.alphas[name] = alpha
-            if alpha in (0.0, 1.0):
-                param.copy_(self.base[name] if alpha == 0.0 else self.trained[name])
+            if alpha == 1.0:
+                param.copy_(self.trained[name])
+                continue
+            # The rows both have (all of them, unless the vocabulary grew: the added rows stay
+            # TRAINED's, as `surgery interpolate` writes them).
+            part, base, trained = param, self.base[name], self.trained[name]
+            if base.shape != param.shape:
+                rows = min(base.shape[0], param.shape[0])
+                part, base, trained = param[:rows], base[:rows], trained[:rows]
+            if alpha == 0.0:
+                part.copy_(base)
                 continue
             # The writer's exact operations on the same storage-dtype values (surgery/blend.py).
-            flat = param.view(-1)
+            flat = part.view(-1)
             acc = flat if flat.dtype == self.acc_dtype else self._scratch(self.acc_dtype, flat)
-            inputs = [(self.base[name].view(-1), 1.0 - alpha), (self.trained[name].view(-1), alpha)]
+            inputs = [(base.reshape(-1), 1.0 - alpha), (trained.reshape(-1), alpha)]
             rounded = self._scratch(self.storage, flat)
             finish(accumulate(acc, inputs), 1.0, rounded)  # the checkpoint's one rounding
             flat.copy_(rounded)

@@ -6,13 +6,15 @@ checking and progress are shared by all of them (surgery/writer.py).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from surgery.core.dtypes import nbytes, torch_dtype
 from surgery.core.errors import MismatchError
+from surgery.engine.matching import match
 from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.source import SourcePool
 
@@ -48,6 +50,10 @@ class OutputTensor:
     # passes; None for copies and weighted sums.
     kernel: Any = field(default=None, compare=False)
     values: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    # Output tensors written back to back that make this one, each a copy or a blend of some
+    # of its rows (a grown vocabulary: the rows both inputs have blended, the added rows
+    # copied); then `sources` is empty.
+    pieces: tuple[OutputTensor, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -57,7 +63,7 @@ class OutputTensor:
     @property
     def is_copy(self) -> bool:
         """Whether this tensor is written as a byte copy of its only source."""
-        if self.values is not None:
+        if self.values is not None or self.pieces:
             return False
         (first, *rest) = self.sources
         return (
@@ -67,6 +73,13 @@ class OutputTensor:
             and self.divisor == 1.0
             and first.tensor.dtype == self.dtype
         )
+
+    def segments(self) -> list[tuple[OutputTensor, int]]:
+        """What the writer writes: (tensor, byte offset within this one), its pieces or itself."""
+        if not self.pieces:
+            return [(self, 0)]
+        offsets = itertools.accumulate((p.nbytes for p in self.pieces), initial=0)
+        return list(zip(self.pieces, offsets, strict=False))
 
 
 @dataclass
@@ -100,10 +113,13 @@ class Plan:
         return sum(t.nbytes for t in self.tensors)
 
 
-def copy_of(tensor: TensorInfo, dtype: str | None = None) -> OutputTensor:
-    """An output tensor taken whole from `tensor`, cast to `dtype` if it is given and differs."""
+def copy_of(
+    tensor: TensorInfo, dtype: str | None = None, *, name: str | None = None
+) -> OutputTensor:
+    """An output tensor taken whole from `tensor`, cast to `dtype` if it is given and differs,
+    named `name` (default: the tensor's own name)."""
     out_dtype = dtype if (dtype and tensor.is_float) else tensor.dtype
-    return OutputTensor(tensor.name, out_dtype, tensor.shape, (Source(tensor),))
+    return OutputTensor(name or tensor.name, out_dtype, tensor.shape, (Source(tensor),))
 
 
 def from_memory(name: str, values: torch.Tensor, dtype: str) -> OutputTensor:
@@ -123,58 +139,42 @@ def from_memory(name: str, values: torch.Tensor, dtype: str) -> OutputTensor:
 
 
 def blend_of(
-    sources: Sequence[Source], dtype: str | None = None, divisor: float = 1.0
+    sources: Sequence[Source],
+    dtype: str | None = None,
+    divisor: float = 1.0,
+    *,
+    name: str | None = None,
 ) -> OutputTensor:
-    """An output tensor that blends float sources (all of one name, shape and dtype)."""
+    """An output tensor that blends float sources (all of one shape and dtype), named `name`
+    (default: the first source's name)."""
     first = sources[0].tensor
-    return OutputTensor(first.name, dtype or first.dtype, first.shape, tuple(sources), divisor)
+    return OutputTensor(
+        name or first.name, dtype or first.dtype, first.shape, tuple(sources), divisor
+    )
 
 
-def _preview(names: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+def joined(name: str, shape: tuple[int, ...], pieces: Sequence[OutputTensor]) -> OutputTensor:
+    """An output tensor of `shape` made of `pieces` (each some of its rows, in order, all of one
+    dtype) written back to back; a single piece is the tensor itself."""
+    if len(pieces) == 1:
+        return replace(pieces[0], name=name)
+    dtypes = {p.dtype for p in pieces}
+    if len(dtypes) != 1 or sum(p.shape[0] for p in pieces) != shape[0]:
+        raise ValueError(f"pieces of {name!r} do not make its shape {shape} in one dtype")
+    return OutputTensor(name, dtypes.pop(), shape, (), pieces=tuple(pieces))
 
 
 def check_compatible(
     checkpoints: Sequence[Checkpoint], labels: Sequence[str], *, float_dtypes_may_differ: bool
 ) -> None:
-    """Require the same tensor names and shapes everywhere, and the same dtypes unless
-    `float_dtypes_may_differ` (when --dtype sets the output's; non-float dtypes always agree).
+    """Require the same tensor names (in one layout) and shapes everywhere, and the same dtypes
+    unless `float_dtypes_may_differ` (when --dtype sets the output's; non-float dtypes always
+    agree): `matching.match` at its strictest.
 
     Raises:
-        MismatchError: naming the checkpoints and listing the differing tensors.
+        MismatchError: naming the checkpoints and the differing tensors.
     """
-    reference, ref_label = checkpoints[0], labels[0]
-    for other, label in zip(checkpoints[1:], labels[1:], strict=True):
-        missing = [n for n in reference.tensors if n not in other.tensors]
-        extra = [n for n in other.tensors if n not in reference.tensors]
-        if (missing or extra) and reference.model_type != other.model_type:
-            raise MismatchError(
-                f"{ref_label} and {label} are different architectures "
-                f"({reference.model_type or 'unknown'}, {other.model_type or 'unknown'})"
-            )
-        if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"only in {ref_label}: {_preview(missing)}")
-            if extra:
-                parts.append(f"only in {label}: {_preview(extra)}")
-            raise MismatchError(
-                f"{ref_label} and {label} have different tensors: {'; '.join(parts)}"
-            )
-        for name, tensor in reference.tensors.items():
-            theirs = other.tensors[name]
-            if theirs.shape != tensor.shape:
-                raise MismatchError(
-                    f"{name!r} has shape {list(tensor.shape)} in {ref_label} but "
-                    f"{list(theirs.shape)} in {label}"
-                )
-            float_ok = float_dtypes_may_differ and tensor.is_float and theirs.is_float
-            if theirs.dtype != tensor.dtype and not float_ok:
-                raise MismatchError(
-                    f"{name!r} is {tensor.dtype} in {ref_label} but {theirs.dtype} in {label}; "
-                    "pass --dtype to choose the output's dtype"
-                )
+    match(checkpoints, labels, float_dtypes_may_differ=float_dtypes_may_differ, renames=False)
 
 
 def tensors_equal(a: TensorInfo, b: TensorInfo, pool: SourcePool) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Container, Sequence
 
 from surgery.core.errors import MismatchError, SurgeryError
+from surgery.engine.matching import Matching
 from surgery.engine.plan import tensors_equal
 from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.source import SourcePool
@@ -61,7 +62,7 @@ def refuse_cast(pairs: dict[str, str], dtype: str | None) -> None:
 
 
 def check_scales(
-    checkpoints: Sequence[Checkpoint],
+    matching: Matching,
     labels: Sequence[str],
     pool: SourcePool,
     *,
@@ -71,36 +72,28 @@ def check_scales(
     """Refuse what would treat an FP8 weight apart from its scale; return the scales' names.
 
     Args:
-        checkpoints: the inputs, already checked to have the same tensors.
+        matching: the inputs' tensors, matched (`surgery.engine.matching.match`).
         dtype: the `--dtype` asked for, if any: refused when the inputs have FP8 scales.
         blended: the names of the tensors the operation blends (soup: all; revert: none): the
             scale of each such weight must be byte-identical in every input.
 
     Returns:
-        The names of the scale tensors: the caller copies them from its first input, never
-        blends them.
+        The names of the scale tensors (the first input's): the caller copies them from its
+        first input, never blends them.
 
     Raises:
         SurgeryError: `dtype` given for a checkpoint with FP8 scales.
         MismatchError: a scale that differs between inputs of a blend.
     """
-    pairs = scale_pairs(checkpoints[0])
+    pairs = scale_pairs(matching.checkpoints[0])
     refuse_cast(pairs, dtype)
     for weight, scale in pairs.items():
         if weight in blended or scale in blended:
-            _require_equal(weight, scale, checkpoints, labels, pool)
+            found = [matching.partner(scale, i) for i in range(len(matching.checkpoints))]
+            scales = [t for t in found if t is not None]
+            named = [label for t, label in zip(found, labels, strict=True) if t is not None]
+            require_equal_scales(weight, scales, named, pool)
     return frozenset(pairs.values())
-
-
-def _require_equal(
-    weight: str,
-    scale: str,
-    checkpoints: Sequence[Checkpoint],
-    labels: Sequence[str],
-    pool: SourcePool,
-) -> None:
-    scales = [c.tensors[scale] for c in checkpoints]
-    require_equal_scales(weight, scales, labels, pool)
 
 
 def require_equal_scales(

@@ -68,6 +68,19 @@ class TensorInfo:
         """Whether this tensor may be averaged."""
         return is_float(self.dtype)
 
+    def rows(self, start: int, stop: int) -> TensorInfo:
+        """Rows `start:stop` of the tensor (its first dimension): a contiguous byte range.
+
+        Raises:
+            CheckpointError: a packed dtype whose rows do not fill whole bytes.
+        """
+        per_row = math.prod(self.shape[1:]) * bits(self.dtype)
+        if per_row % 8:
+            raise _fail(self.file, f"tensor {self.name!r}: its rows do not fill whole bytes")
+        first, size = self.start + start * per_row // 8, (stop - start) * per_row // 8
+        shape = (stop - start, *self.shape[1:])
+        return TensorInfo(self.name, self.dtype, shape, self.file, first, size)
+
 
 @dataclass(frozen=True)
 class Shard:
@@ -217,6 +230,9 @@ class Checkpoint:
     hub: HubRef | None = None  # the repository and commit, when `spec` was a Hub id
     # Shard files that are not on disk (Hub files read by ranges) and how to open them.
     openers: dict[Path, Opener] = field(default_factory=dict)
+    # Notes already shown about this checkpoint as a command's reference (`matching`): a sweep
+    # plans many points from one pair of inputs and says how they match once.
+    notes_shown: set[str] = field(default_factory=set, repr=False, compare=False)
 
     @property
     def folder(self) -> Path | None:

@@ -163,7 +163,8 @@ def read_order(shards: Sequence[Sequence[OutputTensor]]) -> list[tuple[TensorInf
     how many more passes it makes depends on its method, and a read not announced is only
     slower, while an announced read that never comes would hold the window."""
     reads: list[tuple[TensorInfo, ...]] = []
-    for tensors in shards:
+    for whole in shards:
+        tensors = [piece for tensor in whole for piece, _ in tensor.segments()]
         early = [t for t in tensors if _parts(t) != [None] and _reduces(t.kernel)]
         reads += [t.kernel.inputs for t in early]
         for tensor in tensors:
@@ -194,6 +195,8 @@ def _needs_torch(tensor: OutputTensor) -> bool:
     """Whether writing `tensor` takes torch: a float8 blend, or values held in memory."""
     if tensor.values is not None:
         return True
+    if tensor.pieces:
+        return any(_needs_torch(piece) for piece in tensor.pieces)
     if tensor.is_copy or tensor.kernel is not None:
         return False
     from surgery.engine.float_codec import CODEC_DTYPES  # numpy: only for blends
@@ -453,7 +456,12 @@ class _ShardWriter:
             shard.hasher.add(0, header, stable=True)
             # Reductions of segmented kernels first (they write nothing, so they run side by
             # side whatever the hash is waiting for), then every write in file order.
-            layout = [(t, o, _parts(t)) for t, o in zip(tensors, offsets, strict=False)]
+            # A tensor made of pieces (see `OutputTensor.pieces`) is written piece by piece.
+            layout = [
+                (piece, offset + within, _parts(piece))
+                for tensor, offset in zip(tensors, offsets, strict=False)
+                for piece, within in tensor.segments()
+            ]
             prepared = {
                 id(t.kernel): self.executor.submit(lambda k: k.prepare(k.open(self.pool)), t.kernel)
                 for t, _, parts in layout

@@ -86,6 +86,32 @@ def describe_operation(recipe: dict) -> str:
     return f"Made by the `{operation}` operation."
 
 
+def matching_sentences(recipe: dict) -> str:
+    """How the inputs were matched, when they differ in layout, tensors or vocabulary (the
+    recipe's `matching`), in words; empty otherwise."""
+    matching = recipe.get("matching") or {}
+    roles = [e.get("role") for e in recipe.get("inputs", [])]
+    keeps = "trained" if "trained" in roles else (roles or ["the first input"])[0]
+    parts = []
+    if matching.get("layouts"):
+        kinds = ", ".join(f"{role} {kind}" for role, kind in matching["layouts"].items())
+        parts.append(
+            f" The inputs hold one text model under different tensor names ({kinds}); tensors "
+            f"were matched by name and the output keeps {keeps}'s layout."
+        )
+    for role, names in (matching.get("without_counterpart") or {}).items():
+        parts.append(f" {role.capitalize()}'s {names} had no counterpart in the other input.")
+    vocabulary = matching.get("vocabulary")
+    if vocabulary:
+        rows = ", ".join(f"{count} in {role}" for role, count in vocabulary["rows"].items())
+        parts.append(
+            f" The vocabulary differs ({rows} rows of {', '.join(vocabulary['tensors'])}): the "
+            f"{vocabulary['shared_rows']} rows both have were treated as above, the others come "
+            "from trained."
+        )
+    return "".join(parts)
+
+
 def _l2sp_sentence(recipe: dict) -> str:
     """What the L2-SP lambdas of a training run mean (their form), when it used L2-SP."""
     config = recipe.get("config") or {}
@@ -164,7 +190,7 @@ def render_card(recipe: dict, title: str, results: dict | None = None) -> str:
         f"Made with checkpoint-surgery {recipe.get('version', '')} "
         f"(`surgery {recipe.get('operation')}`).",
         "",
-        describe_operation(recipe),
+        describe_operation(recipe) + matching_sentences(recipe),
         "",
         "## Inputs",
         "",

@@ -22,6 +22,9 @@ from transformers import (
     GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    Mistral3Config,
+    Mistral3ForConditionalGeneration,
+    MistralForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
@@ -31,6 +34,8 @@ from eval.demo.pipeline import train_tokenizer
 VOCAB = 128
 NUM_LAYERS = 4
 ARCHS = ("llama", "gemma3", "gemma3mm", "gpt2", "bert")
+# Multimodal architectures whose text model has a text-only class (`text_only`).
+MULTIMODAL = ("gemma3mm", "mistral3")
 # Shard size small enough that every tiny model is saved as several shards.
 SHARD_SIZE = "40KB"
 
@@ -103,6 +108,28 @@ def build_model(arch: str, seed: int = 0) -> PreTrainedModel:
             eoi_token_index=vocab - 3,
         )
         return Gemma3ForConditionalGeneration(config).to(torch.bfloat16)
+    if arch == "mistral3":
+        text = dict(
+            **common, num_key_value_heads=1, head_dim=16, tie_word_embeddings=False, pad_token_id=0
+        )
+        vision = dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            head_dim=16,
+            image_size=28,
+            patch_size=14,
+        )
+        # Untied like the published Mistral-Small-3.1 (its head is `language_model.lm_head`).
+        config = Mistral3Config(
+            text_config=text,
+            vision_config=vision,
+            image_token_index=vocab - 1,
+            spatial_merge_size=1,
+            tie_word_embeddings=False,
+        )
+        return Mistral3ForConditionalGeneration(config).to(torch.bfloat16)
     if arch == "gpt2":
         config = GPT2Config(
             vocab_size=vocab,
@@ -225,3 +252,61 @@ def add_gpt_neox_buffers(path: Path) -> None:
     save_file(tensors, path / shard, metadata={"format": "pt"})
     index["weight_map"] |= dict.fromkeys(tensors, shard)
     index_path.write_text(json.dumps(index, indent=2))
+
+
+def text_only(model: PreTrainedModel) -> PreTrainedModel:
+    """The text model of a multimodal Gemma-3 or Mistral-3 as its text-only class, made as the
+    paper's reference code makes it (sanchit-ahuja/scaling-multilingual-experts, `utils.py`):
+    the config's `text_config`, the state dict with `language_model.` dropped from every name,
+    the vision tower and projector left out. The tensors are the same weights, text-only names."""
+    text_class = {"gemma3": Gemma3ForCausalLM, "mistral3": MistralForCausalLM}
+    text = text_class[model.config.model_type](model.config.text_config)
+    state = {
+        name.replace(".language_model.", ".", 1): tensor
+        for name, tensor in model.state_dict().items()
+        if "vision_tower" not in name and "multi_modal_projector" not in name
+    }
+    missing, unexpected = text.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    return text.to(torch.bfloat16)
+
+
+def rename_tensors(path: Path, rename) -> None:
+    """Rewrite a saved checkpoint's tensor names with `rename(name) -> name` (shards and index):
+    another naming of the same weights."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    index_path = path / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    for shard in sorted(set(index["weight_map"].values())):
+        tensors = {rename(n): t for n, t in load_file(path / shard).items()}
+        save_file(tensors, path / shard, metadata={"format": "pt"})
+    index["weight_map"] = {rename(n): shard for n, shard in index["weight_map"].items()}
+    index_path.write_text(json.dumps(index, indent=2))
+
+
+def nested_name(name: str) -> str:
+    """A multimodal tensor's name as some transformers 4.x releases saved it
+    (`model.language_model.*`, `model.vision_tower.*`, `lm_head.*`) from the published naming
+    (`language_model.model.*`, `vision_tower.*`, `language_model.lm_head.*`)."""
+    if name.startswith("language_model.model."):
+        return "model.language_model." + name.removeprefix("language_model.model.")
+    if name.startswith("language_model.lm_head."):
+        return name.removeprefix("language_model.")
+    return "model." + name
+
+
+def grown_llama(vocab: int, seed: int) -> PreTrainedModel:
+    """The tiny Llama trained (seeded noise) with its embeddings and head grown to `vocab` rows,
+    as language adaptation grows a vocabulary; the added rows get noise of their own."""
+    model = perturb(build_model("llama"), seed=seed)
+    old = model.get_input_embeddings().weight.shape[0]
+    model.resize_token_embeddings(vocab, mean_resizing=False)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(seed + 1)
+        for param in (model.get_input_embeddings().weight, model.get_output_embeddings().weight):
+            added = torch.randn(param[old:].shape, generator=gen) * 0.02
+            param[old:] = added.to(param.dtype)
+    return model

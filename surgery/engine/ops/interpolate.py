@@ -15,14 +15,15 @@ from surgery.core.layers import (
     stack_layer,
 )
 from surgery.core.modules import ModuleFilter, parse_module_filter
+from surgery.engine.matching import match
 from surgery.engine.ops.merge.equivalent import interpolate_config
 from surgery.engine.plan import (
     OutputTensor,
     Plan,
     Source,
     blend_of,
-    check_compatible,
     copy_of,
+    joined,
     require_equal_non_float,
 )
 from surgery.engine.quantized import check_scales
@@ -100,10 +101,32 @@ def _module_filter(
 def _blend(base: TensorInfo, trained: TensorInfo, alpha: float, dtype: str | None) -> OutputTensor:
     # Exact endpoints: alpha 0 and 1 are byte copies, bit-identical to the input.
     if alpha == 0.0:
-        return copy_of(base, dtype)
+        return copy_of(base, dtype, name=trained.name)
     if alpha == 1.0:
         return copy_of(trained, dtype)
-    return blend_of([Source(base, 1.0 - alpha), Source(trained, alpha)], dtype or trained.dtype)
+    sources = [Source(base, 1.0 - alpha), Source(trained, alpha)]
+    return blend_of(sources, dtype or trained.dtype, name=trained.name)
+
+
+def blend_rows(
+    base: TensorInfo, trained: TensorInfo, alpha: float, dtype: str | None
+) -> OutputTensor:
+    """`_blend` of the rows both tensors have; TRAINED's own rows after them (a vocabulary that
+    grew in training), so the output has TRAINED's shape."""
+    if alpha == 1.0 or base.shape == trained.shape:
+        return _blend(base, trained, alpha, dtype)
+    shared = min(base.shape[0], trained.shape[0])
+    pieces = [_blend(base.rows(0, shared), trained.rows(0, shared), alpha, dtype)]
+    if shared < trained.shape[0]:
+        pieces.append(copy_of(trained.rows(shared, trained.shape[0]), pieces[0].dtype))
+    return joined(trained.name, trained.shape, pieces)
+
+
+# What an interpolation does with tensors without counterpart and rows of a grown vocabulary.
+LONELY = (
+    "the output keeps trained's layout; tensors without counterpart and rows only trained has "
+    "come from trained, the rows both have are blended"
+)
 
 
 def plan_interpolate(
@@ -119,14 +142,23 @@ def plan_interpolate(
 ) -> Plan:
     """Plan (1 - a) * BASE + a * TRAINED with a per layer (see `resolve_alphas`).
 
-    Non-float tensors are copied from TRAINED and must equal BASE's.
+    BASE's tensors are matched to TRAINED's by name across layouts (`surgery.engine.matching`);
+    the output keeps TRAINED's layout, and its tensors without a counterpart in BASE (a vision
+    tower) come from TRAINED. Where the vocabulary grew, the rows both have are blended and the
+    added rows come from TRAINED. Non-float tensors are copied from TRAINED and must equal
+    BASE's.
 
     Raises:
         MismatchError: the checkpoints do not line up.
         LayerSpecError: a bad alpha or layer spec.
     """
-    check_compatible(
-        [trained, base], ["trained", "base"], float_dtypes_may_differ=dtype is not None
+    labels = ["trained", "base"]
+    matching = match(
+        [trained, base],
+        labels,
+        float_dtypes_may_differ=dtype is not None,
+        vocabulary=True,
+        lonely=LONELY,
     )
     values, chosen, module_filter = resolve_alphas(
         trained, alpha, layers, stack, extrapolate=extrapolate, modules=modules
@@ -139,16 +171,18 @@ def plan_interpolate(
     blended = {name for name, value in alphas.items() if value not in (0.0, 1.0)}
     tensors = []
     with SourcePool(openers([base, trained])) as pool:
-        labels = ["trained", "base"]
-        scales = check_scales([trained, base], labels, pool, dtype=dtype, blended=blended)
+        scales = check_scales(matching, labels, pool, dtype=dtype, blended=blended)
         for name, tensor in trained.tensors.items():
-            if not tensor.is_float:
-                require_equal_non_float([tensor, base.tensors[name]], labels, pool)
+            theirs = matching.partner(name, 1)
+            if theirs is None:  # outside the text model, only in TRAINED
+                tensors.append(copy_of(tensor, dtype))
+            elif not tensor.is_float:
+                require_equal_non_float([tensor, theirs], labels, pool)
                 tensors.append(copy_of(tensor))
             elif name in scales and name in blended:  # identical in both (checked)
                 tensors.append(copy_of(tensor))
             else:
-                tensors.append(_blend(base.tensors[name], tensor, alphas[name], dtype))
+                tensors.append(blend_rows(theirs, tensor, alphas[name], dtype))
     recipe = make_recipe(
         "interpolate",
         [("base", base), ("trained", trained)],
@@ -158,6 +192,7 @@ def plan_interpolate(
         modules=modules,
         dtype=dtype,
         extrapolate=extrapolate or None,
+        matching=matching.record(labels),
     )
     return Plan(
         "interpolate",
@@ -166,5 +201,9 @@ def plan_interpolate(
         files_from=trained,
         inputs=[base, trained],
         dtype=dtype,
-        mergekit_config=interpolate_config(base, trained, values, chosen, dtype, module_filter),
+        mergekit_config=(
+            interpolate_config(base, trained, values, chosen, dtype, module_filter)
+            if matching.exact
+            else None  # mergekit matches tensors by name and shape
+        ),
     )

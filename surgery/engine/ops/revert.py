@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from surgery.core.errors import LayerSpecError
+from surgery.core.errors import LayerSpecError, MismatchError
 from surgery.core.layers import (
     format_layers,
     parse_layer_spec,
@@ -11,11 +11,33 @@ from surgery.core.layers import (
     stack_layer,
 )
 from surgery.core.modules import ATTENTION_ONLY, parse_module_filter
+from surgery.engine.matching import Matching, match
 from surgery.engine.ops.merge.equivalent import revert_config
-from surgery.engine.plan import Plan, check_compatible, copy_of
+from surgery.engine.plan import Plan, copy_of
 from surgery.engine.quantized import refuse_cast, scale_pairs
-from surgery.engine.reader import Checkpoint
+from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
+
+# What a revert does with tensors that have no counterpart (a vision tower on one side) or rows
+# that differ (a grown vocabulary): neither is in the reverted layers.
+LONELY = "the output keeps trained's layout and every tensor outside the reverted layers"
+
+
+def _base_tensor(matching: Matching, name: str) -> TensorInfo:
+    """BASE's tensor for TRAINED's `name`, which a revert copies.
+
+    Raises:
+        MismatchError: BASE has none, or one of another shape (a layer's tensors never grow).
+    """
+    tensor = matching.partner(name, 1)
+    if tensor is None:
+        raise MismatchError(f"{name!r} is to be reverted but base has no counterpart")
+    if name in matching.rows:
+        raise MismatchError(
+            f"{name!r} is to be reverted but has shape {list(tensor.shape)} in base and "
+            f"{list(matching.checkpoints[0].tensors[name].shape)} in trained"
+        )
+    return tensor
 
 
 def plan_revert(
@@ -30,7 +52,10 @@ def plan_revert(
 ) -> Plan:
     """Plan a revert of `layers` (a layer spec such as `9:28`) of one stack to BASE.
 
-    Embeddings, final norm, head and other stacks (a vision tower) stay from TRAINED; with
+    BASE's tensors are matched to TRAINED's by name across layouts (`surgery.engine.matching`:
+    a multimodal BASE and its text-only fine-tune); the output keeps TRAINED's layout.
+    Embeddings, final norm, head and other stacks (a vision tower) stay from TRAINED (whatever
+    their rows: a grown vocabulary); with
     `modules` (`mlp`, `attn` or a name regex, see `surgery.core.modules`) only those tensors of
     the layers revert. `attention_only` is the paper's `WeightReverter(attention_only=True)`:
     only the MLP tensors of the layers revert (see `surgery.core.modules.ATTENTION_ONLY`), their
@@ -43,8 +68,12 @@ def plan_revert(
     """
     if attention_only and modules is not None:
         raise LayerSpecError("--attention-only and --modules both choose modules: give one")
-    check_compatible(
-        [trained, base], ["trained", "base"], float_dtypes_may_differ=dtype is not None
+    matching = match(
+        [trained, base],
+        ["trained", "base"],
+        float_dtypes_may_differ=dtype is not None,
+        vocabulary=True,
+        lonely=LONELY,
     )
     refuse_cast(scale_pairs(trained), dtype)  # byte copies: scales go with their layer
     chosen_stack = select_stack(trained.stacks, stack)
@@ -57,7 +86,8 @@ def plan_revert(
     tensors = []
     for name, tensor in trained.tensors.items():
         from_base = stack_layer(name, chosen_stack, module_filter) in indices
-        tensors.append(copy_of(base.tensors[name] if from_base else tensor, dtype))
+        source = _base_tensor(matching, name) if from_base else tensor
+        tensors.append(copy_of(source, dtype, name=name))
     recipe = make_recipe(
         "revert",
         [("base", base), ("trained", trained)],
@@ -67,6 +97,7 @@ def plan_revert(
         attention_only=attention_only or None,
         num_layers=chosen_stack.num_layers,
         dtype=dtype,
+        matching=matching.record(["trained", "base"]),
     )
     return Plan(
         "revert",
@@ -75,6 +106,10 @@ def plan_revert(
         files_from=trained,
         inputs=[base, trained],
         dtype=dtype,
-        mergekit_config=revert_config(base, trained, chosen_stack, indices, dtype, module_filter),
+        mergekit_config=(
+            revert_config(base, trained, chosen_stack, indices, dtype, module_filter)
+            if matching.exact
+            else None  # mergekit matches tensors by name and shape
+        ),
         shard_groups=[[t.name for t in shard.tensors] for shard in trained.shards],
     )

@@ -6,15 +6,9 @@ import math
 from collections.abc import Sequence
 
 from surgery.core.errors import SurgeryError
+from surgery.engine.matching import match
 from surgery.engine.ops.merge.equivalent import soup_config
-from surgery.engine.plan import (
-    Plan,
-    Source,
-    blend_of,
-    check_compatible,
-    copy_of,
-    require_equal_non_float,
-)
+from surgery.engine.plan import Plan, Source, blend_of, copy_of, require_equal_non_float
 from surgery.engine.quantized import check_scales
 from surgery.engine.reader import Checkpoint, openers
 from surgery.engine.recipe import make_recipe
@@ -58,7 +52,9 @@ def plan_soup(
 
     Dividing once by the total (rather than pre-normalizing each weight) keeps a soup of identical
     checkpoints bit-identical to them for uniform or integer weights. Non-float tensors are
-    copied from the first expert and must be identical in all.
+    copied from the first expert and must be identical in all. Experts may name their tensors in
+    other layouts of one model (`surgery.engine.matching`); the output takes the first's. Every
+    expert must hold every tensor, with one vocabulary.
 
     Raises:
         SurgeryError: fewer than two experts, or bad weights.
@@ -69,13 +65,13 @@ def plan_soup(
     weights = list(weights) if weights is not None else [1.0] * len(experts)
     check_weights(weights)
     labels = [f"expert {i + 1} ({e.path})" for i, e in enumerate(experts)]
-    check_compatible(experts, labels, float_dtypes_may_differ=dtype is not None)
+    matching = match(experts, labels, float_dtypes_may_differ=dtype is not None)
     total = sum(weights)
     tensors = []
     with SourcePool(openers(experts)) as pool:
-        scales = check_scales(experts, labels, pool, dtype=dtype, blended=experts[0].tensors)
+        scales = check_scales(matching, labels, pool, dtype=dtype, blended=experts[0].tensors)
         for name, first in experts[0].tensors.items():
-            column = [e.tensors[name] for e in experts]
+            column = [matching.partner(name, i) for i in range(len(experts))]
             if name in scales:  # identical in every expert (checked): never blended
                 tensors.append(copy_of(first))
                 continue
@@ -84,12 +80,14 @@ def plan_soup(
                 tensors.append(copy_of(first))
                 continue
             sources = [Source(t, w) for t, w in zip(column, weights, strict=True) if w]
-            tensors.append(blend_of(sources, dtype or first.dtype, divisor=total))
+            tensors.append(blend_of(sources, dtype or first.dtype, divisor=total, name=name))
+    roles = [f"expert{i + 1}" for i in range(len(experts))]
     recipe = make_recipe(
         "soup",
-        [(f"expert{i + 1}", e) for i, e in enumerate(experts)],
+        list(zip(roles, experts, strict=True)),
         weights=list(weights),
         dtype=dtype,
+        matching=matching.record(roles),
     )
     return Plan(
         "soup",
@@ -98,5 +96,5 @@ def plan_soup(
         files_from=experts[0],
         inputs=list(experts),
         dtype=dtype,
-        mergekit_config=soup_config(experts, weights, dtype),
+        mergekit_config=soup_config(experts, weights, dtype) if matching.exact else None,
     )

@@ -16,6 +16,7 @@ from functools import partial
 
 from surgery.core.errors import MismatchError
 from surgery.core.layers import Stack, select_stack, stack_layer
+from surgery.engine.matching import Matching, match
 from surgery.engine.ops.merge import mergekit_arithmetic, registry
 from surgery.engine.ops.merge.architectures import is_pre_weight
 from surgery.engine.ops.merge.equivalent import with_local_paths
@@ -144,15 +145,18 @@ def _text_stack(checkpoint: Checkpoint, label: str) -> Stack:
     return select_stack(stacks, None)
 
 
-def _full_model_tensors(spec: MergeSpec, ckpts: Sequence[Checkpoint], out_slice: OutputSlice):
-    reference = ckpts[out_slice.sources[0].model]
+def _full_model_tensors(matching: Matching, out_slice: OutputSlice) -> Iterator[_Tensor]:
+    """Every tensor of the first model (the output's names), with each model's tensor of the
+    same canonical name (models may name them in other layouts, see `matching`)."""
+    reference = matching.checkpoints[0]
     for name in reference.tensors:
         t = 0.0
         for stack in reference.stacks:
             layer = stack_layer(name, stack)
             if layer is not None:
                 t = layer / (stack.num_layers - 1) if stack.num_layers > 1 else 1.0
-        yield _Tensor(name, [(s, name) for s in out_slice.sources], out_slice, t)
+        inputs = [(s, matching.partner(name, s.model).name) for s in out_slice.sources]
+        yield _Tensor(name, inputs, out_slice, t)
 
 
 def _sliced_tensors(
@@ -318,8 +322,11 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     for out_slice in slices:
         base = out_slice.base if out_slice.base is not None else spec.base
         _check_contract(method, out_slice.sources, base)
+    matching = None
     if spec.slices is None:
-        items = _full_model_tensors(spec, checkpoints, slices[0])
+        labels = [_label(spec, i) for i in range(len(checkpoints))]
+        matching = match(checkpoints, labels, float_dtypes_may_differ=True)
+        items = _full_model_tensors(matching, slices[0])
     else:
         items = _sliced_tensors(spec, checkpoints, slices)
     with SourcePool() as pool:
@@ -340,6 +347,7 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
         seed=spec.seed if registry.get(spec.method).random else None,
         mergekit_arithmetic=spec.mergekit_arithmetic or None,
         config=config,
+        matching=matching.record(roles) if matching is not None else None,
     )
     return Plan(
         "merge",
