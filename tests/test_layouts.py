@@ -268,12 +268,14 @@ def test_drift_across_layouts_is_the_direct_float64_computation(made):
 
 
 def test_the_in_memory_blend_is_the_written_interpolation(made, grown, tmp_path):
-    """What sweep and localize score (a multimodal BASE loaded whole beside a text-only TRAINED,
-    a grown vocabulary) holds the weights `surgery interpolate` writes, bit for bit."""
+    """What sweep and localize score (a multimodal BASE beside a text-only TRAINED, Mistral-3's
+    too, whose multimodal class no causal-LM auto class loads; a grown vocabulary) holds the
+    weights `surgery interpolate` writes, bit for bit."""
     from surgery.api import interpolate
     from surgery.core.layers import LayerValues
 
-    cases = [(made("gemma3mm")["base"], made("gemma3mm")["trained"]), grown]
+    pairs = [made(arch) for arch in ("gemma3mm", "mistral3")]
+    cases = [*((pair["base"], pair["trained"]) for pair in pairs), grown]
     for number, (base, trained) in enumerate(cases):
         load = lambda folder: (  # noqa: E731
             transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32),

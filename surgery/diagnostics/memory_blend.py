@@ -59,24 +59,35 @@ LONELY = (
 
 
 def _matched(
-    params: dict[str, torch.Tensor], base_params: dict[str, torch.Tensor], storage: torch.dtype
+    params: dict[str, torch.Tensor], base: Checkpoint, storage: torch.dtype
 ) -> dict[str, torch.Tensor]:
-    """BASE's parameters under TRAINED's names (matched as the checkpoints are, see
-    `surgery.engine.naming`: the models may be loaded in other layouts), in `storage` dtype;
-    BASE's parameters without a counterpart (a vision tower) are left out.
+    """BASE's tensors under the names of TRAINED's loaded parameters, in `storage` dtype.
+
+    They are read from BASE's files, not from a loaded model: names are matched as the
+    checkpoints are (see `surgery.engine.naming`: in-memory and on-disk names may follow other
+    layouts), so BASE needs no model class of its own (a multimodal Mistral-3 has none for
+    causal LM), and its tensors without a counterpart (a vision tower) are never read.
 
     Raises:
         RuntimeError: a parameter of TRAINED's text model that BASE does not have.
     """
-    mine, theirs = layout_of(params), layout_of(base_params)
-    by_canonical = {theirs.canonical[n]: p for n, p in base_params.items()}
-    base = {}
+    from safetensors import safe_open
+
+    mine, theirs = layout_of(params), layout_of(base.tensors)
+    by_canonical = {theirs.canonical[name]: base.tensors[name] for name in base.tensors}
+    wanted: dict[Path, dict[str, str]] = {}  # file -> BASE's name -> TRAINED's name
     for name, canonical in mine.canonical.items():
         if canonical in by_canonical:
-            base[name] = by_canonical[canonical].detach().to(storage, copy=True)
+            tensor = by_canonical[canonical]
+            wanted.setdefault(tensor.file, {})[tensor.name] = name
         elif name not in mine.others:
-            raise RuntimeError(f"BASE loaded without TRAINED's parameter {name!r}")
-    return base
+            raise RuntimeError(f"BASE has no tensor for TRAINED's parameter {name!r}")
+    matched = {}
+    for file, names in wanted.items():
+        with safe_open(str(file), framework="pt") as handle:
+            for theirs_name, name in names.items():
+                matched[name] = handle.get_tensor(theirs_name).to(params[name].device, storage)
+    return matched
 
 
 class MemoryBlender:
@@ -92,7 +103,8 @@ class MemoryBlender:
     Args:
         base, trained: the two checkpoints (folders, Hub ids or opened).
         load: `load(folder) -> (model, tokenizer)`, as the scorer loads models
-            (`surgery.diagnostics.scoring.Scorer.load`: its device and dtype).
+            (`surgery.diagnostics.scoring.Scorer.load`: its device and dtype); TRAINED is
+            loaded, BASE's tensors are read from its files.
     """
 
     def __init__(
@@ -114,11 +126,9 @@ class MemoryBlender:
         self.storage = torch_dtype(storage_dtype(trained_ckpt))
         self.acc_dtype = accumulator_dtype(storage_dtype(trained_ckpt), [storage_dtype(base_ckpt)])
         self.model, self.tokenizer = load(trained_ckpt.path)
-        base_model, _ = load(base_ckpt.path)
         self.params = dict(self.model.named_parameters())
         self.trained = {n: p.detach().to(self.storage, copy=True) for n, p in self.params.items()}
-        self.base = _matched(self.params, dict(base_model.named_parameters()), self.storage)
-        del base_model
+        self.base = _matched(self.params, base_ckpt, self.storage)
         self.stacks = find_stacks(self.params)
         self.alphas = dict.fromkeys(self.params, 1.0)  # what each parameter holds now
         self.scratch: dict[torch.dtype, torch.Tensor] = {}
