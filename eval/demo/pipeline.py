@@ -688,22 +688,27 @@ def sensitive(c: dict, ppl: bool) -> bool:
 
 
 def sensitive_text(comparison, rows: list[TableRow], axes: list[tuple[str, str, dict]]) -> str:
-    """The report's paragraph on which figures are sensitive, naming the cells."""
+    """The report's paragraph on which figures are sensitive, naming the cells that are beyond
+    noise by a small margin."""
     names = [
         f"{row.label} · {column[0]}"
         for row in rows[1:]
         for column in axes
         if sensitive(cell(comparison, row, column), column[1] == "ppl")
     ]
-    listed = "; ".join(names) if names else "none here"
+    margin = (
+        " Beyond noise here by a small margin (less than twice the interval's half-width from 0; "
+        f"perplexity in log ratio): {'; '.join(names)}."
+        if names
+        else ""
+    )
     return (
-        "How far these figures hold: each model comes from one training run, and floating-point "
-        "sums differ between CPUs, which training amplifies, so another machine prints other "
-        "values. Least stable are values on skills the base lacks (its chrF: it never saw the "
-        "family languages) and changes beyond noise by a small margin, less than twice their "
-        f"interval's half-width from 0 (perplexity: in log ratio): {listed}. "
-        "`surgery demo --quick --seeds 3` runs the demo three times and shows which conclusions "
-        "held in every run."
+        "How far these figures hold: the intervals cover the scored items, not training. Each "
+        "model comes from one training run, and floating-point sums differ between CPUs, which "
+        "training amplifies, so another machine (or seed) prints other values. "
+        "`surgery demo --quick --seeds 3` measures it: over three seeds of the quick run every "
+        "perplexity change kept its side, while the base's chrF ranged from 0 to 8 and most "
+        "strategies' chrF changes took both signs, so read the chrF column as one draw." + margin
     )
 
 
@@ -774,7 +779,9 @@ held-out and chrF cells are unweighted means over languages, then over families;
 expert's cells are those of its own family. Cells: value (change from the base [95% interval]),
 a paired bootstrap over the items with B = {comparison.resamples} resamples
 {"(few: the quick run) " if quick else ""}and seed {comparison.seed}; **bold**: the interval
-excludes 0.
+excludes 0 (unadjusted); †: the change stays beyond noise after the Benjamini-Hochberg
+correction over its comparison table; ‡: fewer than 30 items in some language, never bold (the
+comparison's report explains both).
 {left_out}
 {markdown_table(comparison, rows, axes)}
 
