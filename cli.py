@@ -866,7 +866,7 @@ def compare(dirs, base, out, resamples, seed, jobs, force, quiet, bold):
 
 @cli.command()
 @click.argument("out_dir", default="surgery-demo", type=OutputFolder())
-@click.option("--quick", is_flag=True, help="A smaller run: about 3 minutes on 2 idle CPU cores.")
+@click.option("--quick", is_flag=True, help="A smaller run: about 7 minutes on 2 CPU cores.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
     "--seeds",

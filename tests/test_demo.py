@@ -74,7 +74,7 @@ def test_world_suite_names_every_language_and_its_data(tmp_path):
     assert kinds == {"ppl": 16, "copain": 1, "flores": 15}  # no gen-to-gen translation
 
 
-@pytest.mark.slow  # the quick demo: about 3 minutes of the CI budget
+@pytest.mark.slow  # the quick demo: about 7 minutes
 def test_quick_demo_reports_every_strategy(demo):
     report = (demo / "report.md").read_text()
     table = json.loads((demo / "results.json").read_text())
@@ -108,7 +108,7 @@ def test_quick_demo_reports_every_strategy(demo):
     assert dense["held-in ppl"]["ci_low"] <= dense["held-in ppl"]["delta"]
 
 
-@pytest.mark.slow  # the quick demo: about 3 minutes of the CI budget
+@pytest.mark.slow  # the quick demo: about 7 minutes
 def test_demo_models_keep_the_surgery_invariants(demo):
     models = demo / "models"
     base, freeze = load_state(models / "base"), load_state(models / "freeze")
@@ -123,7 +123,7 @@ def test_demo_models_keep_the_surgery_invariants(demo):
     assert recipe["operation"] == "soup" and len(recipe["inputs"]) == len(FAMILIES)
 
 
-@pytest.mark.slow  # the quick demo: about 3 minutes of the CI budget
+@pytest.mark.slow  # the quick demo: about 7 minutes
 def test_second_run_reuses_finished_stages(demo, capfd):
     stamps = {p: p.stat().st_mtime_ns for p in (demo / "models").rglob("*.safetensors")}
     capfd.readouterr()

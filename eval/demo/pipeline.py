@@ -38,7 +38,7 @@ from train.options import command_line
 
 @dataclass(frozen=True)
 class Size:
-    """How big the run is: quick (about 3 minutes on 2 idle CPU cores) or default."""
+    """How big the run is: quick (about 7 minutes on 2 CPU cores) or default."""
 
     train_sentences: int
     eval_sentences: int  # translation: each of dev (demonstrations) and devtest (scored)
@@ -707,8 +707,8 @@ def sensitive_text(comparison, rows: list[TableRow], axes: list[tuple[str, str, 
         "model comes from one training run, and floating-point sums differ between CPUs, which "
         "training amplifies, so another machine (or seed) prints other values. "
         "`surgery demo --quick --seeds 3` measures it: over three seeds of the quick run every "
-        "perplexity change kept its side, while the base's chrF ranged from 0 to 8 and most "
-        "strategies' chrF changes took both signs, so read the chrF column as one draw." + margin
+        "perplexity change kept its side, while the base's chrF ranged from 0 to 8 and half "
+        "of the chrF changes took both signs, so read the chrF column as one draw." + margin
     )
 
 
