@@ -32,6 +32,7 @@ INPUT_PATHS = {
     "tokenizer",
     "suite",
     "dirs",
+    "other",  # inspect A B: the second checkpoint
 }
 
 

@@ -105,10 +105,10 @@ def run_surgery(args: list[str]) -> None:
     assert code == 0, f"surgery {' '.join(args)}: exit {code}\n{err.getvalue()[-3000:]}"
 
 
-def build_base(folder: Path) -> Path:
-    """A random Gemma-3 text model with 34 layers (the paper's 4B has 34), tiny otherwise."""
-    torch.manual_seed(0)
-    config = tiny_models.Gemma3TextConfig(
+def paper_text_config() -> dict:
+    """A Gemma-3 text model's settings with the paper's 34 layers (its 4B has 34), tiny
+    otherwise."""
+    return dict(
         vocab_size=tiny_models.vocab_size(),
         hidden_size=32,
         intermediate_size=64,
@@ -122,6 +122,12 @@ def build_base(folder: Path) -> Path:
         eos_token_id=2,
         pad_token_id=0,
     )
+
+
+def build_base(folder: Path) -> Path:
+    """A random Gemma-3 text model with 34 layers (the paper's 4B has 34), tiny otherwise."""
+    torch.manual_seed(0)
+    config = tiny_models.Gemma3TextConfig(**paper_text_config())
     return tiny_models.save(tiny_models.Gemma3ForCausalLM(config).to(torch.bfloat16), folder)
 
 
@@ -264,20 +270,7 @@ def build_multimodal_base(folder: Path):
     torch.manual_seed(0)
     vocab = tiny_models.vocab_size()
     config = tiny_models.Gemma3Config(
-        text_config=dict(
-            vocab_size=vocab,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=34,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            sliding_window=16,
-            max_position_embeddings=128,
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=0,
-        ),
+        text_config=paper_text_config(),
         vision_config=dict(
             hidden_size=32,
             intermediate_size=64,
