@@ -20,6 +20,7 @@ from typing import Any
 from eval.data import JSONL_SUFFIXES, has_suffix, read_jsonl, read_lines, text_sha256
 from eval.errors import EvalDataError, data_error
 from eval.generation import generate_lines
+from eval.kinds.flores import find_language_file
 from eval.shots import draw_shots
 from eval.tasks import Settings, TaskSpec
 from eval.tokens import parse_add_bos
@@ -44,25 +45,6 @@ LANGUAGE_NAMES = {
     "urd_Arab": "Urdu", "vie_Latn": "Vietnamese", "zho_Hans": "Chinese", "zsm_Latn": "Malay",
 }
 # fmt: on
-
-
-def find_language_file(root: Path, split: str, lang: str) -> Path:
-    """Locate one language's sentences under a FLORES folder.
-
-    Looks in `root/<split>/` then `root/` for `<lang>.<split>` (FLORES-200), `<split>.<lang>`
-    (FLORES+ on GitHub), `<lang>.jsonl`, `<lang>.jsonl.gz` and `<lang>.txt`.
-
-    Raises:
-        EvalDataError: none of them exists.
-    """
-    names = [f"{lang}.{split}", f"{split}.{lang}", f"{lang}.jsonl", f"{lang}.jsonl.gz"]
-    names.append(f"{lang}.txt")
-    for folder in (root / split, root):
-        for name in names:
-            if (folder / name).is_file():
-                return folder / name
-    looked = ", ".join(names)
-    raise data_error(root, None, f"no {lang} file for split {split} (looked for {looked})")
 
 
 def read_sentences(path: Path) -> dict[str, str]:

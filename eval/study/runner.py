@@ -25,8 +25,7 @@ from eval.errors import EvalDataError, SuiteError
 from eval.study import results as res
 from eval.study.suite import Unit, load_suite, plan
 from eval.study.tokenizer_id import SETTING, tokenizer_folder, tokenizer_sha256
-from eval.tasks import Task
-from eval.translation import find_language_file
+from eval.tasks import KINDS, Task
 
 
 @dataclass(frozen=True)
@@ -60,17 +59,7 @@ class SuiteRun:
 
 def missing_path(unit: Unit) -> str | None:
     """The data path a unit needs that does not exist, or None when all of it is there."""
-    spec = unit.spec
-    if spec.path is None or spec.kind == "lm-eval":
-        return None
-    if spec.kind != "flores":
-        return None if spec.path.exists() else str(spec.path)
-    for lang in (spec.options["src"], spec.options["tgt"]):
-        try:
-            find_language_file(spec.path, spec.options["split"], lang)
-        except EvalDataError:
-            return str(spec.path / spec.options["split"] / lang)
-    return None
+    return KINDS[unit.kind].missing(unit.spec)
 
 
 def data_files(task: Task) -> list[Path]:
@@ -79,7 +68,7 @@ def data_files(task: Task) -> list[Path]:
     if files is not None:  # flores: the two languages' files
         return sorted(files)
     path = task.spec.path
-    if path is None or task.spec.kind == "lm-eval":
+    if path is None or not KINDS[task.spec.kind].reads_path:
         return []
     if path.is_file():
         return [path]
@@ -101,7 +90,7 @@ def data_ref(task: Task) -> res.DataRef | None:
 
 def unit_metrics(unit: Unit, metrics: dict[str, Any]) -> dict[str, Any]:
     """`evaluate`'s metrics of one unit without the ``<task>/`` (and ppl's ``<lang>/``) prefix."""
-    prefix = f"{unit.task}/" + (f"{unit.lang}/" if unit.kind == "ppl" else "")
+    prefix = KINDS[unit.kind].metric_prefix(unit.task, unit.lang)
     return {key.removeprefix(prefix): value for key, value in metrics.items()}
 
 

@@ -44,7 +44,6 @@ from eval.tasks import KINDS, TaskSpec, build_spec, parse_task
 SPLITS = ("held_in", "held_out")
 # The paper's five families (shipped with the package): `--suite` accepts its path.
 PAPER_SUITE = Path(__file__).parent / "suites" / "paper.yml"
-DEFAULT_DIRECTIONS = ("eng_Latn-{lang}", "{lang}-eng_Latn")
 _KEY_RE = re.compile(r"^[\w.+-]+$")
 _TOP_KEYS = {"families", "languages", "tasks", "root", "others"}
 
@@ -66,13 +65,13 @@ class SuiteTask:
     kind: str
     path: str | None = None  # template; None for kinds without a path
     options: dict[str, Any] = field(default_factory=dict)
-    directions: tuple[str, ...] = ()  # flores only
+    extras: dict[str, Any] = field(default_factory=dict)  # the kind's own keys (flores: directions)
     text: str | None = None  # a task-string entry (template), instead of kind/path/options
 
     def templates(self) -> list[str]:
         """Every template of the entry."""
         parts = [self.text] if self.text is not None else [self.path or ""]
-        return [*parts, *self.directions]
+        return [*parts, *KINDS[self.kind].extra_templates(self.extras)]
 
     @property
     def per_language(self) -> bool:
@@ -111,8 +110,7 @@ class Suite:
                 entry["task"] = task.text
             else:
                 entry.update(path=task.path, options=dict(sorted(task.options.items())))
-            if task.kind == "flores":
-                entry["directions"] = list(task.directions)
+            entry.update(KINDS[task.kind].suite_fields(task.extras))
             tasks[task.key] = entry
         return {
             "families": {
@@ -265,18 +263,15 @@ def _task(key: str, entry: Any, where: str) -> SuiteTask:
     kind = str(entry.pop("kind", key)).lower()
     if kind not in KINDS:
         raise SuiteError(f"{at}: unknown kind {kind!r}; give kind: one of {', '.join(KINDS)}")
-    path = entry.pop("dir" if kind == "flores" else "path", None)
-    directions: tuple[str, ...] = ()
-    if kind == "flores":
-        directions = tuple(entry.pop("directions", DEFAULT_DIRECTIONS))
-        for forbidden in ("src", "tgt"):
-            if forbidden in entry:
-                raise SuiteError(f"{at}: give directions: [SRC-TGT, ...], not {forbidden}")
+    try:
+        path, extras = KINDS[kind].suite_entry(entry)
+    except ValueError as error:
+        raise SuiteError(f"{at}: {error}") from None
     if "name" in entry:
         raise SuiteError(f"{at}: the task's name is its key; drop name:")
     if path is not None and not isinstance(path, str):
         raise SuiteError(f"{at}: path must be a string")
-    return SuiteTask(key, kind, path, entry, directions)
+    return SuiteTask(key, kind, path, entry, extras)
 
 
 def _check_templates(task: SuiteTask, variables: dict[str, dict[str, str]], where: str) -> None:
@@ -287,8 +282,9 @@ def _check_templates(task: SuiteTask, variables: dict[str, dict[str, str]], wher
             _fields(template)
         except ValueError as error:  # an unmatched brace
             raise SuiteError(f"{at}: bad template {template!r}: {error}") from None
-    if task.kind == "ppl" and not task.per_language:
-        raise SuiteError(f"{at}: a ppl path must name the language, e.g. madlad/data/{{lang2}}/")
+    wrong = KINDS[task.kind].check_suite(task.per_language)
+    if wrong:
+        raise SuiteError(f"{at}: {wrong}")
     for lang_vars in variables.values() if task.per_language else [{}]:
         for template in task.templates():
             missing = [name for name in _fields(template) if name not in lang_vars]
@@ -311,39 +307,20 @@ def _specs(
     """`(variant, direction, spec)` of a task for one language (or the one language-free run)."""
     lang = lang_vars.get("lang")
     label = f"{task.key}/{lang}" if lang else task.key
+    kind = KINDS[task.kind]
     if task.text is not None:
         spec = parse_task(task.text.format_map(lang_vars))
         if spec.options["name"] not in (spec.kind, task.key):
             raise TaskSpecError(f"task {spec.text!r}: the task's name is its key; drop name=")
         # Options already checked and converted by parse_task: only the name and root change.
         options = {**spec.options, "name": task.key}
-        return [
-            (None, None, replace(spec, path=_rooted(spec.path, root, spec.kind), options=options))
-        ]
+        return [(None, None, replace(spec, path=kind.rooted(spec.path, root), options=options))]
     options = {**task.options, "name": task.key}
-    path = _rooted(Path(task.path.format_map(lang_vars)), root, task.kind) if task.path else None
-    if task.kind == "ppl":
-        return [(None, None, build_spec("ppl", path, {**options, "lang": lang}, label))]
-    if task.kind != "flores":
-        return [(None, None, build_spec(task.kind, path, options, label))]
-    result = []
-    for template in task.directions:
-        direction = template.format_map(lang_vars)
-        src, sep, tgt = direction.partition("-")
-        if not sep or not is_code(src) or not is_code(tgt):
-            raise TaskSpecError(f"flores direction {template!r}: expected SRC-TGT codes")
-        if src == tgt:  # eng_Latn-{lang} for English itself: nothing to translate
-            continue
-        spec = build_spec("flores", path, {**options, "src": src, "tgt": tgt}, label)
-        result.append((template, direction, spec))
-    return result
-
-
-def _rooted(path: Path | None, root: Path | None, kind: str) -> Path | None:
-    # lm-eval's "path" is a list of task names, not a file.
-    if path is None or root is None or path.is_absolute() or kind == "lm-eval":
-        return path
-    return root / path
+    path = kind.rooted(Path(task.path.format_map(lang_vars)), root) if task.path else None
+    return [
+        (variant, direction, build_spec(task.kind, path, expanded, label))
+        for variant, direction, expanded in kind.expand(options, lang_vars, task.extras)
+    ]
 
 
 def is_fewshot(spec: TaskSpec) -> bool:
@@ -393,7 +370,7 @@ def _seeded(spec: TaskSpec, seed: int | None) -> dict[str, Any]:
 def _seeds(spec: TaskSpec, fewshot_seeds: Sequence[int] | None, key: str) -> list[int | None]:
     if not fewshot_seeds or not is_fewshot(spec):
         return [None]
-    sampler = spec.options.get("sampler") or ("first_n" if spec.kind == "belebele" else None)
+    sampler = spec.options.get("sampler") or KINDS[spec.kind].sampler
     if sampler == "first_n":
         raise SuiteError(
             f"task {key}: sampler first_n draws no demonstrations, so --fewshot-seeds would "

@@ -1,0 +1,18 @@
+"""``belebele``: Belebele reading comprehension in lm-eval's prompt (`eval.multiple_choice`)."""
+
+from __future__ import annotations
+
+from eval.kinds.base import MC_OPTIONS, Kind, register
+
+KIND = register(
+    Kind(
+        "belebele",
+        "FILE",
+        "Belebele reading comprehension rows (.jsonl[.gz]) in lm-eval's prompt; acc, acc_norm "
+        "and their stderr; demonstrations first_n",
+        MC_OPTIONS,
+        loader="eval.multiple_choice:MultipleChoiceTask.from_spec",
+        sampler="first_n",
+        role="cost",
+    )
+)

@@ -1,0 +1,20 @@
+"""``copain``: the generated Copain-style in-context-learning probe (`eval.copain`)."""
+
+from __future__ import annotations
+
+from eval.kinds.base import ADD_BOS, Kind, Option, count, register, shots
+
+KIND = register(
+    Kind(
+        "copain",
+        None,
+        "generated in-context-learning probe (7 tasks, no files), exact match",
+        {
+            "shots": shots(5),
+            "n": Option(count(1), 150, "items per task"),
+            "max_new_tokens": Option(count(1), 16, "longest answer generated"),
+            "add_bos": ADD_BOS,
+        },
+        loader="eval.copain:CopainTask.from_spec",
+    )
+)
