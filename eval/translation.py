@@ -17,10 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eval.data import JSONL_SUFFIXES, has_suffix, read_jsonl, read_lines, text_sha256
+from eval.data import has_suffix, read_lines, text_sha256
 from eval.errors import EvalDataError, data_error
 from eval.generation import generate_lines
 from eval.kinds.flores import find_language_file
+from eval.published import ROW_SUFFIXES, read_rows
 from eval.shots import draw_shots
 from eval.tasks import Settings, TaskSpec
 from eval.tokens import parse_add_bos
@@ -48,14 +49,15 @@ LANGUAGE_NAMES = {
 
 
 def read_sentences(path: Path) -> dict[str, str]:
-    """Sentences by id: jsonl rows with `id` and `text`, or a text file with one per line.
+    """Sentences by id: rows with `id` and `text` (JSON lines, or FLORES+'s Parquet files), or a
+    text file with one per line.
 
     Raises:
         EvalDataError: malformed rows, duplicate ids, empty lines, or an empty file.
     """
-    if has_suffix(path, JSONL_SUFFIXES):
+    if has_suffix(path, ROW_SUFFIXES):
         sentences: dict[str, str] = {}
-        for row in read_jsonl(path):
+        for row in read_rows(path):
             key = str(row.field("id"))
             if key in sentences:
                 raise data_error(path, row.line, f"duplicate id {key}")

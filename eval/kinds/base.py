@@ -204,5 +204,7 @@ MC_OPTIONS = {
         "(a draw per item from --seed); none: as lm-eval's task config",
     ),
     "fewshot_seed": Option(int, 1234, "seed of sampler=default (lm-eval's fewshot seed)"),
+    "config": Option(str, None, "the config to read when the path is a dataset snapshot folder"),
+    "split": Option(name, "test", "the split to read when the path is a dataset snapshot folder"),
     "add_bos": ADD_BOS,
 }

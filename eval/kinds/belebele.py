@@ -7,9 +7,10 @@ from eval.kinds.base import MC_OPTIONS, Kind, register
 KIND = register(
     Kind(
         "belebele",
-        "FILE",
-        "Belebele reading comprehension rows (.jsonl[.gz]) in lm-eval's prompt; acc, acc_norm "
-        "and their stderr; demonstrations first_n",
+        "PATH",
+        "Belebele reading comprehension rows (.jsonl[.gz] or .parquet, or a snapshot folder of "
+        "facebook/belebele with config=LANG) in lm-eval's prompt; acc, acc_norm and their "
+        "stderr; demonstrations first_n",
         MC_OPTIONS,
         loader="eval.multiple_choice:MultipleChoiceTask.from_spec",
         sampler="first_n",

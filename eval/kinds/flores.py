@@ -23,6 +23,7 @@ from eval.kinds.base import (
     shots,
 )
 from eval.languages import is_code
+from eval.published import nearby
 
 DEFAULT_DIRECTIONS = ("eng_Latn-{lang}", "{lang}-eng_Latn")
 
@@ -31,19 +32,32 @@ def find_language_file(root: Path, split: str, lang: str) -> Path:
     """Locate one language's sentences under a FLORES folder.
 
     Looks in `root/<split>/` then `root/` for `<lang>.<split>` (FLORES-200), `<split>.<lang>`
-    (FLORES+ on GitHub), `<lang>.jsonl`, `<lang>.jsonl.gz` and `<lang>.txt`.
+    (FLORES+ on GitHub), `<lang>.parquet` (FLORES+ on the Hub: ``devtest/<lang>.parquet``),
+    `<lang>.jsonl`, `<lang>.jsonl.gz` and `<lang>.txt`.
 
     Raises:
-        EvalDataError: none of them exists.
+        EvalDataError: none of them exists (the message names the languages nearby).
     """
-    names = [f"{lang}.{split}", f"{split}.{lang}", f"{lang}.jsonl", f"{lang}.jsonl.gz"]
-    names.append(f"{lang}.txt")
+    names = [f"{lang}.{split}", f"{split}.{lang}", f"{lang}.parquet", f"{lang}.jsonl"]
+    names += [f"{lang}.jsonl.gz", f"{lang}.txt"]
     for folder in (root / split, root):
         for file_name in names:
             if (folder / file_name).is_file():
                 return folder / file_name
     looked = ", ".join(names)
-    raise data_error(root, None, f"no {lang} file for split {split} (looked for {looked})")
+    present = {
+        path.name.split(".")[0]
+        for folder in (root / split, root)
+        if folder.is_dir()
+        for path in folder.iterdir()
+        if path.is_file() and is_code(path.name.split(".")[0])
+    }
+    raise data_error(
+        root,
+        None,
+        f"no {lang} file for split {split} (looked for {looked}); languages nearby: "
+        + nearby(lang, present),
+    )
 
 
 class FloresKind(Kind):
@@ -95,7 +109,8 @@ KIND = register(
     FloresKind(
         "flores",
         "DIR",
-        "FLORES+/FLORES-200 translation scored by chrF",
+        "FLORES+/FLORES-200 translation scored by chrF; DIR holds <split>/<lang>.parquet "
+        "(FLORES+ as published), <lang>.<split> (FLORES-200) or <lang>.jsonl[.gz]",
         {
             "src": Option(name, REQUIRED, "source language code, e.g. eng_Latn"),
             "tgt": Option(name, REQUIRED, "target language code"),

@@ -7,8 +7,10 @@ from eval.kinds.base import MC_OPTIONS, Kind, register
 KIND = register(
     Kind(
         "piqa",
-        "FILE",
-        "PIQA rows (.jsonl[.gz]), cloze, in lm-eval's prompts: Global-PIQA (prompt, "
+        "PATH",
+        "PIQA rows (.jsonl[.gz] or .parquet, or a snapshot folder of "
+        "mrlbenchmarks/global-piqa-nonparallel with config=CONFIG), cloze, in lm-eval's "
+        "prompts: Global-PIQA (prompt, "
         "solution0.., label; acc, acc_norm, acc_bytes) or classic PIQA (goal, sol1, sol2, label; "
         "acc, acc_norm); demonstrations default",
         MC_OPTIONS,
