@@ -26,7 +26,7 @@ from typing import Any
 
 from eval.data import Row, doc_id, text_sha256
 from eval.errors import data_error
-from eval.published import read_rows, snapshot_rows
+from eval.published import HubSource, hub_rows, read_rows, snapshot_rows, source_config
 from eval.scoring import choice_loglikelihoods, make_request
 from eval.shots import choose_shots
 from eval.tasks import Settings, TaskSpec
@@ -189,12 +189,18 @@ class MultipleChoiceTask:
     """A Belebele or PIQA file, read and checked."""
 
     def __init__(
-        self, spec: TaskSpec, schema: Schema, items: list[McItem], files: list[Path] | None = None
+        self,
+        spec: TaskSpec,
+        schema: Schema,
+        items: list[McItem],
+        files: list[Path] | None = None,
+        source: HubSource | None = None,
     ) -> None:
         self.spec = spec
         self.schema = schema
         self.items = items
         self.files = files if files is not None else [spec.path]
+        self.source = source
 
     @classmethod
     def from_spec(cls, spec: TaskSpec) -> MultipleChoiceTask:
@@ -203,15 +209,21 @@ class MultipleChoiceTask:
         Raises:
             EvalDataError: the file is malformed or has too few rows for the shots asked.
         """
-        assert spec.path is not None  # parse_task guarantees a path for these kinds
-        rows, files = read_task_rows(spec.path, spec.options["config"], spec.options["split"])
+        config, split = spec.options["config"], spec.options["split"]
+        source = None
+        if spec.dataset is not None:
+            config, split = spec.dataset.config or config, spec.dataset.split or split
+            rows, files, source = hub_rows(spec.dataset, config, split)
+        else:
+            assert spec.path is not None  # parse_task guarantees a path or a dataset
+            rows, files = read_task_rows(spec.path, config, split)
         schema, items = _items(spec.kind, rows)
         shots = spec.options["shots"]
         if len(items) <= shots:
             raise data_error(
                 spec.path, None, f"{len(items)} rows; {shots}-shot needs at least {shots + 1}"
             )
-        return cls(spec, schema, items, files)
+        return cls(spec, schema, items, files, source)
 
     @property
     def sampler(self) -> str:
@@ -224,13 +236,14 @@ class MultipleChoiceTask:
         return {
             "kind": self.spec.kind,
             "schema": self.schema.name,
-            "path": str(self.spec.path),
-            # A snapshot folder: which of its configs and splits was read.
+            "path": str(self.spec.dataset or self.spec.path),
+            # A snapshot folder or a Hub dataset: which of its configs and splits was read.
             **(
                 {"config": options["config"], "split": options["split"]}
-                if self.files != [self.spec.path]
+                if self.files != [self.spec.path] and self.source is None
                 else {}
             ),
+            **(source_config(self.source) if self.source else {}),
             "shots": options["shots"],
             "sampler": self.sampler,
             "fewshot_seed": options["fewshot_seed"] if self.sampler == "default" else None,

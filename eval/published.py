@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import yaml
 
 from eval.data import JSONL_SUFFIXES, Row, has_suffix, read_jsonl
 from eval.errors import EvalDataError, data_error
+from surgery.hub.datasets import DatasetRef, fetch
 
 CARD = "README.md"
 PARQUET_SUFFIXES = (".parquet",)
@@ -160,6 +162,59 @@ def snapshot_rows(folder: Path, config: str | None, split: str) -> tuple[list[Ro
     names = data_files(str(folder), snapshot_files(folder), card_text, config, split)
     paths = [folder / name for name in names]
     return [row for path in paths for row in read_rows(path)], paths
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a unit's rows came from on the Hub (results.json records it beside the sha256)."""
+
+    dataset: str
+    config: str | None
+    split: str | None
+    commit: str
+    folder: Path  # the cache's snapshot folder the files were read from
+
+
+def fetch_files(
+    ref: DatasetRef,
+    config: str | None,
+    split: str | None,
+    select: Callable[[list[str], str | None], list[str]],
+) -> tuple[list[Path], HubSource]:
+    """Fetch (or find in the Hub cache) the files `select` names; only those are fetched.
+
+    Raises:
+        EvalDataError: gated, unknown, offline without the files, or what `select` raises.
+    """
+    fetched = fetch(ref, select, EvalDataError)
+    source = HubSource(ref.repo, config, split, fetched.commit, fetched.folder)
+    return [fetched.folder / name for name in fetched.names], source
+
+
+def hub_rows(
+    ref: DatasetRef, config: str | None, split: str
+) -> tuple[list[Row], list[Path], HubSource]:
+    """The rows of one config's split of a Hub dataset, the files read and where they came from.
+
+    Raises:
+        EvalDataError: as `fetch_files` and `data_files`; unreadable rows.
+    """
+
+    def select(files: list[str], card: str | None) -> list[str]:
+        return data_files(ref.repo, files, card, config, split)
+
+    paths, source = fetch_files(ref, config, split, select)
+    return [row for path in paths for row in read_rows(path)], paths, source
+
+
+def source_config(source: HubSource) -> dict[str, Any]:
+    """A Hub source as a task's config records it."""
+    return {
+        "dataset": source.dataset,
+        "config": source.config,
+        "split": source.split,
+        "commit": source.commit,
+    }
 
 
 def read_rows(path: Path) -> list[Row]:

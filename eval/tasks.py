@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from eval.errors import TaskSpecError
 from eval.kinds import KINDS, REQUIRED, Kind, Option
 from eval.kinds.base import name as _name
+from surgery.hub.datasets import DatasetRef, is_dataset_ref, parse_dataset_ref
 
 _OPTION_RE = re.compile(r"^\w+=")
 
@@ -72,6 +73,7 @@ class TaskSpec:
     path: Path | None
     options: dict[str, Any] = field(default_factory=dict)
     text: str = ""
+    dataset: DatasetRef | None = None  # a Hub dataset instead of a path (``hub:ID...``)
 
     @property
     def name(self) -> str:
@@ -123,10 +125,33 @@ def parse_task(text: str) -> TaskSpec:
     kind_text, _, rest = text.strip().partition(":")
     path_text, option_text = _split_path_and_options(rest)
     given = _split_options(text, option_text)
-    return build_spec(kind_text.strip(), Path(path_text) if path_text else None, given, text)
+    path, dataset = argument(text, path_text)
+    return build_spec(kind_text.strip(), path, given, text, dataset)
 
 
-def build_spec(kind_name: str, path: Path | None, given: dict[str, Any], text: str) -> TaskSpec:
+def argument(text: str, path_text: str) -> tuple[Path | None, DatasetRef | None]:
+    """A task's argument: a path, or a Hub dataset (``hub:ID[#CONFIG][@SPLIT[@REVISION]]``).
+
+    Raises:
+        TaskSpecError: a malformed Hub dataset reference.
+    """
+    if not path_text:
+        return None, None
+    if not is_dataset_ref(path_text):
+        return Path(path_text), None
+    try:
+        return None, parse_dataset_ref(path_text)
+    except ValueError as error:
+        raise TaskSpecError(f"task {text!r}: {error}") from None
+
+
+def build_spec(
+    kind_name: str,
+    path: Path | None,
+    given: dict[str, Any],
+    text: str,
+    dataset: DatasetRef | None = None,
+) -> TaskSpec:
     """A `TaskSpec` from a kind, a path and options as a mapping: a task string once split, or
     a suite file's task entry.
 
@@ -137,6 +162,7 @@ def build_spec(kind_name: str, path: Path | None, given: dict[str, Any], text: s
         path: its argument, or None.
         given: option -> value.
         text: how the task is named in messages (and its `TaskSpec.text`).
+        dataset: a Hub dataset instead of the path (kinds whose `Kind.hub` is true).
 
     Returns:
         The `TaskSpec`, every option present (defaults filled in).
@@ -147,12 +173,14 @@ def build_spec(kind_name: str, path: Path | None, given: dict[str, Any], text: s
     kind = KINDS.get(kind_name.lower())
     if kind is None:
         raise TaskSpecError(f"task {text!r}: unknown kind {kind_name!r}; use one of {_kinds()}")
-    if kind.needs_path and path is None:
+    if dataset is not None and not kind.hub:
+        raise TaskSpecError(f"task {text!r}: {kind.name} does not read Hub datasets (hub:...)")
+    if kind.needs_path and path is None and dataset is None:
         raise TaskSpecError(f"task {text!r}: {kind.name} needs a path, e.g. {kind.name}:PATH")
     if not kind.needs_path and path is not None:
         raise TaskSpecError(f"task {text!r}: {kind.name} takes no path, only options")
     strings = {key: str(value).strip() for key, value in given.items()}
-    return TaskSpec(kind.name, path, _convert_options(text, kind, strings), text)
+    return TaskSpec(kind.name, path, _convert_options(text, kind, strings), text, dataset)
 
 
 def check_unique_names(specs: Sequence[TaskSpec]) -> None:

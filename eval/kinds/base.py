@@ -101,6 +101,8 @@ class Kind:
     primary: the metric tables and plots show (None: the measure's first).
     sampler: where demonstrations come from when the task names no sampler (None: drawn).
     role: which axis of the trade-off plot the kind is preferred on (learning or cost).
+    hub: whether the kind reads Hub datasets (``hub:ID[#CONFIG][@SPLIT[@REVISION]]``, or a
+        suite entry's ``dataset:``) as well as paths.
     """
 
     name: str
@@ -112,6 +114,7 @@ class Kind:
     primary: str | None = None
     sampler: str | None = None
     role: str | None = None
+    hub: bool = False
 
     @property
     def needs_path(self) -> bool:
@@ -143,7 +146,24 @@ class Kind:
         Raises:
             ValueError: a key the kind refuses in a suite (its message names it).
         """
-        return entry.pop("path", None), {}
+        return self.dataset_entry(entry, "path"), {}
+
+    def dataset_entry(self, entry: dict[str, Any], path_key: str) -> Any:
+        """The entry's path, or its Hub dataset (``dataset``, ``config``, ``split``,
+        ``revision``) as a ``hub:`` template."""
+        if "dataset" not in entry:
+            return entry.pop(path_key, None)
+        if not self.hub:
+            raise ValueError(f"{self.name} does not read Hub datasets; give {path_key}:")
+        if path_key in entry:
+            raise ValueError(f"give {path_key}: or dataset:, not both")
+        parts = {key: entry.pop(key, None) for key in ("dataset", "config", "split", "revision")}
+        if not all(value is None or isinstance(value, str) for value in parts.values()):
+            raise ValueError("dataset, config, split and revision must be strings")
+        text = "hub:" + parts["dataset"] + (f"#{parts['config']}" if parts["config"] else "")
+        if parts["split"] or parts["revision"]:
+            text += "@" + (parts["split"] or "")
+        return text + (f"@{parts['revision']}" if parts["revision"] else "")
 
     def suite_fields(self, extras: dict[str, Any]) -> dict[str, Any]:
         """The kind's own keys as results.json's ``suite`` records them."""

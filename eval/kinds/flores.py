@@ -38,8 +38,7 @@ def find_language_file(root: Path, split: str, lang: str) -> Path:
     Raises:
         EvalDataError: none of them exists (the message names the languages nearby).
     """
-    names = [f"{lang}.{split}", f"{split}.{lang}", f"{lang}.parquet", f"{lang}.jsonl"]
-    names += [f"{lang}.jsonl.gz", f"{lang}.txt"]
+    names = _names(split, lang)
     for folder in (root / split, root):
         for file_name in names:
             if (folder / file_name).is_file():
@@ -60,12 +59,33 @@ def find_language_file(root: Path, split: str, lang: str) -> Path:
     )
 
 
+def _names(split: str, lang: str) -> list[str]:
+    return [
+        f"{lang}.{split}",
+        f"{split}.{lang}",
+        f"{lang}.parquet",
+        f"{lang}.jsonl",
+        f"{lang}.jsonl.gz",
+        f"{lang}.txt",
+    ]
+
+
+def language_file_name(files: list[str], split: str, lang: str) -> str | None:
+    """`find_language_file` on a repository's file list: the name that holds a language."""
+    present = set(files)
+    for folder in (f"{split}/", ""):
+        for file_name in _names(split, lang):
+            if folder + file_name in present:
+                return folder + file_name
+    return None
+
+
 class FloresKind(Kind):
     """A suite's flores task: a folder (``dir``) and directions instead of src/tgt."""
 
     def suite_entry(self, entry: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """``dir`` is the path; ``directions`` (default both ways with English) are kept."""
-        path = entry.pop("dir", None)
+        path = self.dataset_entry(entry, "dir")
         directions = tuple(entry.pop("directions", DEFAULT_DIRECTIONS))
         for forbidden in ("src", "tgt"):
             if forbidden in entry:
@@ -96,7 +116,10 @@ class FloresKind(Kind):
         return result
 
     def missing(self, spec: Any) -> str | None:
-        """The split folder of the first language without a file."""
+        """The split folder of the first language without a file (a Hub dataset: checked when
+        it is fetched)."""
+        if spec.path is None:
+            return None
         for lang in (spec.options["src"], spec.options["tgt"]):
             try:
                 find_language_file(spec.path, spec.options["split"], lang)
@@ -110,7 +133,9 @@ KIND = register(
         "flores",
         "DIR",
         "FLORES+/FLORES-200 translation scored by chrF; DIR holds <split>/<lang>.parquet "
-        "(FLORES+ as published), <lang>.<split> (FLORES-200) or <lang>.jsonl[.gz]",
+        "(FLORES+ as published), <lang>.<split> (FLORES-200) or <lang>.jsonl[.gz]; or "
+        "hub:openlanguagedata/flores_plus[@SPLIT[@REVISION]] (gated: accept its terms, log in); "
+        "only the two languages' files are fetched",
         {
             "src": Option(name, REQUIRED, "source language code, e.g. eng_Latn"),
             "tgt": Option(name, REQUIRED, "target language code"),
@@ -123,6 +148,7 @@ KIND = register(
             "add_bos": ADD_BOS,
         },
         loader="eval.translation:TranslationTask.from_spec",
+        hub=True,
         measure="chrf",
         primary="chrf",
     )

@@ -8,13 +8,15 @@ KIND = register(
     Kind(
         "piqa",
         "PATH",
-        "PIQA rows (.jsonl[.gz] or .parquet, or a snapshot folder of "
-        "mrlbenchmarks/global-piqa-nonparallel with config=CONFIG), cloze, in lm-eval's "
+        "PIQA rows (.jsonl[.gz] or .parquet, a snapshot folder of "
+        "mrlbenchmarks/global-piqa-nonparallel with config=CONFIG, or "
+        "hub:mrlbenchmarks/global-piqa-nonparallel#CONFIG@test[@REVISION]), cloze, in lm-eval's "
         "prompts: Global-PIQA (prompt, "
         "solution0.., label; acc, acc_norm, acc_bytes) or classic PIQA (goal, sol1, sol2, label; "
         "acc, acc_norm); demonstrations default",
         MC_OPTIONS,
         loader="eval.multiple_choice:MultipleChoiceTask.from_spec",
+        hub=True,
         sampler="default",
     )
 )

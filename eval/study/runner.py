@@ -80,12 +80,22 @@ def data_ref(task: Task) -> res.DataRef | None:
     files = data_files(task)
     if not files:
         return None
-    root = task.spec.path
+    source = getattr(task, "source", None)  # a Hub dataset: its files in the cache's snapshot
+    root = source.folder if source is not None else task.spec.path
     digest = hashlib.sha256()
     for file in files:
         name = file.name if root is None or root.is_file() else str(file.relative_to(root))
         digest.update(f"{name}\0{hashlib.sha256(file.read_bytes()).hexdigest()}\n".encode())
-    return res.DataRef(str(root), digest.hexdigest())
+    if source is None:
+        return res.DataRef(str(root), digest.hexdigest())
+    return res.DataRef(
+        str(task.spec.dataset),
+        digest.hexdigest(),
+        source.dataset,
+        source.config,
+        source.split,
+        source.commit,
+    )
 
 
 def unit_metrics(unit: Unit, metrics: dict[str, Any]) -> dict[str, Any]:

@@ -13,14 +13,16 @@
     root: data/                      # optional, from the suite file's folder (default: cwd)
     others: [eng_Latn]               # optional: languages in no family (the base's own)
 
-A task entry is a mapping (``kind``, default the entry's key; ``path`` or, for flores, ``dir``;
-flores ``directions``; every other key an option of the kind, as in a task string) or a task
-string. Paths, task strings and directions are templates over the language's variables:
-``{lang}`` (its FLORES-200 code), ``{lang2}`` (its MADLAD-400 code) and any variable given
-under ``languages:``. A task whose templates name a variable runs once per language of the
-suite; one that names none runs once (copain, most lm-eval tasks). Languages under ``others:``
-belong to no family: they are scored like the others and reported per language, but enter no
-family's or the overall mean (a base model's own language, whose forgetting is measured).
+A task entry is a mapping (``kind``, default the entry's key; ``path`` or, for flores, ``dir``,
+or a Hub dataset: ``dataset``, ``config``, ``split``, ``revision``; flores ``directions``; every
+other key an option of the kind, as in a task string) or a task string. Paths, datasets, task
+strings and directions are templates over the language's variables: ``{lang}`` (its FLORES-200
+code), ``{lang_lower}`` (the code in lower case), ``{lang2}`` (its MADLAD-400 code) and any
+variable given under ``languages:``. A task whose templates name a variable runs once per
+language of the suite; one that names none runs once (copain, most lm-eval tasks). Languages
+under ``others:`` belong to no family: they are scored like the others and reported per
+language, but enter no family's or the overall mean (a base model's own language, whose
+forgetting is measured).
 
 `load_suite` checks everything once, at the boundary, into the typed values below; `plan`
 expands a suite into its units. This module reads no data file and imports no torch.
@@ -39,7 +41,7 @@ import yaml
 
 from eval.errors import SuiteError, TaskSpecError
 from eval.study.languages import MADLAD_CODES, is_code
-from eval.tasks import KINDS, TaskSpec, build_spec, parse_task
+from eval.tasks import KINDS, TaskSpec, argument, build_spec, parse_task
 
 SPLITS = ("held_in", "held_out")
 # The paper's five families (shipped with the package): `--suite` accepts its path.
@@ -286,6 +288,7 @@ def _check_templates(task: SuiteTask, variables: dict[str, dict[str, str]], wher
     if wrong:
         raise SuiteError(f"{at}: {wrong}")
     for lang_vars in variables.values() if task.per_language else [{}]:
+        lang_vars = derived(lang_vars)
         for template in task.templates():
             missing = [name for name in _fields(template) if name not in lang_vars]
             if missing:
@@ -301,10 +304,19 @@ def _check_templates(task: SuiteTask, variables: dict[str, dict[str, str]], wher
             raise SuiteError(f"{at}: {error}") from None
 
 
+def derived(lang_vars: dict[str, str]) -> dict[str, str]:
+    """A language's variables plus those derived from its code: ``{lang_lower}`` (Global-PIQA's
+    configs are lowercase codes, ``eng_latn``)."""
+    if "lang" not in lang_vars or "lang_lower" in lang_vars:
+        return lang_vars
+    return {**lang_vars, "lang_lower": lang_vars["lang"].lower()}
+
+
 def _specs(
     task: SuiteTask, lang_vars: dict[str, str], root: Path | None
 ) -> list[tuple[str | None, str | None, TaskSpec]]:
     """`(variant, direction, spec)` of a task for one language (or the one language-free run)."""
+    lang_vars = derived(lang_vars)
     lang = lang_vars.get("lang")
     label = f"{task.key}/{lang}" if lang else task.key
     kind = KINDS[task.kind]
@@ -316,9 +328,10 @@ def _specs(
         options = {**spec.options, "name": task.key}
         return [(None, None, replace(spec, path=kind.rooted(spec.path, root), options=options))]
     options = {**task.options, "name": task.key}
-    path = kind.rooted(Path(task.path.format_map(lang_vars)), root) if task.path else None
+    path, dataset = argument(label, task.path.format_map(lang_vars) if task.path else "")
+    path = kind.rooted(path, root)
     return [
-        (variant, direction, build_spec(task.kind, path, expanded, label))
+        (variant, direction, build_spec(task.kind, path, expanded, label, dataset))
         for variant, direction, expanded in kind.expand(options, lang_vars, task.extras)
     ]
 
