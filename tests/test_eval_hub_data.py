@@ -182,3 +182,35 @@ def test_hub_data_errors_are_one_line_before_the_model(repos, tmp_path, task, en
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), lines
     assert not (tmp_path / "out.json").exists()
+
+
+def _hub_data(commit: str):
+    def change(results: dict) -> None:
+        for unit in results["units"]:
+            unit["data"].update(dataset="test/belebele", config="c", split="test", commit=commit)
+
+    return change
+
+
+def test_compare_warns_when_only_the_commit_differs(tmp_path):
+    from click.testing import CliRunner
+
+    from cli import cli
+    from tests.support.study_dirs import Study, write_results
+
+    spec = Study(families={"f": {"held_in": ["ces_Latn"], "held_out": ["pol_Latn"]}})
+    base = write_results(tmp_path / "base", spec, "base", 0.0, seed=1)
+    other = write_results(tmp_path / "other", spec, "other", 0.5, seed=2)
+    for folder, commit in ((base, "a" * 40), (other, "b" * 40)):
+        path = folder / "results.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        _hub_data(commit)(data)
+        path.write_text(json.dumps(data), encoding="utf-8")
+    argv = ["compare", str(other), "--base", str(base), "-o", str(tmp_path / "r"), "-q"]
+    result = CliRunner().invoke(cli, [*argv, "--resamples", "10"])
+    assert result.exit_code == 0, result.output
+    first = next(u["id"] for u in data["units"])
+    assert (
+        f"warning: {other}: unit {first} read test/belebele at commit {'b' * 40}, the base at "
+        f"{'a' * 40} (same rows: sha256 equal)"
+    ) in result.output
