@@ -24,6 +24,7 @@ tasks:
   piqa: {dataset: test/global-piqa, config: "{lang_lower}", split: test, shots: 1}
   flores: {dataset: test/flores_plus, split: devtest, directions: ["eng_Latn-{lang}"],
            shots: 1, max_new_tokens: 3}
+  ppl: {dataset: test/madlad, files: "data/{lang2}/{lang2}_clean_0000.jsonl.gz", skip: 1, take: 3}
 """
 ARGS = ["--limit", "2", "--batch-size", "4", "-q"]
 
@@ -51,6 +52,8 @@ def repos(tmp_path_factory) -> Path:
     sentences["ces_Latn"] = sentences["eng_Latn"]
     dev = {lang: [f"dev {s}" for s in texts] for lang, texts in sentences.items()}
     published.flores(root / "flores", {"dev": dev, "devtest": sentences})
+    documents = [line for line in _lines(DATA / "held_out.txt") if line.strip()]
+    published.madlad(root / "madlad", {"en": documents, "id": documents[::-1], "cs": documents})
     return root
 
 
@@ -58,10 +61,25 @@ def _serve(hub: FakeHub, repos: Path) -> None:
     hub.add_dataset("test/belebele", repos / "belebele", SHA["belebele"])
     hub.add_dataset("test/global-piqa", repos / "piqa", SHA["piqa"])
     hub.add_dataset("test/flores_plus", repos / "flores", SHA["flores"], gated=True)
+    hub.add_dataset("test/madlad", repos / "madlad", "d" * 40)
 
 
 def _env(hub_endpoint: str, home: Path, **more: str) -> dict[str, str]:
     return {"HF_ENDPOINT": hub_endpoint, "HF_HOME": str(home), "HF_HUB_OFFLINE": "0", **more}
+
+
+def _hf_download(env: dict[str, str], repo: str, *patterns: str) -> None:
+    """`hf download --repo-type dataset REPO --include PATTERN...`, as a user fetches data."""
+    import shutil
+    import subprocess
+
+    hf = shutil.which("hf")
+    assert hf is not None
+    argv = [hf, "download", "--repo-type", "dataset", repo]
+    for pattern in patterns:
+        argv += ["--include", pattern]
+    done = subprocess.run(argv, env={**env, "PATH": str(Path(hf).parent)}, capture_output=True)
+    assert done.returncode == 0, done.stderr
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -77,7 +95,7 @@ def test_the_grammar_of_hub_datasets():
     spec = parse_task("belebele:hub:facebook/belebele#eng_Latn@test:shots=0")
     assert spec.path is None and spec.dataset == DatasetRef("facebook/belebele", "eng_Latn", "test")
     with pytest.raises(TaskSpecError, match="does not read Hub datasets"):
-        parse_task("ppl:hub:allenai/MADLAD-400")
+        parse_task("copain:hub:allenai/MADLAD-400")
     with pytest.raises(TaskSpecError, match="not a Hub dataset id"):
         parse_task("belebele:hub:facebook")
 
@@ -103,6 +121,8 @@ def test_a_suite_on_hub_datasets_records_commits_and_reruns_offline_identically(
         )
         assert result.returncode == 0, result.stderr
         served = {(repo, name) for repo, name, _, _ in hub.state.served}
+        # A take streams its documents; offline reads the shards fetched beforehand.
+        _hf_download(online, "test/madlad", "data/id/*", "data/en/*")
     # Only the files the units read (and the cards) were fetched: nothing of ces_Latn.
     assert not [name for _, name in served if "ces" in name]
     assert ("datasets/test/flores_plus", "devtest/ind_Latn.parquet") in served
@@ -119,6 +139,8 @@ def test_a_suite_on_hub_datasets_records_commits_and_reruns_offline_identically(
     }
     assert data["piqa/eng_Latn"]["config"] == "eng_latn"
     assert data["flores/ind_Latn/eng_Latn-ind_Latn"]["commit"] == SHA["flores"]
+    assert data["ppl/ind_Latn"]["commit"] == "d" * 40
+    assert saved["units"][-1]["metrics"]["n"] == 2  # --limit 2 of the 3 taken
 
     # No network, the Hub cache only: the same bytes.
     offline = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
@@ -214,3 +236,42 @@ def test_compare_warns_when_only_the_commit_differs(tmp_path):
         f"warning: {other}: unit {first} read test/belebele at commit {'b' * 40}, the base at "
         f"{'a' * 40} (same rows: sha256 equal)"
     ) in result.output
+
+
+def test_madlad_take_streams_a_prefix_and_offline_reads_the_cached_file(families, tmp_path):
+    import random
+
+    rng = random.Random(0)
+    # Random hex barely compresses: a shard of several MiB, of which a take needs a few %.
+    texts = ["".join(rng.choice("0123456789abcdef ") for _ in range(400)) for _ in range(12000)]
+    root = published.madlad(tmp_path / "madlad", {"en": texts})
+    name = "data/en/en_clean_0000.jsonl.gz"
+    size = (root / name).stat().st_size
+    base = families("llama")["base"]
+    task = f"ppl:hub:test/madlad:files={name},skip=200,take=300"
+    local = f"ppl:{root / name}:skip=200,take=300,lang=en"
+    home = tmp_path / "home"
+    outs = {}
+    with FakeHub() as hub:
+        hub.add_dataset("test/madlad", root, "d" * 40)
+        env = _env(hub.endpoint, home)
+        result = run_surgery(
+            "eval", base, "-t", task, "--out", tmp_path / "on.json", *ARGS, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        streamed = hub.state.bytes_served("datasets/test/madlad", name)
+        assert 0 < streamed < size / 10, (streamed, size)
+        _hf_download(env, "test/madlad", name)
+    offline = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    result = run_surgery(
+        "eval", base, "-t", task, "--out", tmp_path / "off.json", *ARGS, env=offline
+    )
+    assert result.returncode == 0, result.stderr
+    result = run_surgery(
+        "eval", base, "-t", local, "--out", tmp_path / "local.json", *ARGS, env=offline
+    )
+    assert result.returncode == 0, result.stderr
+    for label in ("on", "off", "local"):
+        outs[label] = json.loads((tmp_path / f"{label}.json").read_text(encoding="utf-8"))
+    assert outs["on"]["metrics"] == outs["off"]["metrics"] == outs["local"]["metrics"]
+    assert outs["on"]["config"]["tasks"]["ppl"]["commit"] == "d" * 40

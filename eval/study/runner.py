@@ -78,9 +78,13 @@ def data_files(task: Task) -> list[Path]:
 def data_ref(task: Task) -> res.DataRef | None:
     """The unit's data path and a sha256 over its files (names relative to the path, bytes)."""
     files = data_files(task)
+    source = getattr(task, "source", None)  # a Hub dataset: its files in the cache's snapshot
+    if source is not None and not files:  # a streamed prefix: the documents read
+        return res.DataRef(
+            str(task.spec.dataset), task.rows_sha256, source.dataset, None, None, source.commit
+        )
     if not files:
         return None
-    source = getattr(task, "source", None)  # a Hub dataset: its files in the cache's snapshot
     root = source.folder if source is not None else task.spec.path
     digest = hashlib.sha256()
     for file in files:

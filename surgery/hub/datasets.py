@@ -11,13 +11,21 @@ beforehand with ``hf download --repo-type dataset ID --include ...`` is read off
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import gzip
+import io
+import itertools
+import json
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from surgery.core.textfiles import iter_documents
+
 HUB_PREFIX = "hub:"
 CARD = "README.md"
+# Bytes per ranged request when streaming a prefix of a file (a MADLAD shard is gigabytes).
+STREAM_CHUNK = 256 * 2**10
 
 
 @dataclass(frozen=True)
@@ -163,3 +171,107 @@ def fetch(
             f"fetch it first: hf download --repo-type dataset {ref.repo} --include {missing[0]}"
         )
     return Fetched(folder, names, folder.name)
+
+
+def _snapshot(ref: DatasetRef) -> Path:
+    """The cache's snapshot folder of the dataset's revision (its name is the commit); online it
+    also fetches the card, offline it must be cached."""
+    from huggingface_hub import snapshot_download
+
+    revision = ref.revision or "main"
+    return Path(
+        snapshot_download(ref.repo, repo_type="dataset", revision=revision, allow_patterns=[CARD])
+    )
+
+
+def stream_documents(
+    ref: DatasetRef, name: str, skip: int, take: int | None, error: type[Exception]
+) -> tuple[list[str], str]:
+    """Documents ``skip`` to ``skip + take`` of a JSON-lines file (``.jsonl[.gz]``, ``text``)
+    of a Hub dataset, and the commit read.
+
+    Online the file is read from its start by ranged requests and reading stops once the
+    documents are taken, so bytes fetched grow with ``skip + take``, not the file's size;
+    offline (HF_HUB_OFFLINE) the file fetched beforehand into the cache is read.
+
+    Raises:
+        error: as `fetch`; a malformed line; offline without the file in the cache.
+    """
+    from huggingface_hub import constants
+
+    stop = None if take is None else skip + take
+    with dataset_errors(ref, error), _quiet():
+        folder = _snapshot(ref)
+        if constants.is_offline_mode():
+            path = folder / name
+            if not path.is_file():
+                raise error(
+                    f"dataset {ref.repo}: {name} is not in the Hub cache (HF_HUB_OFFLINE set); "
+                    f"fetch it first: hf download --repo-type dataset {ref.repo} --include {name}"
+                )
+            return list(itertools.islice(iter_documents(path, error), skip, stop)), folder.name
+        lines = _remote_lines(ref.repo, name, folder.name)
+        documents = itertools.islice(_documents(lines, f"{ref.repo}/{name}", error), skip, stop)
+        return list(documents), folder.name
+
+
+def _remote_lines(repo: str, name: str, commit: str) -> Iterator[bytes]:
+    from huggingface_hub import hf_hub_url
+
+    raw = io.BufferedReader(
+        _Ranged(hf_hub_url(repo, name, repo_type="dataset", revision=commit)), STREAM_CHUNK
+    )
+    handle = gzip.GzipFile(fileobj=raw) if name.endswith(".gz") else raw
+    yield from handle
+
+
+def _documents(lines: Iterable[bytes], where: str, error: type[Exception]) -> Iterator[str]:
+    """`iter_documents` of a JSON-lines stream: each non-blank ``text``."""
+    for number, raw in enumerate(lines, start=1):
+        line = raw.decode("utf-8-sig" if number == 1 else "utf-8").strip()
+        if not line:
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as caught:
+            raise error(f"{where}:{number}: bad JSON: {caught.msg}") from None
+        text = data.get("text") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise error(f"{where}:{number}: no string 'text' field")
+        if text.strip():
+            yield text
+
+
+class _Ranged(io.RawIOBase):
+    """A remote file read front to back by HTTP range requests (with the Hub's headers)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.position = 0
+        self.done = False
+        self.pending = b""  # the rest of a whole body sent by a server that ignores Range
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+        if self.pending:
+            size = min(len(buffer), len(self.pending))
+            buffer[:size], self.pending = self.pending[:size], self.pending[size:]
+            return size
+        if self.done or not len(buffer):
+            return 0
+        stop = self.position + len(buffer) - 1
+        headers = {**build_hf_headers(), "Range": f"bytes={self.position}-{stop}"}
+        response = get_session().get(self.url, headers=headers, follow_redirects=True)
+        if response.status_code == 416:  # past the end
+            self.done = True
+            return 0
+        hf_raise_for_status(response)
+        data, self.pending = response.content[: len(buffer)], response.content[len(buffer) :]
+        buffer[: len(data)] = data
+        self.position += len(data)
+        self.done = response.status_code == 200 or not data  # a whole body: nothing more
+        return len(data)
