@@ -15,6 +15,7 @@ import gzip
 import io
 import itertools
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,7 +81,10 @@ class Fetched:
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """No progress bars while fetching a benchmark's few small files (the eval has its own)."""
+    """No progress bars or notices while fetching a benchmark's few small files (the eval has
+    its own progress bar)."""
+    # Imported first: importing it sets the library logger's level, which is changed below.
+    from huggingface_hub import snapshot_download  # noqa: F401
     from huggingface_hub.utils import (
         are_progress_bars_disabled,
         disable_progress_bars,
@@ -89,9 +93,14 @@ def _quiet() -> Iterator[None]:
 
     was_disabled = are_progress_bars_disabled()
     disable_progress_bars()
+    # "No files matched allow_patterns=['README.md']" for a dataset without a card: not news.
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
+        logger.setLevel(level)
         if not was_disabled:
             enable_progress_bars()
 
