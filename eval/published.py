@@ -1,5 +1,6 @@
 """Data sets in their published layouts: which files of a dataset repository (a local snapshot
-folder, or later the Hub) hold one config's split, and reading them as rows.
+folder, or the Hub) hold one config's split (`surgery.hub.datasets.data_files`, shared with
+train), and reading them as rows.
 
 A dataset on the Hub without a loading script names its configs in its card's YAML front
 matter (``configs: [{config_name, data_files: [{split, path}]}]``, the layout `datasets` reads);
@@ -16,130 +17,26 @@ This module imports neither torch nor transformers.
 
 from __future__ import annotations
 
-import difflib
-import fnmatch
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from eval.data import JSONL_SUFFIXES, Row, has_suffix, read_jsonl
 from eval.errors import EvalDataError, data_error
 from surgery.hub.datasets import DatasetRef, fetch
+from surgery.hub.datasets import data_files as _data_files
 
 CARD = "README.md"
 PARQUET_SUFFIXES = (".parquet",)
 ROW_SUFFIXES = (*JSONL_SUFFIXES, *PARQUET_SUFFIXES)
 
 
-def nearby(wanted: str, found: Iterable[str], count: int = 5) -> str:
-    """What exists near `wanted`: names that start with it (regional variants such as
-    ``spa_latn_mexi`` for ``spa_latn``), else the closest spellings, else the first few."""
-    found = sorted(set(found))
-    prefix = [name for name in found if name.lower().startswith(wanted.lower())] if wanted else []
-    picked = (prefix or difflib.get_close_matches(wanted, found, n=count) or found)[:count]
-    if not picked:
-        return "none"
-    return ", ".join(picked) + (" ..." if len(prefix or found) > len(picked) else "")
-
-
-def card_configs(card_text: str | None) -> dict[str, dict[str, list[str]]] | None:
-    """config name -> split -> path patterns, from a dataset card's front matter (None: the card
-    names no configs)."""
-    if not card_text or not card_text.startswith("---"):
-        return None
-    try:
-        meta = yaml.safe_load(card_text.split("---", 2)[1]) or {}
-    except yaml.YAMLError:
-        return None
-    entries = meta.get("configs") if isinstance(meta, dict) else None
-    if not isinstance(entries, list):
-        return None
-    configs: dict[str, dict[str, list[str]]] = {}
-    for entry in entries:
-        if isinstance(entry, dict) and "config_name" in entry:
-            configs[str(entry["config_name"])] = _splits(entry.get("data_files"))
-    return configs
-
-
-def _splits(data_files: Any) -> dict[str, list[str]]:
-    """`data_files` in any of the card's spellings -> split -> patterns (a bare pattern: train)."""
-    if isinstance(data_files, str):
-        return {"train": [data_files]}
-    splits: dict[str, list[str]] = {}
-    for item in data_files or []:
-        if isinstance(item, str):
-            splits.setdefault("train", []).append(item)
-        elif isinstance(item, dict):
-            paths = item.get("path", [])
-            splits.setdefault(str(item.get("split", "train")), []).extend(
-                [paths] if isinstance(paths, str) else list(paths)
-            )
-    return splits
-
-
-def _split_of(name: str) -> str:
-    stem = Path(name).name.split(".")[0]
-    return stem.split("-")[0]
-
-
-def _by_convention(files: list[str], config: str | None) -> dict[str, dict[str, list[str]]]:
-    """configs -> splits -> files for a card without ``configs``: a config is a folder holding
-    row files (or a row file's stem); without configs, the whole repository is ``default``."""
-    rows = [name for name in files if has_suffix(Path(name), ROW_SUFFIXES)]
-    configs: dict[str, dict[str, list[str]]] = {}
-    for name in rows:
-        parts = name.split("/")
-        names = {*parts[:-1], parts[-1].split(".")[0]} - {"data"}
-        for candidate in names if config is not None else ["default"]:
-            configs.setdefault(candidate, {}).setdefault(_split_of(name), []).append(name)
-    return configs
-
-
 def data_files(
     dataset: str, files: list[str], card_text: str | None, config: str | None, split: str
 ) -> list[str]:
-    """The files of a repository (paths relative to its root) that hold one config's split.
-
-    Args:
-        dataset: how the dataset is named in messages (its Hub id or folder).
-        files: every file of the repository.
-        card_text: its README.md, or None.
-        config: the config (None: the only or ``default`` one).
-        split: the split, e.g. ``test``.
-
-    Raises:
-        EvalDataError: no such config or split, or no file matches it (one line, with nearby
-            configs or splits).
-    """
-    configs = card_configs(card_text)
-    if configs is None:
-        configs = _by_convention(files, config)
-    name = config if config is not None else ("default" if "default" in configs else None)
-    if name is None and len(configs) == 1:
-        name = next(iter(configs))
-    if name not in configs:
-        shown = config or "(none given)"
-        raise EvalDataError(
-            f"dataset {dataset}: no config {shown}; configs nearby: {nearby(config or '', configs)}"
-        )
-    splits = configs[name]
-    if split not in splits:
-        raise EvalDataError(
-            f"dataset {dataset}, config {name}: no split {split!r}; splits: "
-            + ", ".join(sorted(splits))
-        )
-    matched = sorted(
-        {f for pattern in splits[split] for f in files if fnmatch.fnmatchcase(f, pattern)}
-    )
-    if not matched:
-        patterns = ", ".join(splits[split])
-        raise EvalDataError(
-            f"dataset {dataset}, config {name}, split {split}: no file matches {patterns}"
-        )
-    return matched
+    """`surgery.hub.datasets.data_files` with eval's error type (`EvalDataError`)."""
+    return _data_files(dataset, files, card_text, config, split, EvalDataError)
 
 
 def snapshot_files(folder: Path) -> list[str]:

@@ -25,13 +25,13 @@ from eval.published import (
     ROW_SUFFIXES,
     HubSource,
     fetch_files,
-    nearby,
     read_rows,
     source_config,
 )
 from eval.shots import draw_shots
 from eval.tasks import Settings, TaskSpec
 from eval.tokens import parse_add_bos
+from surgery.hub.datasets import nearby
 
 # FLORES-200 codes -> names used in prompts; other codes appear as themselves unless the task
 # string gives src_name=/tgt_name=.

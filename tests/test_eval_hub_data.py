@@ -275,3 +275,35 @@ def test_madlad_take_streams_a_prefix_and_offline_reads_the_cached_file(families
         outs[label] = json.loads((tmp_path / f"{label}.json").read_text(encoding="utf-8"))
     assert outs["on"]["metrics"] == outs["off"]["metrics"] == outs["local"]["metrics"]
     assert outs["on"]["config"]["tasks"]["ppl"]["commit"] == "d" * 40
+
+
+def test_train_reads_a_hub_dataset_from_the_cache_offline(tmp_path):
+    import subprocess
+    import sys
+
+    texts = ["first document", "  ", "second document"]
+    root = tmp_path / "text"
+    (root / "data/en").mkdir(parents=True)
+    (root / "data/en/train.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8"
+    )
+    published.write_card(root, {"en": {"train": "data/en/*.jsonl"}})
+    home = tmp_path / "home"
+    with FakeHub() as hub:
+        hub.add_dataset("test/text", root, "e" * 40)
+        _hf_download(_env(hub.endpoint, home), "test/text", "data/en/*", "README.md")
+    code = (
+        "import json\nfrom train.sources import parse_data_source\n"
+        "from train.data import check_source, iter_documents\n"
+        "source = parse_data_source('en=hub:test/text#en@train@main:1.0')\n"
+        "check_source(source)\nprint(json.dumps(list(iter_documents(source))))\n"
+    )
+    env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1]), **env},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["first document", "second document"]

@@ -23,7 +23,7 @@ from eval.kinds.base import (
     shots,
 )
 from eval.languages import is_code
-from eval.published import nearby
+from surgery.hub.datasets import nearby
 
 DEFAULT_DIRECTIONS = ("eng_Latn-{lang}", "{lang}-eng_Latn")
 

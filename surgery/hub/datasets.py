@@ -11,6 +11,8 @@ beforehand with ``hf download --repo-type dataset ID --include ...`` is read off
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import gzip
 import io
 import itertools
@@ -20,13 +22,129 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from surgery.core.textfiles import iter_documents
 
 HUB_PREFIX = "hub:"
 CARD = "README.md"
+# Files a dataset's rows are read from: JSON lines (gzipped or not) and Parquet.
+ROW_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
 # Bytes per ranged request when streaming a prefix of a file (a MADLAD shard is gigabytes).
 STREAM_CHUNK = 256 * 2**10
+
+
+def nearby(wanted: str, found: Iterable[str], count: int = 5) -> str:
+    """What exists near `wanted`: names that start with it (regional variants such as
+    ``spa_latn_mexi`` for ``spa_latn``), else the closest spellings, else the first few."""
+    found = sorted(set(found))
+    prefix = [name for name in found if name.lower().startswith(wanted.lower())] if wanted else []
+    picked = (prefix or difflib.get_close_matches(wanted, found, n=count) or found)[:count]
+    if not picked:
+        return "none"
+    return ", ".join(picked) + (" ..." if len(prefix or found) > len(picked) else "")
+
+
+def card_configs(card_text: str | None) -> dict[str, dict[str, list[str]]] | None:
+    """config name -> split -> path patterns, from a dataset card's front matter (None: the card
+    names no configs)."""
+    if not card_text or not card_text.startswith("---"):
+        return None
+    try:
+        meta = yaml.safe_load(card_text.split("---", 2)[1]) or {}
+    except yaml.YAMLError:
+        return None
+    entries = meta.get("configs") if isinstance(meta, dict) else None
+    if not isinstance(entries, list):
+        return None
+    configs: dict[str, dict[str, list[str]]] = {}
+    for entry in entries:
+        if isinstance(entry, dict) and "config_name" in entry:
+            configs[str(entry["config_name"])] = _splits(entry.get("data_files"))
+    return configs
+
+
+def _splits(data_files: Any) -> dict[str, list[str]]:
+    """`data_files` in any of the card's spellings -> split -> patterns (a bare pattern: train)."""
+    if isinstance(data_files, str):
+        return {"train": [data_files]}
+    splits: dict[str, list[str]] = {}
+    for item in data_files or []:
+        if isinstance(item, str):
+            splits.setdefault("train", []).append(item)
+        elif isinstance(item, dict):
+            paths = item.get("path", [])
+            splits.setdefault(str(item.get("split", "train")), []).extend(
+                [paths] if isinstance(paths, str) else list(paths)
+            )
+    return splits
+
+
+def _split_of(name: str) -> str:
+    stem = Path(name).name.split(".")[0]
+    return stem.split("-")[0]
+
+
+def _by_convention(files: list[str], config: str | None) -> dict[str, dict[str, list[str]]]:
+    """configs -> splits -> files for a card without ``configs``: a config is a folder holding
+    row files (or a row file's stem); without configs, the whole repository is ``default``."""
+    rows = [name for name in files if name.endswith(ROW_SUFFIXES)]
+    configs: dict[str, dict[str, list[str]]] = {}
+    for name in rows:
+        parts = name.split("/")
+        names = {*parts[:-1], parts[-1].split(".")[0]} - {"data"}
+        for candidate in names if config is not None else ["default"]:
+            configs.setdefault(candidate, {}).setdefault(_split_of(name), []).append(name)
+    return configs
+
+
+def data_files(
+    dataset: str,
+    files: list[str],
+    card_text: str | None,
+    config: str | None,
+    split: str,
+    error: type[Exception] = ValueError,
+) -> list[str]:
+    """The files of a repository (paths relative to its root) that hold one config's split.
+
+    Args:
+        dataset: how the dataset is named in messages (its Hub id or folder).
+        files: every file of the repository.
+        card_text: its README.md, or None.
+        config: the config (None: the only or ``default`` one).
+        split: the split, e.g. ``test``.
+
+    Raises:
+        error: no such config or split, or no file matches it (one line, with nearby
+            configs or splits).
+    """
+    configs = card_configs(card_text)
+    if configs is None:
+        configs = _by_convention(files, config)
+    name = config if config is not None else ("default" if "default" in configs else None)
+    if name is None and len(configs) == 1:
+        name = next(iter(configs))
+    if name not in configs:
+        shown = config or "(none given)"
+        raise error(
+            f"dataset {dataset}: no config {shown}; configs nearby: {nearby(config or '', configs)}"
+        )
+    splits = configs[name]
+    if split not in splits:
+        raise error(
+            f"dataset {dataset}, config {name}: no split {split!r}; splits: "
+            + ", ".join(sorted(splits))
+        )
+    matched = sorted(
+        {f for pattern in splits[split] for f in files if fnmatch.fnmatchcase(f, pattern)}
+    )
+    if not matched:
+        patterns = ", ".join(splits[split])
+        raise error(f"dataset {dataset}, config {name}, split {split}: no file matches {patterns}")
+    return matched
 
 
 @dataclass(frozen=True)
