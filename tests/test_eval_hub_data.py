@@ -21,7 +21,8 @@ families:
 others: [eng_Latn]
 tasks:
   belebele: {dataset: test/belebele, config: "{lang}", split: test, shots: 1}
-  piqa: {dataset: test/global-piqa, config: "{lang_lower}", split: test, shots: 1}
+  piqa: {dataset: test/global-piqa, config: "{lang_lower}", split: test, shots: 1,
+         configs: {ind_Latn: [ind_latn, ind_latn_jawa]}}
   flores: {dataset: test/flores_plus, split: devtest, directions: ["eng_Latn-{lang}"],
            shots: 1, max_new_tokens: 3}
   ppl: {dataset: test/madlad, files: "data/{lang2}/{lang2}_clean_0000.jsonl.gz", skip: 1, take: 3}
@@ -43,7 +44,8 @@ def repos(tmp_path_factory) -> Path:
     )
     piqa = published.jsonl_rows(DATA / "piqa.jsonl")
     published.global_piqa(
-        root / "piqa", {"eng_latn": piqa, "ind_latn": piqa[::-1], "ces_latn": piqa}
+        root / "piqa",
+        {"eng_latn": piqa, "ind_latn": piqa[::-1], "ind_latn_jawa": piqa[1:], "ces_latn": piqa},
     )
     sentences = {
         "eng_Latn": _lines(DATA / "flores/devtest/eng_Latn.devtest"),
@@ -138,6 +140,9 @@ def test_a_suite_on_hub_datasets_records_commits_and_reruns_offline_identically(
         "commit": SHA["belebele"],
     }
     assert data["piqa/eng_Latn"]["config"] == "eng_latn"
+    # Two configs of one language: a unit each, both in the family's mean (as bootstrap_ci.py).
+    assert data["piqa/ind_Latn/ind_latn_jawa"]["config"] == "ind_latn_jawa"
+    assert "piqa/ind_Latn" not in data
     assert data["flores/ind_Latn/eng_Latn-ind_Latn"]["commit"] == SHA["flores"]
     assert data["ppl/ind_Latn"]["commit"] == "d" * 40
     assert saved["units"][-1]["metrics"]["n"] == 2  # --limit 2 of the 3 taken
@@ -149,6 +154,17 @@ def test_a_suite_on_hub_datasets_records_commits_and_reruns_offline_identically(
     )
     assert result.returncode == 0, result.stderr
     assert _files(tmp_path / "off") == _files(tmp_path / "on")
+
+    from eval.study.compare import compare
+
+    comparison = compare(tmp_path / "on", [tmp_path / "off"], resamples=10)
+    rows = [r for r in comparison.rows if r["task"] == "piqa" and r["metric"] == "acc"]
+    rows = [r for r in rows if r["model"] == comparison.base]
+    variants = [r for r in rows if r["scope"] == "language" and r["family"] == "f"]
+    assert sorted(r["lang"] for r in variants) == ["ind_Latn/ind_latn", "ind_Latn/ind_latn_jawa"]
+    (family,) = [r for r in rows if r["scope"] == "family" and r["family"] == "f"]
+    assert family["n"] == 2
+    assert family["value"] == pytest.approx(sum(r["value"] for r in variants) / 2)
 
 
 def test_a_hub_task_string_scores_as_the_local_file(repos, families, tmp_path):

@@ -202,7 +202,12 @@ def cells_of(results: SuiteResults) -> list[Cell]:
     """Group a results file's units into cells, in the order of the units."""
     groups: dict[tuple, list[UnitResult]] = {}
     for unit in results.units:
-        groups.setdefault((unit.task, unit.kind, unit.variant, unit.lang), []).append(unit)
+        # A language scored on several configs of its dataset (regional variants): a cell each.
+        lang = unit.lang
+        config = unit.data.config if unit.data else None
+        if lang and config and unit.id.split("/seed=")[0] == f"{unit.task}/{lang}/{config}":
+            lang = f"{lang}/{config}"
+        groups.setdefault((unit.task, unit.kind, unit.variant, lang), []).append(unit)
     cells = []
     for (task, kind, variant, lang), units in groups.items():
         units.sort(key=lambda u: (u.fewshot_seed is not None, u.fewshot_seed or 0))

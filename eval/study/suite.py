@@ -69,6 +69,9 @@ class SuiteTask:
     options: dict[str, Any] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)  # the kind's own keys (flores: directions)
     text: str | None = None  # a task-string entry (template), instead of kind/path/options
+    # A Hub dataset's configs for some languages, instead of the config template: each is a unit
+    # of its own, averaged into the family as a language is (Global-PIQA's regional variants).
+    configs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def templates(self) -> list[str]:
         """Every template of the entry."""
@@ -113,6 +116,8 @@ class Suite:
             else:
                 entry.update(path=task.path, options=dict(sorted(task.options.items())))
             entry.update(KINDS[task.kind].suite_fields(task.extras))
+            if task.configs:
+                entry["configs"] = {lang: list(c) for lang, c in task.configs.items()}
             tasks[task.key] = entry
         return {
             "families": {
@@ -262,6 +267,7 @@ def _task(key: str, entry: Any, where: str) -> SuiteTask:
     if entry is not None and not isinstance(entry, dict):
         raise SuiteError(f"{at}: expected a mapping (kind, path, options) or a task string")
     entry = dict(entry or {})
+    configs = _configs(entry.pop("configs", {}), at, "dataset" in entry)
     kind = str(entry.pop("kind", key)).lower()
     if kind not in KINDS:
         raise SuiteError(f"{at}: unknown kind {kind!r}; give kind: one of {', '.join(KINDS)}")
@@ -273,7 +279,21 @@ def _task(key: str, entry: Any, where: str) -> SuiteTask:
         raise SuiteError(f"{at}: the task's name is its key; drop name:")
     if path is not None and not isinstance(path, str):
         raise SuiteError(f"{at}: path must be a string")
-    return SuiteTask(key, kind, path, entry, extras)
+    return SuiteTask(key, kind, path, entry, extras, configs=configs)
+
+
+def _configs(value: Any, at: str, dataset: bool) -> dict[str, tuple[str, ...]]:
+    """``configs: {LANG: [CONFIG, ...]}`` of a dataset entry."""
+    if not value:
+        return {}
+    if not dataset:
+        raise SuiteError(f"{at}: configs: needs dataset:")
+    if not isinstance(value, dict) or not all(
+        isinstance(names, list) and names and all(isinstance(n, str) for n in names)
+        for names in value.values()
+    ):
+        raise SuiteError(f"{at}: configs: expected LANG: [CONFIG, ...]")
+    return {str(lang): tuple(names) for lang, names in value.items()}
 
 
 def _check_templates(task: SuiteTask, variables: dict[str, dict[str, str]], where: str) -> None:
@@ -330,9 +350,21 @@ def _specs(
     options = {**task.options, "name": task.key}
     path, dataset = argument(label, task.path.format_map(lang_vars) if task.path else "")
     path = kind.rooted(path, root)
+    expansions = kind.expand(options, lang_vars, task.extras)
+    if dataset is None or lang not in task.configs:
+        return [
+            (variant, direction, build_spec(task.kind, path, expanded, label, dataset))
+            for variant, direction, expanded in expansions
+        ]
+    # One unit per config, named by it (the id's last part), on the language's axis.
     return [
-        (variant, direction, build_spec(task.kind, path, expanded, label, dataset))
-        for variant, direction, expanded in kind.expand(options, lang_vars, task.extras)
+        (
+            variant,
+            config,
+            build_spec(task.kind, path, expanded, label, replace(dataset, config=config)),
+        )
+        for variant, _, expanded in expansions
+        for config in task.configs[lang]
     ]
 
 
