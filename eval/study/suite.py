@@ -383,10 +383,10 @@ def plan(suite: Suite, fewshot_seeds: Sequence[int] | None = None) -> list[Unit]
     Args:
         suite: a loaded suite.
         fewshot_seeds: repeat every few-shot unit once per seed (None: once, no seed). The seed
-            is the unit's run seed and, where the kind has one, its ``fewshot_seed`` option.
-
-    Raises:
-        SuiteError: seeds asked for a task whose demonstrations no seed draws (sampler first_n).
+            is the unit's run seed and, where the kind has one, its ``fewshot_seed`` option. A
+            task whose demonstrations are the first rows (sampler first_n) is kept once as the
+            control, beside copies named ``<task>_rs`` that draw them with lm-eval's seeded
+            ``default`` sampler, one per seed (the paper's ``scripts/make_rs_tasks.py``).
     """
     units = []
     for task in suite.tasks:
@@ -394,31 +394,38 @@ def plan(suite: Suite, fewshot_seeds: Sequence[int] | None = None) -> list[Unit]
         for lang, family, split in places:
             lang_vars = suite.variables[lang] if lang else {}
             for variant, direction, spec in _specs(task, lang_vars, suite.root):
-                base = "/".join(part for part in (task.key, lang, direction) if part)
-                for seed in _seeds(spec, fewshot_seeds, task.key):
+                for key, seed, options in _copies(spec, fewshot_seeds, task.key):
+                    base = "/".join(part for part in (key, lang, direction) if part)
                     unit_id = base if seed is None else f"{base}/seed={seed}"
-                    seeded = replace(spec, text=unit_id, options=_seeded(spec, seed))
+                    seeded = replace(spec, text=unit_id, options=options)
                     units.append(
-                        Unit(
-                            unit_id, task.key, spec.kind, seeded, variant, lang, family, split, seed
-                        )
+                        Unit(unit_id, key, spec.kind, seeded, variant, lang, family, split, seed)
                     )
     return units
+
+
+# The suffix of the seeded copies of a first_n task (the reference's random-sampler tasks).
+RANDOM_SAMPLER_SUFFIX = "_rs"
+
+
+def _copies(
+    spec: TaskSpec, fewshot_seeds: Sequence[int] | None, key: str
+) -> list[tuple[str, int | None, dict[str, Any]]]:
+    """`(task key, seed, options)` of each unit a spec becomes under ``--fewshot-seeds``."""
+    if not fewshot_seeds or not is_fewshot(spec):
+        return [(key, None, spec.options)]
+    sampler = spec.options.get("sampler") or KINDS[spec.kind].sampler
+    if sampler != "first_n":
+        return [(key, seed, _seeded(spec, seed)) for seed in fewshot_seeds]
+    copy = key + RANDOM_SAMPLER_SUFFIX
+    seeded = [
+        (copy, seed, {**spec.options, "name": copy, "sampler": "default", "fewshot_seed": seed})
+        for seed in fewshot_seeds
+    ]
+    return [(key, None, spec.options), *seeded]
 
 
 def _seeded(spec: TaskSpec, seed: int | None) -> dict[str, Any]:
     if seed is None or "fewshot_seed" not in spec.options:
         return spec.options
     return {**spec.options, "fewshot_seed": seed}
-
-
-def _seeds(spec: TaskSpec, fewshot_seeds: Sequence[int] | None, key: str) -> list[int | None]:
-    if not fewshot_seeds or not is_fewshot(spec):
-        return [None]
-    sampler = spec.options.get("sampler") or KINDS[spec.kind].sampler
-    if sampler == "first_n":
-        raise SuiteError(
-            f"task {key}: sampler first_n draws no demonstrations, so --fewshot-seeds would "
-            "repeat one prompt; set sampler: default (or random) in the suite"
-        )
-    return list(fewshot_seeds)
