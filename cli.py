@@ -857,6 +857,8 @@ def compare(dirs, base, out, resamples, seed, jobs, force, quiet, bold):
         jobs=jobs or default_jobs(),
         progress=not quiet,
     )
+    for warning in comparison.warnings:
+        click.echo(f"warning: {warning}", err=True)
     with staged_output(out) as staging:
         notes = write_report(comparison, staging, bold)
     for note in notes if not quiet else ():

@@ -68,7 +68,8 @@ to continue an interrupted run; under torchrun the units are shared out across r
 @click.option(
     "--fewshot-seeds",
     callback=lambda _ctx, _param, value: parse_seeds(value),
-    help="With --suite: repeat few-shot tasks with demonstrations drawn by each seed, e.g. 1,2,3.",
+    help="With --suite: repeat few-shot tasks with demonstrations drawn by each seed, e.g. 1,2,3 "
+    "(a first_n task runs once as the control beside <task>_rs copies, one per seed).",
 )
 @click.option(
     "--allow-missing",

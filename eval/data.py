@@ -65,7 +65,8 @@ class Row:
             EvalDataError: the row has no such field.
         """
         if name not in self.data:
-            raise data_error(self.path, self.line, f"missing field {name!r}")
+            columns = ", ".join(self.data) or "none"
+            raise data_error(self.path, self.line, f"missing field {name!r} (columns: {columns})")
         return self.data[name]
 
     def string(self, name: str) -> str:

@@ -1,29 +1,17 @@
 """From a parsed task string to a task with its data read: the code behind each registered kind.
 
-Imported only when tasks are loaded (it pulls in torch through the task modules); parsing and
-``--help`` need only `eval.tasks`.
+Each kind's reader is imported when a task of it is loaded (the readers pull in torch);
+parsing and ``--help`` need only `eval.tasks`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from eval.copain import CopainTask
-from eval.harness import HarnessTask
-from eval.multiple_choice import MultipleChoiceTask
-from eval.perplexity import PerplexityTask
 from eval.tasks import KINDS, Task, TaskSpec
-from eval.translation import TranslationTask
 
-# Kind name -> how to read its data. tests/test_eval_tasks.py checks it covers `KINDS`.
-LOADERS: dict[str, Callable[[TaskSpec], Task]] = {
-    "ppl": PerplexityTask.from_spec,
-    "belebele": MultipleChoiceTask.from_spec,
-    "piqa": MultipleChoiceTask.from_spec,
-    "flores": TranslationTask.from_spec,
-    "copain": CopainTask.from_spec,
-    "lm-eval": HarnessTask.from_spec,
-}
+# Kind name -> how to read its data: each kind names its reader (`eval.kinds`).
+LOADERS: dict[str, Callable[[TaskSpec], Task]] = {name: kind.load for name, kind in KINDS.items()}
 
 
 def load_task(spec: TaskSpec) -> Task:
@@ -38,5 +26,4 @@ def load_task(spec: TaskSpec) -> Task:
     Raises:
         EvalDataError: a data file is missing or malformed.
     """
-    assert set(LOADERS) == set(KINDS), "every registered kind needs a loader"
     return LOADERS[spec.kind](spec)

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.data import Row, doc_id, read_jsonl, text_sha256
+from eval.data import Row, doc_id, text_sha256
 from eval.errors import data_error
+from eval.published import HubSource, hub_rows, read_rows, snapshot_rows, source_config
 from eval.scoring import choice_loglikelihoods, make_request
 from eval.shots import choose_shots
 from eval.tasks import Settings, TaskSpec
@@ -101,13 +102,27 @@ def schema_of(kind: str, rows: list[Row]) -> Schema:
     return SCHEMAS["piqa" if "goal" in rows[0].data else "global_piqa"]
 
 
-def read_items(kind: str, path: Path) -> tuple[Schema, list[McItem]]:
-    """Read a Belebele or PIQA file (either PIQA schema).
+def read_items(
+    kind: str, path: Path, config: str | None = None, split: str = "test"
+) -> tuple[Schema, list[McItem]]:
+    """Read a Belebele or PIQA file (either PIQA schema; JSON lines or Parquet), or one config's
+    split of a dataset snapshot folder in its published layout (`eval.published`).
 
     Raises:
-        EvalDataError: bad JSON, a missing or empty field, a label out of range.
+        EvalDataError: bad JSON, a missing or empty field, a label out of range, no such
+            config or split.
     """
-    rows = read_jsonl(path)
+    return _items(kind, read_task_rows(path, config, split)[0])
+
+
+def read_task_rows(path: Path, config: str | None, split: str) -> tuple[list[Row], list[Path]]:
+    """The rows of a file, or of one config's split of a snapshot folder; and the files read."""
+    if path.is_dir():
+        return snapshot_rows(path, config, split)
+    return read_rows(path), [path]
+
+
+def _items(kind: str, rows: list[Row]) -> tuple[Schema, list[McItem]]:
     schema = schema_of(kind, rows)
     return schema, [schema.read(row) for row in rows]
 
@@ -173,10 +188,19 @@ def accuracy(
 class MultipleChoiceTask:
     """A Belebele or PIQA file, read and checked."""
 
-    def __init__(self, spec: TaskSpec, schema: Schema, items: list[McItem]) -> None:
+    def __init__(
+        self,
+        spec: TaskSpec,
+        schema: Schema,
+        items: list[McItem],
+        files: list[Path] | None = None,
+        source: HubSource | None = None,
+    ) -> None:
         self.spec = spec
         self.schema = schema
         self.items = items
+        self.files = files if files is not None else [spec.path]
+        self.source = source
 
     @classmethod
     def from_spec(cls, spec: TaskSpec) -> MultipleChoiceTask:
@@ -185,14 +209,21 @@ class MultipleChoiceTask:
         Raises:
             EvalDataError: the file is malformed or has too few rows for the shots asked.
         """
-        assert spec.path is not None  # parse_task guarantees a path for these kinds
-        schema, items = read_items(spec.kind, spec.path)
+        config, split = spec.options["config"], spec.options["split"]
+        source = None
+        if spec.dataset is not None:
+            config, split = spec.dataset.config or config, spec.dataset.split or split
+            rows, files, source = hub_rows(spec.dataset, config, split)
+        else:
+            assert spec.path is not None  # parse_task guarantees a path or a dataset
+            rows, files = read_task_rows(spec.path, config, split)
+        schema, items = _items(spec.kind, rows)
         shots = spec.options["shots"]
         if len(items) <= shots:
             raise data_error(
                 spec.path, None, f"{len(items)} rows; {shots}-shot needs at least {shots + 1}"
             )
-        return cls(spec, schema, items)
+        return cls(spec, schema, items, files, source)
 
     @property
     def sampler(self) -> str:
@@ -205,7 +236,14 @@ class MultipleChoiceTask:
         return {
             "kind": self.spec.kind,
             "schema": self.schema.name,
-            "path": str(self.spec.path),
+            "path": str(self.spec.dataset or self.spec.path),
+            # A snapshot folder or a Hub dataset: which of its configs and splits was read.
+            **(
+                {"config": options["config"], "split": options["split"]}
+                if self.files != [self.spec.path] and self.source is None
+                else {}
+            ),
+            **(source_config(self.source) if self.source else {}),
             "shots": options["shots"],
             "sampler": self.sampler,
             "fewshot_seed": options["fewshot_seed"] if self.sampler == "default" else None,

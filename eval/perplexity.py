@@ -18,6 +18,7 @@ ones through the KV cache.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from pathlib import Path
@@ -29,11 +30,13 @@ from tqdm.auto import tqdm
 from eval.batching import right_pad
 from eval.data import JSONL_SUFFIXES, TEXT_SUFFIXES, has_suffix, text_sha256
 from eval.data import read_documents as read_file_documents
-from eval.errors import TaskSpecError, data_error
+from eval.errors import EvalDataError, TaskSpecError, data_error
 from eval.model_loading import model_device
+from eval.published import HubSource
 from eval.scoring import cache_argument
 from eval.tasks import Settings, TaskSpec
 from eval.tokens import TextEncoder, parse_add_bos
+from surgery.hub.datasets import stream_documents
 
 # Most bytes of float32 logits one forward slice may hold (see the module docstring).
 LOGITS_BUDGET = 256 * 2**20
@@ -284,12 +287,28 @@ def rate_metrics(nll: list[float], tokens: list[int], words: list[int], n_bytes:
     return metrics
 
 
+def _window(documents: list[str], window: slice, spec: TaskSpec) -> list[str]:
+    """The documents kept by skip/take; none kept is an error naming the task."""
+    kept = documents[window]
+    if not kept:
+        raise EvalDataError(
+            f"task {spec.text!r}: no document after skipping {spec.options['skip']} "
+            f"(of {len(documents)})"
+        )
+    return kept
+
+
 class PerplexityTask:
     """Held-out text of one or more languages, read and checked."""
 
-    def __init__(self, spec: TaskSpec, languages: dict[str, list[str]]) -> None:
+    def __init__(
+        self, spec: TaskSpec, languages: dict[str, list[str]], source: HubSource | None = None
+    ) -> None:
         self.spec = spec
         self.languages = languages
+        self.source = source
+        # A streamed Hub file is not kept whole: the unit's data is the documents read.
+        self.files: list[Path] | None = [] if source is not None else None
 
     @classmethod
     def from_spec(cls, spec: TaskSpec) -> PerplexityTask:
@@ -298,15 +317,56 @@ class PerplexityTask:
         Raises:
             EvalDataError: missing or malformed files.
         """
-        assert spec.path is not None  # parse_task guarantees a path for ppl
-        files = language_files(spec.path, spec.options["lang"])
-        return cls(spec, {lang: read_documents(paths) for lang, paths in files.items()})
+        options = spec.options
+        window = slice(
+            options["skip"], None if options["take"] is None else options["skip"] + options["take"]
+        )
+        if spec.dataset is not None:
+            return cls._from_hub(spec, window)
+        assert spec.path is not None  # parse_task guarantees a path or a dataset
+        files = language_files(spec.path, options["lang"])
+        languages = {
+            lang: _window(read_documents(paths), window, spec) for lang, paths in files.items()
+        }
+        return cls(spec, languages)
+
+    @classmethod
+    def _from_hub(cls, spec: TaskSpec, window: slice) -> PerplexityTask:
+        """Documents of one file of a Hub dataset (MADLAD-400's shard of a language)."""
+        assert spec.dataset is not None
+        name = spec.options["files"]
+        if name is None:
+            raise TaskSpecError(f"task {spec.text!r}: give files=PATH of the dataset to read")
+        take = None if window.stop is None else window.stop - window.start
+        documents, commit = stream_documents(spec.dataset, name, window.start, take, EvalDataError)
+        lang = spec.options["lang"] or _file_language(Path(name))
+        source = HubSource(spec.dataset.repo, None, None, commit, Path(name))
+        return cls(spec, {lang: _window(documents, slice(0, None), spec)}, source)
+
+    @property
+    def rows_sha256(self) -> str:
+        """sha256 over the documents read (a streamed unit's data: no whole file is kept)."""
+        digest = hashlib.sha256()
+        for lang, documents in self.languages.items():
+            for document in documents:
+                digest.update(f"{lang}\0{text_sha256(document)}\n".encode())
+        return digest.hexdigest()
 
     def config(self) -> dict[str, Any]:
         """Kind, path, languages and BOS rule."""
         return {
             "kind": "ppl",
-            "path": str(self.spec.path),
+            "path": str(self.spec.dataset or self.spec.path),
+            **(
+                {"files": self.spec.options["files"], "commit": self.source.commit}
+                if self.source
+                else {}
+            ),
+            **(
+                {"skip": self.spec.options["skip"], "take": self.spec.options["take"]}
+                if self.spec.options["skip"] or self.spec.options["take"] is not None
+                else {}
+            ),
             "languages": list(self.languages),
             "add_bos": self.spec.options["add_bos"],
         }

@@ -3,10 +3,11 @@ scores a model.
 
 Grammar: ``KIND[:ARGUMENT][:KEY=VALUE[,KEY=VALUE...]]``
 
-Each kind is declared once, in `KINDS`: its name, what its argument is (a file, a folder, or
-nothing), a one-line summary and its options with defaults and help. Parsing, the task list in
-``surgery eval --help`` (`kinds_help`) and README's task list (`kinds_markdown`) all come from it.
-The code that reads each kind's data lives in the task modules, found by `eval.loading`.
+Each kind is declared once, in its own module of `eval.kinds` (registered in `KINDS`): its name,
+what its argument is (a file, a folder, or nothing), a one-line summary and its options with
+defaults and help. Parsing, the task list in ``surgery eval --help`` (`kinds_help`) and README's
+task list (`kinds_markdown`) all come from it. The code that reads each kind's data is named by
+its kind and imported by `eval.loading`.
 
 Every kind takes ``name`` (default: the kind), the prefix of its metric names; two tasks of one
 kind in one run need different names.  The last ``:``-separated part is read as options only
@@ -26,173 +27,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eval.errors import TaskSpecError
+from eval.kinds import KINDS, REQUIRED, Kind, Option
+from eval.kinds.base import name as _name
+from surgery.hub.datasets import DatasetRef, is_dataset_ref, parse_dataset_ref
 
-_NAME_RE = re.compile(r"^[\w.+-]+$")
 _OPTION_RE = re.compile(r"^\w+=")
 
-
-REQUIRED = object()
-
-
-@dataclass(frozen=True)
-class Option:
-    """One task option: how to convert its text, its default (`REQUIRED` if none), its help."""
-
-    convert: Callable[[str], Any]
-    default: Any
-    help: str
-
-    def shown_default(self) -> str:
-        """The default as the help text shows it."""
-        if self.default is REQUIRED:
-            return "required"
-        return "none" if self.default is None else str(self.default)
-
-
-def _count(minimum: int) -> Callable[[str], int]:
-    def convert(text: str) -> int:
-        value = int(text)  # ValueError is turned into a TaskSpecError by the caller
-        if value < minimum:
-            raise ValueError(f"must be at least {minimum}")
-        return value
-
-    return convert
-
-
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def convert(text: str) -> str:
-        if text not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}")
-        return text
-
-    return convert
-
-
-def _name(text: str) -> str:
-    if not _NAME_RE.match(text):
-        raise ValueError("use letters, digits, '_', '.', '+' or '-'")
-    return text
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A task kind: its name, its argument (None: takes none), summary and options."""
-
-    name: str
-    argument: str | None
-    summary: str
-    options: dict[str, Option] = field(default_factory=dict)
-
-    @property
-    def needs_path(self) -> bool:
-        """Whether a task string of this kind must give an argument after the kind."""
-        return self.argument is not None
-
-    def usage(self) -> str:
-        """``kind:ARGUMENT`` plus its required options, e.g. ``flores:DIR:src=L,tgt=L``."""
-        text = self.name + (f":{self.argument}" if self.argument else "")
-        required = [f"{key}=L" for key, o in self.options.items() if o.default is REQUIRED]
-        return text + (":" + ",".join(required) if required else "")
-
-
-def _shots(default: int) -> Option:
-    return Option(_count(0), default, "demonstrations before each item")
-
-
-def _flag(text: str) -> str:
-    return _choice("auto", "true", "false")(text.lower())
-
-
-# BOS as lm-evaluation-harness decides it (the tokenizer's own special tokens), or forced.
-ADD_BOS = Option(
-    _flag, "auto", "BOS first: auto (as the tokenizer adds it, lm-eval's rule), true, false"
-)
-MC_OPTIONS = {
-    "shots": _shots(2),
-    "sampler": Option(
-        _choice("first_n", "default", "random"),
-        None,
-        "demonstrations: first_n (the first rows), default (lm-eval's seeded draw) or random "
-        "(a draw per item from --seed); none: as lm-eval's task config",
-    ),
-    "fewshot_seed": Option(int, 1234, "seed of sampler=default (lm-eval's fewshot seed)"),
-    "add_bos": ADD_BOS,
-}
-
-
-_DECLARED = [
-    Kind(
-        "ppl",
-        "PATH",
-        "rolling perplexity as lm-eval computes it: ppl (per token), word_perplexity, "
-        "byte_perplexity, bits_per_byte, each with its stderr over documents; PATH is a .txt "
-        "(documents separated by blank lines), "
-        '.jsonl or .jsonl.gz file ("text" field), a folder of them, or a MADLAD-400 root '
-        "(data/<lang>/...): one row per language",
-        {
-            "lang": Option(_name, None, "language name of a single file or folder"),
-            "add_bos": ADD_BOS,
-        },
-    ),
-    Kind(
-        "belebele",
-        "FILE",
-        "Belebele reading comprehension rows (.jsonl[.gz]) in lm-eval's prompt; acc, acc_norm "
-        "and their stderr; demonstrations first_n",
-        MC_OPTIONS,
-    ),
-    Kind(
-        "piqa",
-        "FILE",
-        "PIQA rows (.jsonl[.gz]), cloze, in lm-eval's prompts: Global-PIQA (prompt, "
-        "solution0.., label; acc, acc_norm, acc_bytes) or classic PIQA (goal, sol1, sol2, label; "
-        "acc, acc_norm); demonstrations default",
-        MC_OPTIONS,
-    ),
-    Kind(
-        "flores",
-        "DIR",
-        "FLORES+/FLORES-200 translation scored by chrF",
-        {
-            "src": Option(_name, REQUIRED, "source language code, e.g. eng_Latn"),
-            "tgt": Option(_name, REQUIRED, "target language code"),
-            "shots": _shots(2),
-            "split": Option(_name, "devtest", "split to translate and draw demonstrations from"),
-            "metric": Option(_choice("chrf", "chrf++"), "chrf", "chrf or chrf++"),
-            "max_new_tokens": Option(_count(1), 256, "longest translation generated"),
-            "src_name": Option(str, None, "source language name in the prompt"),
-            "tgt_name": Option(str, None, "target language name in the prompt"),
-            "add_bos": ADD_BOS,
-        },
-    ),
-    Kind(
-        "lm-eval",
-        "TASKS",
-        "lm-evaluation-harness tasks (comma-separated names, as lm-eval's --tasks) run on the "
-        "model in memory; needs the lm-eval extra",
-        {
-            "shots": Option(_count(0), None, "num_fewshot; none: each task's own default"),
-            "include": Option(str, None, "folder of extra task YAMLs (local data)"),
-            "builtin": Option(
-                lambda text: _flag(text) != "false", True, "also lm-eval's own tasks: true/false"
-            ),
-            "fewshot_seed": Option(int, 1234, "lm-eval's fewshot_random_seed"),
-            "add_bos": ADD_BOS,
-        },
-    ),
-    Kind(
-        "copain",
-        None,
-        "generated in-context-learning probe (7 tasks, no files), exact match",
-        {
-            "shots": _shots(5),
-            "n": Option(_count(1), 150, "items per task"),
-            "max_new_tokens": Option(_count(1), 16, "longest answer generated"),
-            "add_bos": ADD_BOS,
-        },
-    ),
-]
-KINDS: dict[str, Kind] = {kind.name: kind for kind in _DECLARED}
 NAME_OPTION = "name"
 
 
@@ -233,6 +73,7 @@ class TaskSpec:
     path: Path | None
     options: dict[str, Any] = field(default_factory=dict)
     text: str = ""
+    dataset: DatasetRef | None = None  # a Hub dataset instead of a path (``hub:ID...``)
 
     @property
     def name(self) -> str:
@@ -284,10 +125,33 @@ def parse_task(text: str) -> TaskSpec:
     kind_text, _, rest = text.strip().partition(":")
     path_text, option_text = _split_path_and_options(rest)
     given = _split_options(text, option_text)
-    return build_spec(kind_text.strip(), Path(path_text) if path_text else None, given, text)
+    path, dataset = argument(text, path_text)
+    return build_spec(kind_text.strip(), path, given, text, dataset)
 
 
-def build_spec(kind_name: str, path: Path | None, given: dict[str, Any], text: str) -> TaskSpec:
+def argument(text: str, path_text: str) -> tuple[Path | None, DatasetRef | None]:
+    """A task's argument: a path, or a Hub dataset (``hub:ID[#CONFIG][@SPLIT[@REVISION]]``).
+
+    Raises:
+        TaskSpecError: a malformed Hub dataset reference.
+    """
+    if not path_text:
+        return None, None
+    if not is_dataset_ref(path_text):
+        return Path(path_text), None
+    try:
+        return None, parse_dataset_ref(path_text)
+    except ValueError as error:
+        raise TaskSpecError(f"task {text!r}: {error}") from None
+
+
+def build_spec(
+    kind_name: str,
+    path: Path | None,
+    given: dict[str, Any],
+    text: str,
+    dataset: DatasetRef | None = None,
+) -> TaskSpec:
     """A `TaskSpec` from a kind, a path and options as a mapping: a task string once split, or
     a suite file's task entry.
 
@@ -298,6 +162,7 @@ def build_spec(kind_name: str, path: Path | None, given: dict[str, Any], text: s
         path: its argument, or None.
         given: option -> value.
         text: how the task is named in messages (and its `TaskSpec.text`).
+        dataset: a Hub dataset instead of the path (kinds whose `Kind.hub` is true).
 
     Returns:
         The `TaskSpec`, every option present (defaults filled in).
@@ -308,12 +173,14 @@ def build_spec(kind_name: str, path: Path | None, given: dict[str, Any], text: s
     kind = KINDS.get(kind_name.lower())
     if kind is None:
         raise TaskSpecError(f"task {text!r}: unknown kind {kind_name!r}; use one of {_kinds()}")
-    if kind.needs_path and path is None:
+    if dataset is not None and not kind.hub:
+        raise TaskSpecError(f"task {text!r}: {kind.name} does not read Hub datasets (hub:...)")
+    if kind.needs_path and path is None and dataset is None:
         raise TaskSpecError(f"task {text!r}: {kind.name} needs a path, e.g. {kind.name}:PATH")
     if not kind.needs_path and path is not None:
         raise TaskSpecError(f"task {text!r}: {kind.name} takes no path, only options")
     strings = {key: str(value).strip() for key, value in given.items()}
-    return TaskSpec(kind.name, path, _convert_options(text, kind, strings), text)
+    return TaskSpec(kind.name, path, _convert_options(text, kind, strings), text, dataset)
 
 
 def check_unique_names(specs: Sequence[TaskSpec]) -> None:

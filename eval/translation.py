@@ -17,12 +17,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eval.data import JSONL_SUFFIXES, has_suffix, read_jsonl, read_lines, text_sha256
+from eval.data import has_suffix, read_lines, text_sha256
 from eval.errors import EvalDataError, data_error
 from eval.generation import generate_lines
+from eval.kinds.flores import find_language_file, language_file_name
+from eval.published import (
+    ROW_SUFFIXES,
+    HubSource,
+    fetch_files,
+    read_rows,
+    source_config,
+)
 from eval.shots import draw_shots
 from eval.tasks import Settings, TaskSpec
 from eval.tokens import parse_add_bos
+from surgery.hub.datasets import nearby
 
 # FLORES-200 codes -> names used in prompts; other codes appear as themselves unless the task
 # string gives src_name=/tgt_name=.
@@ -46,34 +55,16 @@ LANGUAGE_NAMES = {
 # fmt: on
 
 
-def find_language_file(root: Path, split: str, lang: str) -> Path:
-    """Locate one language's sentences under a FLORES folder.
-
-    Looks in `root/<split>/` then `root/` for `<lang>.<split>` (FLORES-200), `<split>.<lang>`
-    (FLORES+ on GitHub), `<lang>.jsonl`, `<lang>.jsonl.gz` and `<lang>.txt`.
-
-    Raises:
-        EvalDataError: none of them exists.
-    """
-    names = [f"{lang}.{split}", f"{split}.{lang}", f"{lang}.jsonl", f"{lang}.jsonl.gz"]
-    names.append(f"{lang}.txt")
-    for folder in (root / split, root):
-        for name in names:
-            if (folder / name).is_file():
-                return folder / name
-    looked = ", ".join(names)
-    raise data_error(root, None, f"no {lang} file for split {split} (looked for {looked})")
-
-
 def read_sentences(path: Path) -> dict[str, str]:
-    """Sentences by id: jsonl rows with `id` and `text`, or a text file with one per line.
+    """Sentences by id: rows with `id` and `text` (JSON lines, or FLORES+'s Parquet files), or a
+    text file with one per line.
 
     Raises:
         EvalDataError: malformed rows, duplicate ids, empty lines, or an empty file.
     """
-    if has_suffix(path, JSONL_SUFFIXES):
+    if has_suffix(path, ROW_SUFFIXES):
         sentences: dict[str, str] = {}
-        for row in read_jsonl(path):
+        for row in read_rows(path):
             key = str(row.field("id"))
             if key in sentences:
                 raise data_error(path, row.line, f"duplicate id {key}")
@@ -133,6 +124,26 @@ def chrf(hypotheses: list[str], references: list[str], word_order: int = 0) -> t
     return score, str(metric.get_signature())
 
 
+def _fetch(spec: TaskSpec, split: str) -> tuple[Path, HubSource]:
+    """Fetch the two languages' files of a FLORES dataset on the Hub (only those two)."""
+    assert spec.dataset is not None
+    langs = (spec.options["src"], spec.options["tgt"])
+
+    def select(files: list[str], card: str | None) -> list[str]:
+        names = [language_file_name(files, split, lang) for lang in langs]
+        for lang, name in zip(langs, names, strict=True):
+            if name is None:
+                present = {n.split("/")[-1].split(".")[0] for n in files if n.startswith(split)}
+                raise EvalDataError(
+                    f"dataset {spec.dataset.repo}, split {split}: no {lang} file; languages "
+                    f"nearby: {nearby(lang, present)}"
+                )
+        return [name for name in names if name is not None]
+
+    _, source = fetch_files(spec.dataset, spec.dataset.config, split, select)
+    return source.folder, source
+
+
 class TranslationTask:
     """One translation direction of FLORES, read and aligned."""
 
@@ -147,6 +158,7 @@ class TranslationTask:
         self.pairs = pairs
         self.ids = ids or [str(index) for index in range(len(pairs))]
         self.files = files
+        self.source: HubSource | None = None
         options = spec.options
         self.src_name = options["src_name"] or LANGUAGE_NAMES.get(options["src"], options["src"])
         self.tgt_name = options["tgt_name"] or LANGUAGE_NAMES.get(options["tgt"], options["tgt"])
@@ -158,17 +170,23 @@ class TranslationTask:
         Raises:
             EvalDataError: a file is missing, malformed, misaligned or too short for the shots.
         """
-        assert spec.path is not None  # parse_task guarantees a path for flores
         options = spec.options
-        src = find_language_file(spec.path, options["split"], options["src"])
-        tgt = find_language_file(spec.path, options["split"], options["tgt"])
+        root, split, source = spec.path, options["split"], None
+        if spec.dataset is not None:
+            split = spec.dataset.split or split
+            root, source = _fetch(spec, split)
+        assert root is not None  # parse_task guarantees a path or a dataset
+        src = find_language_file(root, split, options["src"])
+        tgt = find_language_file(root, split, options["tgt"])
         aligned = align_with_ids(src, tgt)
         if len(aligned) <= options["shots"]:
             raise data_error(
                 src, None, f"{len(aligned)} sentences; {options['shots']}-shot needs more"
             )
-        pairs = [(source, target) for _, source, target in aligned]
-        return cls(spec, pairs, [src, tgt], [key for key, _, _ in aligned])
+        pairs = [(text, target) for _, text, target in aligned]
+        task = cls(spec, pairs, [src, tgt], [key for key, _, _ in aligned])
+        task.source = source
+        return task
 
     def config(self) -> dict[str, Any]:
         """Files, direction, prompt names, shots, metric and generation limit."""
@@ -176,6 +194,7 @@ class TranslationTask:
         return {
             "kind": "flores",
             "files": [str(path) for path in self.files],
+            **(source_config(self.source) if self.source else {}),
             "src": options["src"],
             "tgt": options["tgt"],
             "prompt_names": [self.src_name, self.tgt_name],

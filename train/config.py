@@ -258,7 +258,7 @@ class TrainConfig:
     data: Sequence[str | DataSource] = field(
         metadata=cli(
             "Training text: .txt, .jsonl, .jsonl.gz (a 'text' field), a folder of them, "
-            "or hub:ID[#CONFIG][@SPLIT]. Repeat with shares to mix sources.",
+            "or hub:ID[#CONFIG][@SPLIT[@REVISION]]. Repeat with shares to mix sources.",
             metavar="[NAME=]PATH[:SHARE]",
             multiple=True,
         )

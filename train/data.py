@@ -15,9 +15,9 @@ source is only re-read from the start when it runs out, which is logged).
 from __future__ import annotations
 
 import math
-import os
 import random
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from functools import partial
 from itertools import islice
 from pathlib import Path
@@ -27,8 +27,10 @@ import torch
 from torch.utils.data import IterableDataset
 
 from surgery.core import textfiles
+from surgery.hub.datasets import DatasetRef, fetch, parse_dataset_ref
+from surgery.hub.datasets import data_files as hub_data_files
 from train.errors import TrainConfigError
-from train.sources import DataSource
+from train.sources import HUB_PREFIX, DataSource
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -79,23 +81,57 @@ def _iter_jsonl_file(path: Path) -> Iterator[str]:
     return textfiles.iter_documents(path, TrainConfigError)
 
 
-def _parse_hub(location: str) -> tuple[str, str | None, str]:
-    """`ID[#CONFIG][@SPLIT]` -> (id, config, split); split defaults to train."""
-    rest, _, split = location.partition("@")
-    dataset_id, _, config = rest.partition("#")
-    return dataset_id, config or None, split or "train"
+def _parse_hub(source: DataSource) -> DatasetRef:
+    """`ID[#CONFIG][@SPLIT[@REVISION]]` (eval's grammar); the split defaults to train."""
+    try:
+        ref = parse_dataset_ref(HUB_PREFIX + source.location)
+    except ValueError as error:
+        raise TrainConfigError(f"data {source.name!r}: {error}") from None
+    return replace(ref, split=ref.split or "train")
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    return constants.is_offline_mode()
+
+
+def _iter_cached(source: DataSource, ref: DatasetRef) -> Iterator[str]:
+    """Offline: the config's split as fetched beforehand into the Hub cache (`hf download`),
+    read as eval reads it (the card's configs, JSON lines or Parquet ``text``)."""
+
+    def select(files: list[str], card: str | None) -> list[str]:
+        split = ref.split or "train"
+        return hub_data_files(ref.repo, files, card, ref.config, split, TrainConfigError)
+
+    fetched = fetch(ref, select, TrainConfigError)
+    for name in fetched.names:
+        path = fetched.folder / name
+        if not name.endswith(".parquet"):
+            yield from textfiles.iter_documents(path, TrainConfigError)
+            continue
+        import pyarrow.parquet as pq
+
+        for text in pq.read_table(path, columns=["text"]).column("text").to_pylist():
+            if isinstance(text, str) and text.strip():
+                yield text
 
 
 def _iter_hub(source: DataSource) -> Iterator[str]:
+    ref = _parse_hub(source)
+    if _offline():
+        yield from _iter_cached(source, ref)
+        return
     try:
         import datasets
     except ImportError:
         raise TrainConfigError(
             "Hub datasets need the `datasets` package: pip install datasets"
         ) from None
-    dataset_id, config, split = _parse_hub(source.location)
     try:
-        stream = datasets.load_dataset(dataset_id, config, split=split, streaming=True)
+        stream = datasets.load_dataset(
+            ref.repo, ref.config, split=ref.split, revision=ref.revision, streaming=True
+        )
     except Exception as error:  # offline, unknown id, gated: all mean "cannot read it"
         raise TrainConfigError(
             f"data {source.name!r}: cannot open Hub dataset "
@@ -131,10 +167,6 @@ def check_source(source: DataSource) -> None:
     """
     if not source.hub:
         data_files(source)
-    elif os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
-        raise TrainConfigError(
-            f"data {source.name!r}: Hub datasets need network access, but HF_HUB_OFFLINE is set"
-        )
     if next(iter_documents(source), None) is None:
         raise TrainConfigError(f"data {source.name!r}: {source.location} has no text")
 

@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from surgery.hub.datasets import HUB_PREFIX, parse_dataset_ref
 from train.errors import TrainConfigError
-
-HUB_PREFIX = "hub:"
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,8 @@ def _default_name(location: str, index: int) -> str:
 
 
 def parse_data_source(spec: str, index: int = 0) -> DataSource:
-    """Parse `[NAME=]LOCATION[:SHARE]`; LOCATION is a path or `hub:ID[#CONFIG][@SPLIT]`.
+    """Parse `[NAME=]LOCATION[:SHARE]`; LOCATION is a path or `hub:ID[#CONFIG][@SPLIT[@REVISION]]`
+    (`surgery.hub.datasets`' grammar, shared with `surgery eval -t`).
 
     A suffix after the last `:` is a share when it contains no `/`; anything else there is a
     path (so `C:/data` and `hub:` ids survive), unless it is not an existing file either, in
@@ -80,6 +80,11 @@ def parse_data_source(spec: str, index: int = 0) -> DataSource:
         body = location
     if not body.strip():
         raise TrainConfigError(f"--data {spec!r} names no file or dataset")
+    if hub:
+        try:
+            parse_dataset_ref(HUB_PREFIX + body.strip())
+        except ValueError as error:
+            raise TrainConfigError(f"--data {spec!r}: {error}") from None
     return DataSource(
         name=name or _default_name(body, index), location=body.strip(), share=share, hub=hub
     )

@@ -111,6 +111,8 @@ class Comparison:
     sign_tests: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # metrics left out, and why
+    # Units whose rows are the same (sha256) but read at another commit of their Hub dataset.
+    warnings: list[str] = field(default_factory=list)
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
@@ -180,11 +182,32 @@ def _check_same(base: Run, run: Run) -> None:
             raise CompareError(f"{where}: unit {unit_id} read other data (sha256 differs)")
 
 
+def commit_warnings(runs: list[Run]) -> list[str]:
+    """One line per unit whose rows match the base's (sha256) but came from another commit of
+    its Hub dataset: the same items, so the comparison stands, but worth knowing."""
+    base = {unit.id: unit for unit in runs[0].results.units}
+    lines = []
+    for run in runs[1:]:
+        for unit in run.results.units:
+            ours, theirs = unit.data, base[unit.id].data
+            if ours and theirs and ours.commit != theirs.commit:
+                lines.append(
+                    f"{run.folder}: unit {unit.id} read {ours.dataset} at commit {ours.commit}, "
+                    f"the base at {theirs.commit} (same rows: sha256 equal)"
+                )
+    return lines
+
+
 def cells_of(results: SuiteResults) -> list[Cell]:
     """Group a results file's units into cells, in the order of the units."""
     groups: dict[tuple, list[UnitResult]] = {}
     for unit in results.units:
-        groups.setdefault((unit.task, unit.kind, unit.variant, unit.lang), []).append(unit)
+        # A language scored on several configs of its dataset (regional variants): a cell each.
+        lang = unit.lang
+        config = unit.data.config if unit.data else None
+        if lang and config and unit.id.split("/seed=")[0] == f"{unit.task}/{lang}/{config}":
+            lang = f"{lang}/{config}"
+        groups.setdefault((unit.task, unit.kind, unit.variant, lang), []).append(unit)
     cells = []
     for (task, kind, variant, lang), units in groups.items():
         units.sort(key=lambda u: (u.fewshot_seed is not None, u.fewshot_seed or 0))
@@ -339,6 +362,7 @@ def compare(
         axes=[],
         skipped=[unit for cell, result in results if result is None for unit in cell.units],
         refused=refuse_token_metrics(runs, results),
+        warnings=commit_warnings(runs),
     )
     _aggregate(comparison, [(c, r) for c, r in results if r is not None])
     return comparison

@@ -7,7 +7,7 @@ FLORES-200/Belebele ones). A suite file overrides or extends it under ``language
 
 from __future__ import annotations
 
-import re
+from eval.languages import CODE_RE, is_code
 
 # FLORES-200 code -> MADLAD-400 code.
 # fmt: off
@@ -37,9 +37,4 @@ MADLAD_CODES: dict[str, str] = {
 }
 # fmt: on
 
-CODE_RE = re.compile(r"^[a-z]{3}_[A-Z][a-z]{3}$")
-
-
-def is_code(text: str) -> bool:
-    """Whether `text` looks like a FLORES-200 code: three lowercase letters, ``_``, a script."""
-    return bool(CODE_RE.match(text))
+__all__ = ["CODE_RE", "MADLAD_CODES", "is_code"]

@@ -20,11 +20,10 @@ from eval.errors import CompareError
 from eval.study.chrf_stats import chrf_statistics, supports
 from eval.study.results import UnitResult
 from eval.study.stats import chrf_from_sums
+from eval.tasks import KINDS
 
 # Per-item 0/1 outcomes of the multiple-choice and probe kinds, in the order reported.
 OUTCOMES = ("acc", "acc_norm", "acc_bytes")
-# The metric the report's tables and plots show for each kind (the CSV and JSON have all).
-PRIMARY = {"ppl": "ppl", "flores": "chrf"}
 PPL_METRICS = ("ppl", "word_perplexity", "byte_perplexity", "bits_per_byte")
 # Perplexities, whose changes read as ratios to the base (bits per byte is already a log).
 RATIO_METRICS = ("ppl", "word_perplexity", "byte_perplexity")
@@ -119,6 +118,21 @@ def _chrf(name: str, unit: str) -> Measure:
     )
 
 
+def _outcomes(unit: UnitResult, first_line: dict[str, Any]) -> Measure | None:
+    keys = tuple(key for key in OUTCOMES if key in first_line)
+    return _accuracy(keys, unit.id) if keys else None
+
+
+# A kind's `measure` -> its statistics: 0/1 outcomes, summed log-likelihoods, chrF statistics.
+MEASURES: dict[str, Callable[[UnitResult, dict[str, Any]], Measure | None]] = {
+    "outcomes": _outcomes,
+    "perplexity": lambda unit, first_line: _perplexity(unit.id),
+    "chrf": lambda unit, first_line: _chrf(
+        "chrf++" if "chrf++" in unit.metrics else "chrf", unit.id
+    ),
+}
+
+
 def measure_for(kind: str, unit: UnitResult, first_line: dict[str, Any]) -> Measure | None:
     """The measure of a unit's kind, or None when its lines carry no per-item outcome.
 
@@ -127,15 +141,13 @@ def measure_for(kind: str, unit: UnitResult, first_line: dict[str, Any]) -> Meas
         unit: the unit's entry in results.json (its metric keys tell chrF from chrF++).
         first_line: its first samples line (which 0/1 outcomes a multiple-choice kind logs).
     """
-    if kind == "ppl":
-        return _perplexity(unit.id)
-    if kind == "flores":
-        return _chrf("chrf++" if "chrf++" in unit.metrics else "chrf", unit.id)
-    keys = tuple(key for key in OUTCOMES if key in first_line)
-    return _accuracy(keys, unit.id) if keys else None
+    registered = KINDS.get(kind)
+    return MEASURES[registered.measure if registered else "outcomes"](unit, first_line)
 
 
 def primary_metric(kind: str, measure: Measure) -> str:
-    """The metric shown in tables and plots for a kind: ppl, chrF, else the first accuracy."""
-    preferred = PRIMARY.get(kind)
+    """The metric shown in tables and plots for a kind: the kind's own (ppl, chrF), else the
+    measure's first (the first accuracy)."""
+    registered = KINDS.get(kind)
+    preferred = registered.primary if registered else None
     return preferred if preferred in measure.metrics else next(iter(measure.metrics))

@@ -17,6 +17,7 @@ from eval.study.compare import OTHERS, Comparison
 from eval.study.formatting import FEW, OVERALL, SPLITS, axis_label, decimals, find_row
 from eval.study.measures import RATIO_METRICS
 from eval.study.stats import MIN_ITEMS
+from eval.tasks import KINDS
 
 HEATMAP = "change_heatmap.png"
 TRADEOFF = "tradeoff.png"
@@ -124,9 +125,10 @@ def _heatmap_panel(panel, comparison: Comparison, axis, strategies: list[str], b
 
 
 def tradeoff_axes(comparison: Comparison) -> tuple[dict, dict, str] | None:
-    """(learning, cost, its split): held-in perplexity (or the first held-in metric) against
-    Belebele (or the first other metric) on the suite's `others` languages (forgetting), or,
-    without them, on the held-out ones (transfer); overall values of primary metrics."""
+    """(learning, cost, its split): held-in perplexity (the kind whose role is learning, or the
+    first held-in metric) against Belebele (role cost, or the first other metric) on the suite's
+    `others` languages (forgetting), or, without them, on the held-out ones (transfer); overall
+    values of primary metrics."""
 
     def overall(axis: dict[str, Any], split: str) -> bool:
         return bool(_row(comparison, axis, comparison.base, scope="overall", split=split))
@@ -137,10 +139,16 @@ def tradeoff_axes(comparison: Comparison) -> tuple[dict, dict, str] | None:
     cost = [a for a in primary if overall(a, split)]
     if not held_in or not cost:
         return None
-    x = next((a for a in held_in if a["kind"] == "ppl"), held_in[0])
-    y = next((a for a in cost if a["kind"] == "belebele"), None)
+    x = next((a for a in held_in if _role(a) == "learning"), held_in[0])
+    y = next((a for a in cost if _role(a) == "cost"), None)
     y = y or next((a for a in cost if a is not x), cost[0])
     return x, y, split
+
+
+def _role(axis: dict[str, Any]) -> str | None:
+    """The trade-off axis the axis's kind is preferred on (`Kind.role`)."""
+    kind = KINDS.get(axis["kind"])
+    return kind.role if kind else None
 
 
 def pareto_front(gains: np.ndarray) -> list[int]:

@@ -38,10 +38,16 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class DataRef:
-    """The data a unit read: a file or folder and the sha256 of its contents."""
+    """The data a unit read: a file or folder (or ``hub:ID...``) and the sha256 of its contents;
+    for a Hub dataset also its id, config, split and the commit read (None otherwise, and then
+    left out of results.json)."""
 
     path: str
     sha256: str
+    dataset: str | None = None
+    config: str | None = None
+    split: str | None = None
+    commit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,9 @@ def _replace(path: Path, text: str) -> None:
 def to_json(results: SuiteResults) -> str:
     """results.json's text: sorted keys, indent 1, NaN as null, a final newline."""
     data = _clean(asdict(results))
+    for unit in data["units"]:  # a local unit's data names no dataset, config, split or commit
+        if unit["data"] is not None and unit["data"]["dataset"] is None:
+            unit["data"] = {"path": unit["data"]["path"], "sha256": unit["data"]["sha256"]}
     return json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 

@@ -25,8 +25,7 @@ from eval.errors import EvalDataError, SuiteError
 from eval.study import results as res
 from eval.study.suite import Unit, load_suite, plan
 from eval.study.tokenizer_id import SETTING, tokenizer_folder, tokenizer_sha256
-from eval.tasks import Task
-from eval.translation import find_language_file
+from eval.tasks import KINDS, Task
 
 
 @dataclass(frozen=True)
@@ -60,17 +59,7 @@ class SuiteRun:
 
 def missing_path(unit: Unit) -> str | None:
     """The data path a unit needs that does not exist, or None when all of it is there."""
-    spec = unit.spec
-    if spec.path is None or spec.kind == "lm-eval":
-        return None
-    if spec.kind != "flores":
-        return None if spec.path.exists() else str(spec.path)
-    for lang in (spec.options["src"], spec.options["tgt"]):
-        try:
-            find_language_file(spec.path, spec.options["split"], lang)
-        except EvalDataError:
-            return str(spec.path / spec.options["split"] / lang)
-    return None
+    return KINDS[unit.kind].missing(unit.spec)
 
 
 def data_files(task: Task) -> list[Path]:
@@ -79,7 +68,7 @@ def data_files(task: Task) -> list[Path]:
     if files is not None:  # flores: the two languages' files
         return sorted(files)
     path = task.spec.path
-    if path is None or task.spec.kind == "lm-eval":
+    if path is None or not KINDS[task.spec.kind].reads_path:
         return []
     if path.is_file():
         return [path]
@@ -89,19 +78,33 @@ def data_files(task: Task) -> list[Path]:
 def data_ref(task: Task) -> res.DataRef | None:
     """The unit's data path and a sha256 over its files (names relative to the path, bytes)."""
     files = data_files(task)
+    source = getattr(task, "source", None)  # a Hub dataset: its files in the cache's snapshot
+    if source is not None and not files:  # a streamed prefix: the documents read
+        return res.DataRef(
+            str(task.spec.dataset), task.rows_sha256, source.dataset, None, None, source.commit
+        )
     if not files:
         return None
-    root = task.spec.path
+    root = source.folder if source is not None else task.spec.path
     digest = hashlib.sha256()
     for file in files:
         name = file.name if root is None or root.is_file() else str(file.relative_to(root))
         digest.update(f"{name}\0{hashlib.sha256(file.read_bytes()).hexdigest()}\n".encode())
-    return res.DataRef(str(root), digest.hexdigest())
+    if source is None:
+        return res.DataRef(str(root), digest.hexdigest())
+    return res.DataRef(
+        str(task.spec.dataset),
+        digest.hexdigest(),
+        source.dataset,
+        source.config,
+        source.split,
+        source.commit,
+    )
 
 
 def unit_metrics(unit: Unit, metrics: dict[str, Any]) -> dict[str, Any]:
     """`evaluate`'s metrics of one unit without the ``<task>/`` (and ppl's ``<lang>/``) prefix."""
-    prefix = f"{unit.task}/" + (f"{unit.lang}/" if unit.kind == "ppl" else "")
+    prefix = KINDS[unit.kind].metric_prefix(unit.task, unit.lang)
     return {key.removeprefix(prefix): value for key, value in metrics.items()}
 
 

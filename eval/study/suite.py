@@ -13,14 +13,16 @@
     root: data/                      # optional, from the suite file's folder (default: cwd)
     others: [eng_Latn]               # optional: languages in no family (the base's own)
 
-A task entry is a mapping (``kind``, default the entry's key; ``path`` or, for flores, ``dir``;
-flores ``directions``; every other key an option of the kind, as in a task string) or a task
-string. Paths, task strings and directions are templates over the language's variables:
-``{lang}`` (its FLORES-200 code), ``{lang2}`` (its MADLAD-400 code) and any variable given
-under ``languages:``. A task whose templates name a variable runs once per language of the
-suite; one that names none runs once (copain, most lm-eval tasks). Languages under ``others:``
-belong to no family: they are scored like the others and reported per language, but enter no
-family's or the overall mean (a base model's own language, whose forgetting is measured).
+A task entry is a mapping (``kind``, default the entry's key; ``path`` or, for flores, ``dir``,
+or a Hub dataset: ``dataset``, ``config``, ``split``, ``revision``; flores ``directions``; every
+other key an option of the kind, as in a task string) or a task string. Paths, datasets, task
+strings and directions are templates over the language's variables: ``{lang}`` (its FLORES-200
+code), ``{lang_lower}`` (the code in lower case), ``{lang2}`` (its MADLAD-400 code) and any
+variable given under ``languages:``. A task whose templates name a variable runs once per
+language of the suite; one that names none runs once (copain, most lm-eval tasks). Languages
+under ``others:`` belong to no family: they are scored like the others and reported per
+language, but enter no family's or the overall mean (a base model's own language, whose
+forgetting is measured).
 
 `load_suite` checks everything once, at the boundary, into the typed values below; `plan`
 expands a suite into its units. This module reads no data file and imports no torch.
@@ -39,12 +41,11 @@ import yaml
 
 from eval.errors import SuiteError, TaskSpecError
 from eval.study.languages import MADLAD_CODES, is_code
-from eval.tasks import KINDS, TaskSpec, build_spec, parse_task
+from eval.tasks import KINDS, TaskSpec, argument, build_spec, parse_task
 
 SPLITS = ("held_in", "held_out")
 # The paper's five families (shipped with the package): `--suite` accepts its path.
 PAPER_SUITE = Path(__file__).parent / "suites" / "paper.yml"
-DEFAULT_DIRECTIONS = ("eng_Latn-{lang}", "{lang}-eng_Latn")
 _KEY_RE = re.compile(r"^[\w.+-]+$")
 _TOP_KEYS = {"families", "languages", "tasks", "root", "others"}
 
@@ -66,13 +67,16 @@ class SuiteTask:
     kind: str
     path: str | None = None  # template; None for kinds without a path
     options: dict[str, Any] = field(default_factory=dict)
-    directions: tuple[str, ...] = ()  # flores only
+    extras: dict[str, Any] = field(default_factory=dict)  # the kind's own keys (flores: directions)
     text: str | None = None  # a task-string entry (template), instead of kind/path/options
+    # A Hub dataset's configs for some languages, instead of the config template: each is a unit
+    # of its own, averaged into the family as a language is (Global-PIQA's regional variants).
+    configs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def templates(self) -> list[str]:
         """Every template of the entry."""
         parts = [self.text] if self.text is not None else [self.path or ""]
-        return [*parts, *self.directions]
+        return [*parts, *KINDS[self.kind].extra_templates(self.extras)]
 
     @property
     def per_language(self) -> bool:
@@ -111,8 +115,9 @@ class Suite:
                 entry["task"] = task.text
             else:
                 entry.update(path=task.path, options=dict(sorted(task.options.items())))
-            if task.kind == "flores":
-                entry["directions"] = list(task.directions)
+            entry.update(KINDS[task.kind].suite_fields(task.extras))
+            if task.configs:
+                entry["configs"] = {lang: list(c) for lang, c in task.configs.items()}
             tasks[task.key] = entry
         return {
             "families": {
@@ -262,21 +267,33 @@ def _task(key: str, entry: Any, where: str) -> SuiteTask:
     if entry is not None and not isinstance(entry, dict):
         raise SuiteError(f"{at}: expected a mapping (kind, path, options) or a task string")
     entry = dict(entry or {})
+    configs = _configs(entry.pop("configs", {}), at, "dataset" in entry)
     kind = str(entry.pop("kind", key)).lower()
     if kind not in KINDS:
         raise SuiteError(f"{at}: unknown kind {kind!r}; give kind: one of {', '.join(KINDS)}")
-    path = entry.pop("dir" if kind == "flores" else "path", None)
-    directions: tuple[str, ...] = ()
-    if kind == "flores":
-        directions = tuple(entry.pop("directions", DEFAULT_DIRECTIONS))
-        for forbidden in ("src", "tgt"):
-            if forbidden in entry:
-                raise SuiteError(f"{at}: give directions: [SRC-TGT, ...], not {forbidden}")
+    try:
+        path, extras = KINDS[kind].suite_entry(entry)
+    except ValueError as error:
+        raise SuiteError(f"{at}: {error}") from None
     if "name" in entry:
         raise SuiteError(f"{at}: the task's name is its key; drop name:")
     if path is not None and not isinstance(path, str):
         raise SuiteError(f"{at}: path must be a string")
-    return SuiteTask(key, kind, path, entry, directions)
+    return SuiteTask(key, kind, path, entry, extras, configs=configs)
+
+
+def _configs(value: Any, at: str, dataset: bool) -> dict[str, tuple[str, ...]]:
+    """``configs: {LANG: [CONFIG, ...]}`` of a dataset entry."""
+    if not value:
+        return {}
+    if not dataset:
+        raise SuiteError(f"{at}: configs: needs dataset:")
+    if not isinstance(value, dict) or not all(
+        isinstance(names, list) and names and all(isinstance(n, str) for n in names)
+        for names in value.values()
+    ):
+        raise SuiteError(f"{at}: configs: expected LANG: [CONFIG, ...]")
+    return {str(lang): tuple(names) for lang, names in value.items()}
 
 
 def _check_templates(task: SuiteTask, variables: dict[str, dict[str, str]], where: str) -> None:
@@ -287,9 +304,11 @@ def _check_templates(task: SuiteTask, variables: dict[str, dict[str, str]], wher
             _fields(template)
         except ValueError as error:  # an unmatched brace
             raise SuiteError(f"{at}: bad template {template!r}: {error}") from None
-    if task.kind == "ppl" and not task.per_language:
-        raise SuiteError(f"{at}: a ppl path must name the language, e.g. madlad/data/{{lang2}}/")
+    wrong = KINDS[task.kind].check_suite(task.per_language)
+    if wrong:
+        raise SuiteError(f"{at}: {wrong}")
     for lang_vars in variables.values() if task.per_language else [{}]:
+        lang_vars = derived(lang_vars)
         for template in task.templates():
             missing = [name for name in _fields(template) if name not in lang_vars]
             if missing:
@@ -305,45 +324,48 @@ def _check_templates(task: SuiteTask, variables: dict[str, dict[str, str]], wher
             raise SuiteError(f"{at}: {error}") from None
 
 
+def derived(lang_vars: dict[str, str]) -> dict[str, str]:
+    """A language's variables plus those derived from its code: ``{lang_lower}`` (Global-PIQA's
+    configs are lowercase codes, ``eng_latn``)."""
+    if "lang" not in lang_vars or "lang_lower" in lang_vars:
+        return lang_vars
+    return {**lang_vars, "lang_lower": lang_vars["lang"].lower()}
+
+
 def _specs(
     task: SuiteTask, lang_vars: dict[str, str], root: Path | None
 ) -> list[tuple[str | None, str | None, TaskSpec]]:
     """`(variant, direction, spec)` of a task for one language (or the one language-free run)."""
+    lang_vars = derived(lang_vars)
     lang = lang_vars.get("lang")
     label = f"{task.key}/{lang}" if lang else task.key
+    kind = KINDS[task.kind]
     if task.text is not None:
         spec = parse_task(task.text.format_map(lang_vars))
         if spec.options["name"] not in (spec.kind, task.key):
             raise TaskSpecError(f"task {spec.text!r}: the task's name is its key; drop name=")
         # Options already checked and converted by parse_task: only the name and root change.
         options = {**spec.options, "name": task.key}
-        return [
-            (None, None, replace(spec, path=_rooted(spec.path, root, spec.kind), options=options))
-        ]
+        return [(None, None, replace(spec, path=kind.rooted(spec.path, root), options=options))]
     options = {**task.options, "name": task.key}
-    path = _rooted(Path(task.path.format_map(lang_vars)), root, task.kind) if task.path else None
-    if task.kind == "ppl":
-        return [(None, None, build_spec("ppl", path, {**options, "lang": lang}, label))]
-    if task.kind != "flores":
-        return [(None, None, build_spec(task.kind, path, options, label))]
-    result = []
-    for template in task.directions:
-        direction = template.format_map(lang_vars)
-        src, sep, tgt = direction.partition("-")
-        if not sep or not is_code(src) or not is_code(tgt):
-            raise TaskSpecError(f"flores direction {template!r}: expected SRC-TGT codes")
-        if src == tgt:  # eng_Latn-{lang} for English itself: nothing to translate
-            continue
-        spec = build_spec("flores", path, {**options, "src": src, "tgt": tgt}, label)
-        result.append((template, direction, spec))
-    return result
-
-
-def _rooted(path: Path | None, root: Path | None, kind: str) -> Path | None:
-    # lm-eval's "path" is a list of task names, not a file.
-    if path is None or root is None or path.is_absolute() or kind == "lm-eval":
-        return path
-    return root / path
+    path, dataset = argument(label, task.path.format_map(lang_vars) if task.path else "")
+    path = kind.rooted(path, root)
+    expansions = kind.expand(options, lang_vars, task.extras)
+    if dataset is None or lang not in task.configs:
+        return [
+            (variant, direction, build_spec(task.kind, path, expanded, label, dataset))
+            for variant, direction, expanded in expansions
+        ]
+    # One unit per config, named by it (the id's last part), on the language's axis.
+    return [
+        (
+            variant,
+            config,
+            build_spec(task.kind, path, expanded, label, replace(dataset, config=config)),
+        )
+        for variant, _, expanded in expansions
+        for config in task.configs[lang]
+    ]
 
 
 def is_fewshot(spec: TaskSpec) -> bool:
@@ -361,10 +383,10 @@ def plan(suite: Suite, fewshot_seeds: Sequence[int] | None = None) -> list[Unit]
     Args:
         suite: a loaded suite.
         fewshot_seeds: repeat every few-shot unit once per seed (None: once, no seed). The seed
-            is the unit's run seed and, where the kind has one, its ``fewshot_seed`` option.
-
-    Raises:
-        SuiteError: seeds asked for a task whose demonstrations no seed draws (sampler first_n).
+            is the unit's run seed and, where the kind has one, its ``fewshot_seed`` option. A
+            task whose demonstrations are the first rows (sampler first_n) is kept once as the
+            control, beside copies named ``<task>_rs`` that draw them with lm-eval's seeded
+            ``default`` sampler, one per seed (the paper's ``scripts/make_rs_tasks.py``).
     """
     units = []
     for task in suite.tasks:
@@ -372,31 +394,38 @@ def plan(suite: Suite, fewshot_seeds: Sequence[int] | None = None) -> list[Unit]
         for lang, family, split in places:
             lang_vars = suite.variables[lang] if lang else {}
             for variant, direction, spec in _specs(task, lang_vars, suite.root):
-                base = "/".join(part for part in (task.key, lang, direction) if part)
-                for seed in _seeds(spec, fewshot_seeds, task.key):
+                for key, seed, options in _copies(spec, fewshot_seeds, task.key):
+                    base = "/".join(part for part in (key, lang, direction) if part)
                     unit_id = base if seed is None else f"{base}/seed={seed}"
-                    seeded = replace(spec, text=unit_id, options=_seeded(spec, seed))
+                    seeded = replace(spec, text=unit_id, options=options)
                     units.append(
-                        Unit(
-                            unit_id, task.key, spec.kind, seeded, variant, lang, family, split, seed
-                        )
+                        Unit(unit_id, key, spec.kind, seeded, variant, lang, family, split, seed)
                     )
     return units
+
+
+# The suffix of the seeded copies of a first_n task (the reference's random-sampler tasks).
+RANDOM_SAMPLER_SUFFIX = "_rs"
+
+
+def _copies(
+    spec: TaskSpec, fewshot_seeds: Sequence[int] | None, key: str
+) -> list[tuple[str, int | None, dict[str, Any]]]:
+    """`(task key, seed, options)` of each unit a spec becomes under ``--fewshot-seeds``."""
+    if not fewshot_seeds or not is_fewshot(spec):
+        return [(key, None, spec.options)]
+    sampler = spec.options.get("sampler") or KINDS[spec.kind].sampler
+    if sampler != "first_n":
+        return [(key, seed, _seeded(spec, seed)) for seed in fewshot_seeds]
+    copy = key + RANDOM_SAMPLER_SUFFIX
+    seeded = [
+        (copy, seed, {**spec.options, "name": copy, "sampler": "default", "fewshot_seed": seed})
+        for seed in fewshot_seeds
+    ]
+    return [(key, None, spec.options), *seeded]
 
 
 def _seeded(spec: TaskSpec, seed: int | None) -> dict[str, Any]:
     if seed is None or "fewshot_seed" not in spec.options:
         return spec.options
     return {**spec.options, "fewshot_seed": seed}
-
-
-def _seeds(spec: TaskSpec, fewshot_seeds: Sequence[int] | None, key: str) -> list[int | None]:
-    if not fewshot_seeds or not is_fewshot(spec):
-        return [None]
-    sampler = spec.options.get("sampler") or ("first_n" if spec.kind == "belebele" else None)
-    if sampler == "first_n":
-        raise SuiteError(
-            f"task {key}: sampler first_n draws no demonstrations, so --fewshot-seeds would "
-            "repeat one prompt; set sampler: default (or random) in the suite"
-        )
-    return list(fewshot_seeds)

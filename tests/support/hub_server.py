@@ -56,6 +56,9 @@ class HubState:
         self.read_only: set[str] = set()
         self.validated: list[str] = []  # README contents sent to /api/validate-yaml
         self.models: dict[str, ModelRepo] = {}  # repositories served for reading
+        # Dataset repositories, by "datasets/" + id (their resolve URLs' prefix); gated ones
+        # answer file requests without a token 401 GatedRepo, as the Hub does.
+        self.gated: set[str] = set()
         self.served: list[tuple[str, str, int, int]] = []  # (repo, file, start, stop) sent
         self.drops: dict[tuple[str, str], int] = {}  # (repo, file) -> bytes before a drop
         # Every request either host received: (host "hub" or "cdn", method, path, headers).
@@ -121,8 +124,8 @@ class HubState:
         return [(a, b) for a, b in merged]
 
 
-_RESOLVE = re.compile(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)")
-_API_MODEL = re.compile(r"/api/models/([^/]+/[^/]+)(?:/(revision|tree)/([^/]+))?")
+_RESOLVE = re.compile(r"/((?:datasets/)?[^/]+/[^/]+)/resolve/([^/]+)/(.+)")
+_API_MODEL = re.compile(r"/api/(models|datasets)/([^/]+/[^/]+)(?:/(revision|tree)/([^/]+))?")
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 _BLOCK = 2**20  # bytes per write when sending a file
 _CDN_OBJECT = re.compile(r"/objects/([0-9a-f]{64})")
@@ -203,6 +206,16 @@ def _handler(state: HubState, link: Link, cdn_endpoint: str | None, host: str = 
 
         def _model(self, repo_id: str, revision: str) -> ModelRepo | None:
             repo = state.models.get(repo_id)
+            if repo_id in state.gated and not self.headers.get("Authorization"):
+                data = b'{"error": "Access to this dataset is restricted"}'
+                self.send_response(401)
+                self.send_header("X-Error-Code", "GatedRepo")
+                self.send_header("X-Error-Message", "Access to this dataset is restricted")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                return None
             if repo is None:
                 self._not_found("RepoNotFound", "Repository not found")
                 return None
@@ -211,13 +224,18 @@ def _handler(state: HubState, link: Link, cdn_endpoint: str | None, host: str = 
                 return None
             return repo
 
-        def _api(self, repo_id: str, kind: str | None, revision: str | None) -> None:
+        def _api(
+            self, repo_type: str, repo_id: str, kind: str | None, revision: str | None
+        ) -> None:
+            if repo_type == "datasets":
+                repo_id = f"datasets/{repo_id}"
             repo = self._model(repo_id, unquote(revision or "main"))
             if repo is None:
                 return
             if kind != "tree":
                 siblings = [{"rfilename": name} for name in sorted(repo.files)]
-                return self._reply(200, {"id": repo_id, "sha": repo.sha, "siblings": siblings})
+                name = repo_id.removeprefix("datasets/")
+                return self._reply(200, {"id": name, "sha": repo.sha, "siblings": siblings})
             entries = [
                 {"type": "file", "path": name, "size": path.stat().st_size, "oid": repo.etag(name)}
                 for name, path in sorted(repo.files.items())
@@ -495,6 +513,17 @@ class FakeHub:
         """Serve every file of `folder` as model repository `repo_id` at commit `sha`."""
         files = {p.name: p for p in sorted(Path(folder).iterdir()) if p.is_file()}
         self.state.models[repo_id] = ModelRepo(sha=sha, files=files)
+
+    def add_dataset(self, repo_id: str, folder: Path, sha: str, gated: bool = False) -> None:
+        """Serve every file under `folder` (paths relative to it) as dataset `repo_id` at commit
+        `sha`; a gated one refuses its files to a request without a token."""
+        folder = Path(folder)
+        files = {
+            p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()
+        }
+        self.state.models[f"datasets/{repo_id}"] = ModelRepo(sha=sha, files=files)
+        if gated:
+            self.state.gated.add(f"datasets/{repo_id}")
 
     def drop_next(self, repo_id: str, name: str, after: int) -> None:
         """Close the connection of the next GET of `name` with a body longer than `after` bytes

@@ -1,0 +1,230 @@
+"""What a task kind is, and the registry every kind's module adds itself to.
+
+A `Kind` holds everything that differs between kinds: its options, how a suite entry of it is
+read and expanded over languages, where its data is and how it is read (a loader named as
+``module:attribute``, imported only when a task is loaded, since the readers pull in torch),
+its metric prefix, and the statistics compare resamples. The commands ask the kind; no module
+outside a kind's own branches on its name.
+
+This module imports neither torch nor transformers (the CLI validates task strings before it
+spends time loading a model).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_NAME_RE = re.compile(r"^[\w.+-]+$")
+
+REQUIRED = object()
+
+# Kind name -> kind, in registration order (the order of --help and README's list).
+KINDS: dict[str, Kind] = {}
+
+# `(variant, direction, options)` of one language's expansion of a suite task.
+Expansion = tuple[str | None, str | None, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One task option: how to convert its text, its default (`REQUIRED` if none), its help."""
+
+    convert: Callable[[str], Any]
+    default: Any
+    help: str
+
+    def shown_default(self) -> str:
+        """The default as the help text shows it."""
+        if self.default is REQUIRED:
+            return "required"
+        return "none" if self.default is None else str(self.default)
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """A converter to an integer of at least `minimum`."""
+
+    def convert(text: str) -> int:
+        value = int(text)  # ValueError is turned into a TaskSpecError by the caller
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}")
+        return value
+
+    return convert
+
+
+def choice(*allowed: str) -> Callable[[str], str]:
+    """A converter that accepts only the `allowed` strings."""
+
+    def convert(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return text
+
+    return convert
+
+
+def name(text: str) -> str:
+    """A name: letters, digits, '_', '.', '+' or '-'."""
+    if not _NAME_RE.match(text):
+        raise ValueError("use letters, digits, '_', '.', '+' or '-'")
+    return text
+
+
+def flag(text: str) -> str:
+    """auto, true or false (any case)."""
+    return choice("auto", "true", "false")(text.lower())
+
+
+def shots(default: int) -> Option:
+    """The number of demonstrations."""
+    return Option(count(0), default, "demonstrations before each item")
+
+
+# BOS as lm-evaluation-harness decides it (the tokenizer's own special tokens), or forced.
+ADD_BOS = Option(
+    flag, "auto", "BOS first: auto (as the tokenizer adds it, lm-eval's rule), true, false"
+)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A task kind: its name, its argument (None: takes none), summary and options, and how the
+    suite, the runner and compare treat it.
+
+    loader: ``module:attribute`` of a function from a `TaskSpec` to a loaded task.
+    measure: the per-item statistics compare resamples (`eval.study.measures.MEASURES`).
+    primary: the metric tables and plots show (None: the measure's first).
+    sampler: where demonstrations come from when the task names no sampler (None: drawn).
+    role: which axis of the trade-off plot the kind is preferred on (learning or cost).
+    hub: whether the kind reads Hub datasets (``hub:ID[#CONFIG][@SPLIT[@REVISION]]``, or a
+        suite entry's ``dataset:``) as well as paths.
+    """
+
+    name: str
+    argument: str | None
+    summary: str
+    options: dict[str, Option] = field(default_factory=dict)
+    loader: str = ""
+    measure: str = "outcomes"
+    primary: str | None = None
+    sampler: str | None = None
+    role: str | None = None
+    hub: bool = False
+
+    @property
+    def needs_path(self) -> bool:
+        """Whether a task string of this kind must give an argument after the kind."""
+        return self.argument is not None
+
+    def usage(self) -> str:
+        """``kind:ARGUMENT`` plus its required options, e.g. ``flores:DIR:src=L,tgt=L``."""
+        text = self.name + (f":{self.argument}" if self.argument else "")
+        required = [f"{key}=L" for key, o in self.options.items() if o.default is REQUIRED]
+        return text + (":" + ",".join(required) if required else "")
+
+    def load(self, spec: Any) -> Any:
+        """Read a task's data through the kind's loader (imported now: it pulls in torch)."""
+        module, _, attribute = self.loader.partition(":")
+        target: Any = importlib.import_module(module)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+        return target(spec)
+
+    # -- the suite ------------------------------------------------------------------------
+
+    def suite_entry(self, entry: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """Take the path and the kind's own keys out of a suite entry (the rest are options).
+
+        Returns:
+            `(path or None, extras)`; extras are kept with the suite task (`expand` gets them).
+
+        Raises:
+            ValueError: a key the kind refuses in a suite (its message names it).
+        """
+        return self.dataset_entry(entry, "path"), {}
+
+    def dataset_entry(self, entry: dict[str, Any], path_key: str) -> Any:
+        """The entry's path, or its Hub dataset (``dataset``, ``config``, ``split``,
+        ``revision``) as a ``hub:`` template."""
+        if "dataset" not in entry:
+            return entry.pop(path_key, None)
+        if not self.hub:
+            raise ValueError(f"{self.name} does not read Hub datasets; give {path_key}:")
+        if path_key in entry:
+            raise ValueError(f"give {path_key}: or dataset:, not both")
+        parts = {key: entry.pop(key, None) for key in ("dataset", "config", "split", "revision")}
+        if not all(value is None or isinstance(value, str) for value in parts.values()):
+            raise ValueError("dataset, config, split and revision must be strings")
+        text = "hub:" + parts["dataset"] + (f"#{parts['config']}" if parts["config"] else "")
+        if parts["split"] or parts["revision"]:
+            text += "@" + (parts["split"] or "")
+        return text + (f"@{parts['revision']}" if parts["revision"] else "")
+
+    def suite_fields(self, extras: dict[str, Any]) -> dict[str, Any]:
+        """The kind's own keys as results.json's ``suite`` records them."""
+        return {}
+
+    def extra_templates(self, extras: dict[str, Any]) -> list[str]:
+        """Templates among the kind's own keys (expanded per language like the path)."""
+        return []
+
+    def check_suite(self, per_language: bool) -> str | None:
+        """Why a suite task of this kind is wrong as written, or None."""
+        return None
+
+    def expand(
+        self, options: dict[str, Any], lang_vars: dict[str, str], extras: dict[str, Any]
+    ) -> list[Expansion]:
+        """The kind's task options for one language of a suite (one entry per direction)."""
+        return [(None, None, options)]
+
+    def rooted(self, path: Path | None, root: Path | None) -> Path | None:
+        """The task's path under the suite's data root (relative paths only)."""
+        if path is None or root is None or path.is_absolute() or not self.reads_path:
+            return path
+        return root / path
+
+    # -- data and metrics -----------------------------------------------------------------
+
+    @property
+    def reads_path(self) -> bool:
+        """Whether the argument is a file or folder of data (not, say, a list of names)."""
+        return self.needs_path
+
+    def missing(self, spec: Any) -> str | None:
+        """The data path a task needs that does not exist, or None when all of it is there."""
+        if spec.path is None or not self.reads_path:
+            return None
+        return None if spec.path.exists() else str(spec.path)
+
+    def metric_prefix(self, task: str, lang: str | None) -> str:
+        """The prefix of a suite unit's metric names in `evaluate`'s output."""
+        return f"{task}/"
+
+
+def register(kind: Kind) -> Kind:
+    """Add a kind to `KINDS` (called once, in the kind's own module)."""
+    if kind.name in KINDS:
+        raise ValueError(f"task kind {kind.name!r} is registered twice")
+    KINDS[kind.name] = kind
+    return kind
+
+
+MC_OPTIONS = {
+    "shots": shots(2),
+    "sampler": Option(
+        choice("first_n", "default", "random"),
+        None,
+        "demonstrations: first_n (the first rows), default (lm-eval's seeded draw) or random "
+        "(a draw per item from --seed); none: as lm-eval's task config",
+    ),
+    "fewshot_seed": Option(int, 1234, "seed of sampler=default (lm-eval's fewshot seed)"),
+    "config": Option(str, None, "the config to read when the path is a dataset snapshot folder"),
+    "split": Option(name, "test", "the split to read when the path is a dataset snapshot folder"),
+    "add_bos": ADD_BOS,
+}
