@@ -177,11 +177,15 @@ def test_a_hub_task_string_scores_as_the_local_file(repos, families, tmp_path):
             "eval", base, "-t", task, "--out", tmp_path / "hub.json", *ARGS, env=env
         )
         assert result.returncode == 0, result.stderr
+    # The local file needs no Hub environment: scored in this process (no second start-up).
+    from click.testing import CliRunner
+
+    import cli
+
     local = f"piqa:{DATA / 'piqa.jsonl'}:shots=1"
-    result = run_surgery(
-        "eval", base, "-t", local, "--out", tmp_path / "local.json", *ARGS, env=env
-    )
-    assert result.returncode == 0, result.stderr
+    args = ["eval", str(base), "-t", local, "--out", str(tmp_path / "local.json"), *map(str, ARGS)]
+    result = CliRunner().invoke(cli.cli, args)
+    assert result.exit_code == 0, result.output
     hub_out, local_out = (
         json.loads((tmp_path / f"{n}.json").read_text()) for n in ("hub", "local")
     )
@@ -254,43 +258,57 @@ def test_compare_warns_when_only_the_commit_differs(tmp_path):
     ) in result.output
 
 
-def test_madlad_take_streams_a_prefix_and_offline_reads_the_cached_file(families, tmp_path):
+def _madlad_online(families, tmp_path, fetch: bool) -> tuple[dict, str, Path, Path]:
+    """A MADLAD-style shard of several MiB on the local Hub, a `take` of it scored online.
+
+    Returns the online results, the shard's name and local root, and the Hub home (holding
+    the whole shard when `fetch`: what `hf download` leaves for offline runs).
+    """
     import random
 
     rng = random.Random(0)
     # Random hex barely compresses: a shard of several MiB, of which a take needs a few %.
-    texts = ["".join(rng.choice("0123456789abcdef ") for _ in range(400)) for _ in range(12000)]
+    texts = [" ".join(f"{rng.getrandbits(32):08x}" for _ in range(44)) for _ in range(12000)]
     root = published.madlad(tmp_path / "madlad", {"en": texts})
     name = "data/en/en_clean_0000.jsonl.gz"
     size = (root / name).stat().st_size
-    base = families("llama")["base"]
-    task = f"ppl:hub:test/madlad:files={name},skip=200,take=300"
-    local = f"ppl:{root / name}:skip=200,take=300,lang=en"
     home = tmp_path / "home"
-    outs = {}
     with FakeHub() as hub:
         hub.add_dataset("test/madlad", root, "d" * 40)
         env = _env(hub.endpoint, home)
+        task = f"ppl:hub:test/madlad:files={name},skip=200,take=30"
+        out = tmp_path / "on.json"
         result = run_surgery(
-            "eval", base, "-t", task, "--out", tmp_path / "on.json", *ARGS, env=env
+            "eval", families("llama")["base"], "-t", task, "--out", out, *ARGS, env=env
         )
         assert result.returncode == 0, result.stderr
         streamed = hub.state.bytes_served("datasets/test/madlad", name)
         assert 0 < streamed < size / 10, (streamed, size)
-        _hf_download(env, "test/madlad", name)
+        if fetch:
+            _hf_download(env, "test/madlad", name)
+    return json.loads(out.read_text(encoding="utf-8")), name, root, home
+
+
+def test_madlad_take_streams_a_prefix(families, tmp_path):
+    online, _, _, _ = _madlad_online(families, tmp_path, fetch=False)
+    assert online["config"]["tasks"]["ppl"]["commit"] == "d" * 40
+
+
+@pytest.mark.slow  # three model runs in subprocesses: about 30 s
+def test_madlad_take_offline_reads_the_cached_file_as_online(families, tmp_path):
+    online, name, root, home = _madlad_online(families, tmp_path, fetch=True)
+    base = families("llama")["base"]
     offline = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
-    result = run_surgery(
-        "eval", base, "-t", task, "--out", tmp_path / "off.json", *ARGS, env=offline
-    )
-    assert result.returncode == 0, result.stderr
-    result = run_surgery(
-        "eval", base, "-t", local, "--out", tmp_path / "local.json", *ARGS, env=offline
-    )
-    assert result.returncode == 0, result.stderr
-    for label in ("on", "off", "local"):
-        outs[label] = json.loads((tmp_path / f"{label}.json").read_text(encoding="utf-8"))
+    outs = {"on": online}
+    for label, task in (
+        ("off", f"ppl:hub:test/madlad:files={name},skip=200,take=30"),
+        ("local", f"ppl:{root / name}:skip=200,take=30,lang=en"),
+    ):
+        out = tmp_path / f"{label}.json"
+        result = run_surgery("eval", base, "-t", task, "--out", out, *ARGS, env=offline)
+        assert result.returncode == 0, result.stderr
+        outs[label] = json.loads(out.read_text(encoding="utf-8"))
     assert outs["on"]["metrics"] == outs["off"]["metrics"] == outs["local"]["metrics"]
-    assert outs["on"]["config"]["tasks"]["ppl"]["commit"] == "d" * 40
 
 
 def test_train_reads_a_hub_dataset_from_the_cache_offline(tmp_path):
