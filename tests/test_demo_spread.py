@@ -24,6 +24,8 @@ def test_a_cell_is_bold_only_when_every_seed_moved_the_same_way():
     assert spread.spread_cell(held, ppl=True) == "**x2.5 (x2 to x3)**"
     # One seed within noise, or one on the other side: no longer a conclusion.
     assert not spread.spread_cell([*held[:2], _entry(11, 1, False)], ppl=True).startswith("**")
+    few = [*held[:2], {**held[2], "few_items": True}]
+    assert not spread.spread_cell(few, ppl=True).startswith("**")
     flipped = [_entry(5.0, 2.0, True), _entry(3.0, -1.5, True), _entry(4.0, 1.0, True)]
     assert spread.spread_cell(flipped, ppl=False) == "+1.0 (-1.5 to +2.0)"
     # The base: its values, median and range.

@@ -714,19 +714,21 @@ def sensitive_text(comparison, rows: list[TableRow], axes: list[tuple[str, str, 
 
 def _write_results(out: Path, comparison, rows: list[TableRow]) -> None:
     """results.json and results.csv: every column's cell of every row (value, change from the
-    base, interval, whether it excludes 0)."""
-    fields = ("value", "delta", "ci_low", "ci_high", "significant")
+    base, interval, whether it excludes 0, whether it rests on too few items)."""
+    fields = ("value", "delta", "ci_low", "ci_high", "significant", "few_items")
     table = []
     for row in rows:
         cells = {label: cell(comparison, row, (label, t, w)) for label, t, w in AXES}
         entry = {"strategy": row.label, "model": row.model}
-        table.append(entry | {a: {k: c[k] for k in fields} for a, c in cells.items()})
+        table.append(entry | {a: {k: c.get(k) for k in fields} for a, c in cells.items()})
     (out / "results.json").write_text(json.dumps(table, indent=2) + "\n")
     with open(out / "results.csv", "w") as handle:
         handle.write("strategy,model,axis," + ",".join(fields) + "\n")
         for entry in table:
             for label, _, _ in AXES:
-                values = ["" if entry[label][k] is None else str(entry[label][k]) for k in fields]
+                values = [
+                    "" if entry[label].get(k) is None else str(entry[label][k]) for k in fields
+                ]
                 handle.write(f"{entry['strategy']},{entry['model']},{label}," + ",".join(values))
                 handle.write("\n")
 

@@ -10,6 +10,7 @@ its range over the seeds, bold where every seed's 95% interval excludes 0 on the
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 from pathlib import Path
@@ -22,8 +23,6 @@ PPL_AXES = {label for label, task, _ in AXES if task == "ppl"}
 
 def machine() -> str:
     """The processor and core count, as /proc/cpuinfo names them (where it exists)."""
-    import os
-
     name = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
@@ -75,9 +74,11 @@ def _change(entry: dict, ppl: bool) -> float:
 
 
 def _holds(entries: list[dict]) -> bool:
-    """Every seed's interval excludes 0, all on the same side."""
+    """Every seed's interval excludes 0, all on the same side, on enough items (the
+    comparison never calls a change on too few items)."""
     signs = {entry["delta"] > 0 for entry in entries}
-    return all(entry["significant"] for entry in entries) and len(signs) == 1
+    enough = not any(entry.get("few_items") for entry in entries)
+    return enough and all(entry["significant"] for entry in entries) and len(signs) == 1
 
 
 def _number(value: float, ppl: bool) -> str:
