@@ -1,5 +1,6 @@
-"""In-memory blends for sweeps and localization: load BASE and TRAINED once, then set the model's
-weights to any per-layer interpolation without writing a checkpoint.
+"""In-memory blends for sweeps and localization: load TRAINED once and read BASE's tensors from
+its files, then set the model's weights to any per-layer interpolation without writing a
+checkpoint.
 
 Blends use the streaming writer's kernel (surgery/blend.py) and round to the checkpoint's storage
 dtype, so a model blended here holds exactly the weights of the checkpoint `surgery interpolate`
