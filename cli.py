@@ -895,11 +895,11 @@ def demo(out_dir, quick, seed, seeds, device):
       surgery demo runs/demo --device cuda
     """
     if seeds is not None:
-        from eval.demo.spread import run_seeds
+        from demo.spread import run_seeds
 
         run_seeds(out_dir, quick=quick, seeds=list(range(seed, seed + seeds)), device=device)
         return
-    from eval.demo.pipeline import run_demo
+    from demo.pipeline import run_demo
 
     run_demo(out_dir, quick=quick, seed=seed, device=device)
 

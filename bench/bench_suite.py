@@ -159,7 +159,7 @@ def build_model(folder: Path, texts: list[str], hidden: int, layers: int) -> Pat
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from eval.demo.pipeline import train_tokenizer
+    from demo.pipeline import train_tokenizer
 
     tokenizer = train_tokenizer(texts, vocab=2048)
     torch.manual_seed(0)

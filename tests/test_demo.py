@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.demo.pipeline import (
+from demo.pipeline import (
     AXES,
     QUICK,
     STRATEGIES,
@@ -23,7 +23,7 @@ from eval.demo.pipeline import (
     train_config,
     training_runs,
 )
-from eval.demo.world import FAMILIES, build_languages, sentences, write_suite, write_world
+from demo.world import FAMILIES, build_languages, sentences, write_suite, write_world
 from tests.support.checks import load_state, same_bits
 
 
@@ -225,7 +225,7 @@ def test_table_plot_and_report_drop_the_same_noise_column(tmp_path):
     """Copain's changes all have intervals that include 0: the printed table, strategies.png
     and report.md all leave it out, and the report says why; the other cells carry their
     intervals."""
-    from eval.demo.pipeline import plot_strategies
+    from demo.pipeline import plot_strategies
 
     significant = {label: label != "Copain acc" for label, _, _ in AXES}
     comparison, rows = _comparison(significant), table_rows()
@@ -252,7 +252,7 @@ def test_models_scored_through_the_suite_make_the_table_from_the_comparison(tmp_
     """Stage 5 and 6 on three tiny models, without training: each scored through the world's
     suite (one results folder each), compared with the base, and every table cell is the
     comparison's row with its interval."""
-    from eval.demo.pipeline import TableRow, run_comparison, score
+    from demo.pipeline import TableRow, run_comparison, score
     from eval.study.formatting import format_cell
     from tests.support.tiny_models import build_model, perturb, save
 
@@ -278,7 +278,7 @@ def test_models_scored_through_the_suite_make_the_table_from_the_comparison(tmp_
     assert (own["scope"], own["family"], own["split"]) == ("family", "slavic", "held_out")
     table = markdown_table(comparison, rows, list(AXES))
     assert format_cell(own, 2) in table and "[" in format_cell(own, 2)
-    from eval.demo.pipeline import plot_strategies
+    from demo.pipeline import plot_strategies
 
     plot_strategies(comparison, rows, tmp_path / "strategies.png", list(AXES))
 
@@ -286,7 +286,7 @@ def test_models_scored_through_the_suite_make_the_table_from_the_comparison(tmp_
 def test_perplexity_panels_draw_ratios_to_the_base_on_a_log_axis():
     """Perplexity moves by orders of magnitude: its panels draw each strategy's ratio to the
     base (the comparison's ratio and interval) from 1 on a log axis, chrF the change from 0."""
-    from eval.demo.pipeline import strategies_figure
+    from demo.pipeline import strategies_figure
 
     significant = dict.fromkeys([label for label, _, _ in AXES], True)
     comparison, rows = _comparison(significant), table_rows()
@@ -305,7 +305,7 @@ def test_perplexity_panels_draw_ratios_to_the_base_on_a_log_axis():
 
 
 def test_the_report_names_changes_that_hold_by_a_small_margin():
-    from eval.demo.pipeline import sensitive
+    from demo.pipeline import sensitive
 
     wide = {"significant": True, "delta": 1.0, "ci_low": 0.2, "ci_high": 2.5}
     narrow = {"significant": True, "delta": 2.0, "ci_low": 1.5, "ci_high": 2.5}

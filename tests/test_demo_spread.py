@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from eval.demo import spread
-from eval.demo.pipeline import AXES
+from demo import spread
+from demo.pipeline import AXES
 
 
 def _entry(value: float, delta: float | None, significant: bool | None = None) -> dict:

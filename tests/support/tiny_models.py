@@ -29,7 +29,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from eval.demo.pipeline import train_tokenizer
+from demo.pipeline import train_tokenizer
 
 VOCAB = 128
 NUM_LAYERS = 4

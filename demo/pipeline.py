@@ -2,7 +2,7 @@
 
 Read top to bottom, this is the paper's pipeline in miniature:
 
-1. world     generate the languages and their text (eval/demo/world.py)
+1. world     generate the languages and their text (demo/world.py)
 2. base      pretrain a tiny Llama on the general language and Copain-style list patterns
 3. train     Dense CPT (all families), five family experts, and Dense CPT with layer freezing,
              layer-range L2-SP and EMA (the training wrapper)
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.demo.world import FAMILIES, WorldFiles, build_languages, write_suite, write_world
+from demo.world import FAMILIES, WorldFiles, build_languages, write_suite, write_world
 from surgery.engine.output_paths import check_resumable_folder
 from train.options import command_line
 

@@ -15,7 +15,7 @@ import platform
 import statistics
 from pathlib import Path
 
-from eval.demo.pipeline import AXES, log, run_demo
+from demo.pipeline import AXES, log, run_demo
 from surgery.engine.output_paths import check_resumable_folder
 
 PPL_AXES = {label for label, task, _ in AXES if task == "ppl"}
