@@ -206,6 +206,10 @@ def _run_suite(
     )
     written = run_suite(checkpoint, suite, out, options)
     if written is not None:
+        from eval.study.results import read_results
+        from eval.study.summary import suite_table
+
+        click.echo(suite_table(read_results(written.parent)))
         click.echo(f"wrote {written}")
 
 
