@@ -53,6 +53,7 @@ def _row(rows: dict[str, list[str]], check: str) -> list[str]:
     return match
 
 
+@pytest.mark.slow
 def test_cpu_run_prints_every_check_and_passes():
     """`--cpu` runs every check at tiny sizes (about 45 s on 2 cores): all pass, and the memory
     row says it is not comparable on CPU instead of judging."""

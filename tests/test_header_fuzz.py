@@ -141,15 +141,7 @@ def safetensors_verdict(path):
         return False, str(error), None
 
 
-@settings(
-    max_examples=3000,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(headers())
-def test_reader_agrees_with_safetensors(tmp_path, case):
+def _agrees_with_safetensors(tmp_path, case) -> None:
     header, data_length = case
     path = tmp_path / "fuzz.safetensors"
     path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(data_length))
@@ -162,6 +154,29 @@ def test_reader_agrees_with_safetensors(tmp_path, case):
     assert theirs, (header, detail)
     assert {t.name for t in shard.tensors} == detail
     assert shard.metadata == metadata
+
+
+def _fuzz(examples: int):
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+@_fuzz(1000)
+@given(headers())
+def test_reader_agrees_with_safetensors(tmp_path, case):
+    _agrees_with_safetensors(tmp_path, case)
+
+
+@pytest.mark.slow
+@_fuzz(10_000)
+@given(headers())
+def test_reader_agrees_with_safetensors_on_more_headers(tmp_path, case):
+    _agrees_with_safetensors(tmp_path, case)
 
 
 # Indexes: the reader opens a folder through its model.safetensors.index.json, whose names are
