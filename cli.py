@@ -44,7 +44,6 @@ def install_signal_handlers() -> None:
 if __name__ == "__main__" or sys.argv[0].rsplit("/", 1)[-1] == "surgery":
     install_signal_handlers()
 
-import json  # noqa: E402
 import os  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -52,8 +51,20 @@ import click  # noqa: E402
 
 from eval.options import eval_options  # noqa: E402
 from surgery import __version__  # noqa: E402
+from surgery.commands import checkpoints, reading  # noqa: E402
 from surgery.core.cli_paths import OutputFile, OutputFolder  # noqa: E402
 from surgery.core.errors import SurgeryError  # noqa: E402
+from surgery.options import (  # noqa: E402
+    WriteOptions,
+    download_option,
+    extrapolate_option,
+    finish,
+    force_option,
+    modules_option,
+    quiet_option,
+    stack_option,
+    write_options,
+)
 
 
 def _one_line(text: str) -> str:
@@ -147,455 +158,6 @@ def cli(debug: bool) -> None:
     """
 
 
-quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-
-
-dtype_option = click.option(
-    "--dtype", default=None, help="Output float dtype (bf16, fp16, fp32); default: the inputs'."
-)
-shard_option = click.option(
-    "--max-shard-size",
-    default="5GB",
-    show_default=True,
-    help="Largest output shard (e.g. 5GB, 500MB).",
-)
-force_option = click.option(
-    "--force", is_flag=True, help="Replace OUT if it exists (never an input)."
-)
-
-
-def _repo_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Validate --push-to and the token before any work, not after the checkpoint is written."""
-    if value is None:
-        return None
-    from surgery.hub.push import check_repo_id, check_token
-
-    check_repo_id(value)
-    check_token()
-    return value
-
-
-push_option = click.option(
-    "--push-to",
-    default=None,
-    metavar="REPO_ID",
-    callback=_repo_id,
-    help="Then push OUT to this Hub repository.",
-)
-download_option = click.option(
-    "--download",
-    is_flag=True,
-    help="Download Hub ids' whole snapshots through the cache instead of reading only the "
-    "bytes needed by HTTP range requests.",
-)
-
-
-def options(*decorators):
-    """Apply several click options as one decorator, in the order given."""
-
-    def apply(command):
-        for decorator in reversed(decorators):
-            command = decorator(command)
-        return command
-
-    return apply
-
-
-# Every command that writes one checkpoint.
-write_options = options(dtype_option, shard_option, force_option, push_option, quiet_option)
-
-
-def _write_kwargs(dtype: str | None, max_shard_size: str, force: bool, quiet: bool) -> dict:
-    from surgery.core.dtypes import parse_dtype
-    from surgery.core.sizes import parse_size
-
-    return {
-        "dtype": parse_dtype(dtype) if dtype else None,
-        "max_shard_size": parse_size(max_shard_size),
-        "force": force,
-        "quiet": quiet,
-    }
-
-
-def _done(out: Path, quiet: bool, push_to: str | None) -> None:
-    if not quiet:
-        click.echo(f"wrote {out}", err=True)
-    if push_to:
-        from surgery.hub.push import push
-
-        url = push(out, push_to, echo=lambda message: click.echo(message, err=True))
-        click.echo(f"pushed {out} to {url}", err=True)
-
-
-stack_option = click.option(
-    "--stack",
-    default=None,
-    help="Layer stack the spec addresses (default: the text/decoder stack; e.g. vision).",
-)
-
-
-modules_option = click.option(
-    "--modules",
-    default=None,
-    help="Only these modules of the chosen layers: attn, mlp, attn,mlp, or a regex on names "
-    "inside a layer (q_proj|v_proj); norms between blocks are in neither group.",
-)
-
-
-extrapolate_option = click.option(
-    "--extrapolate",
-    is_flag=True,
-    help="Allow alphas outside [0, 1] (extrapolate beyond BASE or TRAINED).",
-)
-
-
-# BASE TRAINED OUT, the arguments of revert and interpolate.
-base_trained_out = options(
-    click.argument("base", type=click.Path()),
-    click.argument("trained", type=click.Path()),
-    click.argument("out", type=OutputFolder()),
-)
-
-
-@cli.command()
-@click.option(
-    "--layers", required=True, help="Layers to take from BASE, e.g. 9:28, -6:, 0:9,28:34."
-)
-@stack_option
-@modules_option
-@click.option(
-    "--attention-only",
-    is_flag=True,
-    help="The paper's attention_only: only the MLP tensors of LAYERS (names holding mlp, "
-    "gate_proj, up_proj, down_proj, fc1 or fc2) come from BASE; attention and norms stay "
-    "TRAINED's.",
-)
-@write_options
-@download_option
-@base_trained_out
-def revert(
-    layers,
-    stack,
-    modules,
-    attention_only,
-    dtype,
-    max_shard_size,
-    force,
-    push_to,
-    quiet,
-    download,
-    base,
-    trained,
-    out,
-):
-    """Take LAYERS from BASE and everything else from TRAINED (byte copies).
-
-    \b
-    Examples:
-      surgery revert --layers 9:28 base trained out          # middle 19 of 34 layers
-      surgery revert --layers -6: base trained out           # the last six layers
-      surgery revert --layers 0:4 --stack vision base trained out
-      surgery revert --layers 9:28 --modules mlp base trained out  # only their MLPs
-      surgery revert --layers 9:28 --attention-only base trained out  # the paper's
-    """
-    from surgery.api import revert as run
-
-    kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    kwargs.update(download=download, modules=modules, attention_only=attention_only)
-    _done(run(base, trained, out, layers, stack=stack, **kwargs), quiet, push_to)
-
-
-@cli.command()
-@click.option(
-    "--weights", default=None, help="Comma-separated weights, normalized (default: uniform)."
-)
-@write_options
-@download_option
-@click.argument("experts", nargs=-1, required=True, type=click.Path())
-@click.argument("out", type=OutputFolder())
-def soup(weights, dtype, max_shard_size, force, push_to, quiet, download, experts, out):
-    """Average EXPERTS (two or more) into OUT: sum(w_i * expert_i) / sum(w_i).
-
-    Float tensors accumulate in float32 (float64 for 32-bit inputs) and are rounded once;
-    non-float tensors must be identical in every expert and are copied.
-
-    \b
-    Examples:
-      surgery soup experts/* out
-      surgery soup slavic germanic indic out --weights 2,1,1
-    """
-    from surgery.api import soup as run
-    from surgery.engine.ops.soup import parse_weights
-
-    kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    kwargs["download"] = download
-    _done(run(list(experts), out, parse_weights(weights, len(experts)), **kwargs), quiet, push_to)
-
-
-@cli.command()
-@click.option(
-    "--alpha", required=True, help="Weight of TRAINED: a number, or per range: 9:28=0.3,*=1.0."
-)
-@click.option(
-    "--layers", default=None, help="Blend only these layers; all other tensors from TRAINED."
-)
-@stack_option
-@modules_option
-@extrapolate_option
-@write_options
-@download_option
-@base_trained_out
-def interpolate(
-    alpha,
-    layers,
-    stack,
-    modules,
-    extrapolate,
-    dtype,
-    max_shard_size,
-    force,
-    push_to,
-    quiet,
-    download,
-    base,
-    trained,
-    out,
-):
-    """Write (1 - alpha) * BASE + alpha * TRAINED.
-
-    alpha 0 gives BASE and alpha 1 gives TRAINED, bit for bit. With per-range alphas, '*' covers
-    every other layer and the tensors outside the layer stack; what no range covers comes from
-    TRAINED.
-
-    \b
-    Examples:
-      surgery interpolate --alpha 0.5 base trained out
-      surgery interpolate --alpha 0.3 --layers 9:28 base trained out
-      surgery interpolate --alpha 9:28=0.3,*=1.0 base trained out
-      surgery interpolate --alpha 9:28=0.3,*=1.0 --modules attn base trained out
-    """
-    from surgery.api import interpolate as run
-
-    kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    kwargs["download"] = download
-    out = run(
-        base,
-        trained,
-        out,
-        alpha,
-        layers=layers,
-        stack=stack,
-        modules=modules,
-        extrapolate=extrapolate,
-        **kwargs,
-    )
-    _done(out, quiet, push_to)
-
-
-@cli.command()
-@click.option(
-    "--seed", default=0, show_default=True, type=int, help="Seed of DARE/DELLA's random masks."
-)
-@click.option(
-    "--mergekit-arithmetic",
-    is_flag=True,
-    help="Compute as mergekit does, op by op in the config's dtype (bit-identical to "
-    "mergekit-yaml), not in float32 with one rounding; linear, task_arithmetic and the "
-    "TIES/DARE/Breadcrumbs/DELLA variants at density 1 only.",
-)
-@options(shard_option, force_option, push_option, quiet_option)
-@download_option
-@click.argument("config", type=click.Path())
-@click.argument("out", type=OutputFolder())
-def merge(seed, mergekit_arithmetic, max_shard_size, force, push_to, quiet, download, config, out):
-    """Run a mergekit YAML CONFIG on the streaming engine; write the result to OUT.
-
-    Methods: linear, task_arithmetic, ties, dare_ties, dare_linear, breadcrumbs,
-    breadcrumbs_ties, della, della_linear, slerp, nuslerp, model_stock, passthrough (slices).
-    Any key or method not supported is an error.
-
-    \b
-    Examples:
-      surgery merge ties.yml out
-      surgery merge --seed 1 dare.yml out
-      surgery merge --mergekit-arithmetic bf16-ties.yml out  # mergekit's bits
-      surgery merge revert-out/mergekit_config.yml replay    # replay any output's config
-    """
-    from surgery.api import merge as run
-
-    kwargs = _write_kwargs(None, max_shard_size, force, quiet)
-    del kwargs["dtype"]
-    path = run(
-        config,
-        out,
-        seed=seed,
-        download=download,
-        mergekit_arithmetic=mergekit_arithmetic,
-        **kwargs,
-    )
-    _done(path, quiet, push_to)
-
-
-@cli.command("extract-lora")
-@click.option(
-    "--rank", "--max-rank", default=128, show_default=True, type=int, help="Largest LoRA rank."
-)
-@click.option(
-    "--sv-epsilon",
-    default=0.0,
-    show_default=True,
-    type=float,
-    help="Also drop singular values at or below this (absolute, as mergekit's).",
-)
-@click.option("--layers", default=None, help="Only these layers (e.g. 0:9,28:34); no embeddings.")
-@stack_option
-@modules_option
-@click.option("-i", "--include-regex", "include", multiple=True, help="Only modules matching.")
-@click.option("-e", "--exclude-regex", "exclude", multiple=True, help="No modules matching.")
-@click.option(
-    "--embed-lora/--no-embed-lora",
-    default=False,
-    help="Factor the embeddings too (default: save them and the head whole).",
-)
-@click.option(
-    "--save-module", "save_modules", multiple=True, help="Save this module whole (repeatable)."
-)
-@click.option("--skip-undecomposable", is_flag=True, help="Leave out norms (no 2-D weight).")
-@click.option(
-    "--distribute-scale/--no-distribute-scale",
-    default=True,
-    help="A = sqrt(S) V^T, B = U sqrt(S) (default), or A = S V^T, B = U.",
-)
-@click.option(
-    "--svd",
-    type=click.Choice(["full", "randomized"]),
-    default="full",
-    show_default=True,
-    help="torch.linalg.svd, or torch.svd_lowrank (seeded) for large matrices.",
-)
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of --svd randomized.")
-@options(force_option, push_option, quiet_option)
-@download_option
-@base_trained_out
-def extract_lora(
-    rank,
-    sv_epsilon,
-    layers,
-    stack,
-    modules,
-    include,
-    exclude,
-    embed_lora,
-    save_modules,
-    skip_undecomposable,
-    distribute_scale,
-    svd,
-    seed,
-    force,
-    push_to,
-    quiet,
-    download,
-    base,
-    trained,
-    out,
-):
-    """Write a PEFT LoRA adapter of TRAINED's change from BASE, by SVD of each weight's change.
-
-    Loaded onto BASE (PeftModel.from_pretrained), it gives TRAINED's weights up to the singular
-    values discarded beyond --rank. Embeddings, head and norms are saved whole by default.
-
-    \b
-    Examples:
-      surgery extract-lora --rank 16 base trained adapter
-      surgery extract-lora --rank 64 --layers -6: --modules mlp base trained adapter
-      surgery extract-lora --rank 32 --svd randomized -e lm_head base trained adapter
-    """
-    from surgery.api import extract_lora as run
-    from surgery.engine.lowrank import Solver
-    from surgery.engine.ops.extract_lora import LoraOptions
-
-    options = LoraOptions(
-        rank=rank,
-        sv_epsilon=sv_epsilon,
-        embed_lora=embed_lora,
-        save_modules=tuple(save_modules),
-        include=tuple(include),
-        exclude=tuple(exclude),
-        skip_undecomposable=skip_undecomposable,
-        solver=Solver(svd, seed, distribute_scale),
-    )
-    written = run(
-        base,
-        trained,
-        out,
-        options,
-        layers=layers,
-        stack=stack,
-        modules=modules,
-        download=download,
-        force=force,
-        quiet=quiet,
-    )
-    _done(written, quiet, push_to)
-
-
-@cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@download_option
-@click.argument("checkpoint", type=click.Path())
-@click.argument("other", type=click.Path(), required=False)
-def inspect(as_json, download, checkpoint, other):
-    """Summarize CHECKPOINT from its headers: stacks, layers, dtypes, parameters, shards, recipe.
-
-    With OTHER, show how the two checkpoints' tensors match, tensor by tensor (a multimodal base
-    and a text-only fine-tune name one text model's tensors differently), and what revert and
-    soup make of it.
-
-    \b
-    Examples:
-      surgery inspect path/to/model
-      surgery inspect --json model.safetensors
-      surgery inspect ckpt/dense google/gemma-3-4b-pt
-    """
-    from surgery.checks import inspection
-    from surgery.hub.resolve import open_input, open_inputs
-
-    if other is not None:
-        pair = open_inputs([checkpoint, other], ranges=not download, companions=[False, False])
-        info = inspection.compare(*pair)
-        click.echo(json.dumps(info, indent=2) if as_json else inspection.format_comparison(info))
-        return
-    info = inspection.describe(open_input(checkpoint, ranges=not download, companions=False))
-    click.echo(json.dumps(info, indent=2) if as_json else inspection.format_description(info))
-
-
-@cli.command()
-@click.option(
-    "--values", is_flag=True, help="Also read every float tensor and flag NaN/inf values."
-)
-@quiet_option
-@click.argument("checkpoint", type=click.Path())
-def verify(values, quiet, checkpoint):
-    """Check every shard header and the index of CHECKPOINT; exit 1 on any defect.
-
-    \b
-    Examples:
-      surgery verify path/to/model
-      surgery verify --values merged
-    """
-    from surgery.checks.verify import verify as run
-    from surgery.hub.resolve import resolve
-
-    report = run(resolve(checkpoint)[0], values=values, quiet=quiet)
-    for warning in report.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    for problem in report.problems:
-        click.echo(f"defect: {problem}")
-    status = "ok" if report.ok else f"{len(report.problems)} defect(s)"
-    click.echo(f"{checkpoint}: {report.shards} shard(s), {report.tensors} tensors: {status}")
-    sys.exit(0 if report.ok else 1)
-
-
 def _scorer(tasks, eval_options):
     """The scorer sweep and localize receive (surgery never imports eval): the tasks, parsed
     and their data read now, before any checkpoint is read, scored with the eval options."""
@@ -623,7 +185,7 @@ def _scorer(tasks, eval_options):
     help="How to score points [default: in memory when the model fits].",
 )
 @eval_options
-@options(shard_option, force_option, quiet_option)
+@write_options("max_shard_size", "force", "quiet")
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
 @click.argument("out_dir", type=OutputFolder())
@@ -636,9 +198,7 @@ def sweep(
     no_save,
     in_memory,
     tasks,
-    max_shard_size,
-    force,
-    quiet,
+    write,
     base,
     trained,
     out_dir,
@@ -655,7 +215,6 @@ def sweep(
       surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ -t copain --no-save
       surgery sweep --alpha 0,0.5,1 base trained sweep/ -t ppl:madlad/ -t belebele:b.jsonl
     """
-    from surgery.core.sizes import parse_size
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
 
     rows = run_sweep(
@@ -670,15 +229,13 @@ def sweep(
         save=not no_save,
         in_memory=in_memory,
         extrapolate=extrapolate,
-        max_shard_size=parse_size(max_shard_size),
-        force=force,
-        quiet=quiet,
+        write=write,
     )
     if tasks:
         from surgery.diagnostics.results import format_table, metric_names
 
         click.echo(format_table(rows, ["alpha", *metric_names(rows)]))
-    _done(Path(out_dir), quiet, None)
+    finish(Path(out_dir), write)
 
 
 @cli.command()
@@ -793,7 +350,7 @@ def localize(
         force=force,
     )
     click.echo(format_localization(result))
-    _done(Path(out_dir), quiet, None)
+    finish(Path(out_dir), WriteOptions(quiet=quiet))
 
 
 @cli.command()
@@ -863,7 +420,7 @@ def compare(dirs, base, out, resamples, seed, jobs, force, quiet, bold):
         notes = write_report(comparison, staging, bold)
     for note in notes if not quiet else ():
         click.echo(note, err=True)
-    _done(out, quiet, None)
+    finish(out, WriteOptions(quiet=quiet))
 
 
 @cli.command()
@@ -904,39 +461,8 @@ def demo(out_dir, quick, seed, seeds, device):
     run_demo(out_dir, quick=quick, seed=seed, device=device)
 
 
-@cli.command()
-@click.option("--private", is_flag=True, help="Create the repository as private.")
-@click.option("--revision", default=None, help="Branch to commit to (created if missing).")
-@click.option("--commit-message", default=None, help="Commit message.")
-@click.option("--dry-run", is_flag=True, help="Print the files and the model card; send nothing.")
-@click.argument("checkpoint", type=click.Path())
-@click.argument("repo_id")
-def push(private, revision, commit_message, dry_run, checkpoint, repo_id):
-    """Upload CHECKPOINT to the Hub repository REPO_ID with a generated model card.
-
-    The folder must pass `surgery verify`. Its model card (README.md) is regenerated from
-    surgery_recipe.json with REPO_ID as title and eval_results.json when present. Needs a token
-    (HF_TOKEN or `hf auth login`).
-
-    \b
-    Examples:
-      surgery push merged my-org/gemma-3-4b-soup --private
-      surgery push reverted my-org/reverted --revision layers-9-28 --dry-run
-    """
-    from surgery.hub.push import push as run
-
-    url = run(
-        checkpoint,
-        repo_id,
-        private=private,
-        revision=revision,
-        commit_message=commit_message,
-        dry_run=dry_run,
-        echo=click.echo,
-    )
-    if url:
-        click.echo(f"pushed {checkpoint} to {url}")
-
+for command in [*checkpoints.COMMANDS, *reading.COMMANDS]:
+    cli.add_command(command)
 
 from eval.command import eval_command  # noqa: E402
 

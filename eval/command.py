@@ -15,6 +15,7 @@ import click
 from eval.options import eval_options
 from eval.tasks import kinds_help
 from surgery.core.cli_paths import OutputFile
+from surgery.options import quiet_option
 
 HELP = """Score CHECKPOINT (a causal LM folder) on one or more tasks.
 
@@ -93,7 +94,7 @@ to continue an interrupted run; under torchrun the units are shared out across r
     help="Run every multiple-choice context whole, not from the KV cache of the token prefix "
     "they share (the same scores; for debugging).",
 )
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@quiet_option
 def eval_command(
     checkpoint: str,
     tasks: tuple[str, ...],

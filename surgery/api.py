@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from surgery.core.errors import SurgeryError
 from surgery.engine.ops.interpolate import plan_interpolate
 from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
@@ -24,38 +25,42 @@ from surgery.engine.output_dir import check_output
 from surgery.engine.plan import Plan
 from surgery.engine.progress import notice
 from surgery.engine.reader import CARD_NAME, MERGEKIT_CONFIG_NAME, TRAIN_RECORD, Checkpoint
-from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute, rereads_remote
+from surgery.engine.writer import execute, rereads_remote
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_inputs
 from surgery.mergekit_config import read_config, render_config
+from surgery.options import WriteOptions
 
 if TYPE_CHECKING:
     from surgery.engine.ops.extract_lora import LoraOptions
 
+# The defaults; a call's keyword arguments (quiet=True, dtype="bf16", ...) change a copy.
+WRITE = WriteOptions()
 
-def write_plan(
-    plan: Plan,
-    out: str | Path,
-    *,
-    force: bool = False,
-    quiet: bool = False,
-    max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
-) -> Path:
+
+def write_plan(plan: Plan, out: str | Path, write: WriteOptions = WRITE) -> Path:
     """Check the output path against the plan's inputs, then write the checkpoint and its card.
 
     Raises:
         OutputError: OUT is or lies inside an input, contains one, or exists without `force`.
     """
     out = Path(out)
-    check_output(out, [ckpt.path for ckpt in plan.inputs], force)
+    check_output(out, [ckpt.path for ckpt in plan.inputs], write.force)
     return execute(
         plan,
         out,
-        quiet=quiet,
-        max_shard_size=max_shard_size,
+        quiet=write.quiet,
+        max_shard_size=write.max_shard_size,
         extra_files=card_file(plan, out),
-        replace=force,
+        replace=write.force,
     )
+
+
+def _no_dtype(write: WriteOptions, why: str) -> WriteOptions:
+    """`write` when it names no output dtype (a command whose dtype comes from elsewhere)."""
+    if write.dtype is not None:
+        raise SurgeryError(f"no dtype option here: {why}")
+    return write
 
 
 def _open_inputs(
@@ -130,15 +135,15 @@ def revert(
     stack: str | None = None,
     modules: str | None = None,
     attention_only: bool = False,
-    dtype: str | None = None,
-    download: bool = False,
-    **write_options: object,
+    write: WriteOptions = WRITE,
+    **changes: object,
 ) -> Path:
     """Write TRAINED with `layers` taken from BASE to `out`. See `plan_revert` and `write_plan`.
 
-    Hub ids are read by ranges (only the tensors the plan needs) unless `download`.
+    Hub ids are read by ranges (only the tensors the plan needs) unless `write.download`.
     """
-    base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
+    write = write.with_(**changes)
+    base_ckpt, trained_ckpt = _open_inputs([base, trained], write.download)
     warn_if_swapped(base_ckpt, trained_ckpt)
     plan = plan_revert(
         base_ckpt,
@@ -147,9 +152,9 @@ def revert(
         stack=stack,
         modules=modules,
         attention_only=attention_only,
-        dtype=dtype,
+        dtype=write.dtype,
     )
-    return write_plan(plan, out, **write_options)
+    return write_plan(plan, out, write)
 
 
 def soup(
@@ -157,13 +162,15 @@ def soup(
     out: str | Path,
     weights: Sequence[float] | None = None,
     *,
-    dtype: str | None = None,
-    download: bool = False,
-    **write_options: object,
+    write: WriteOptions = WRITE,
+    **changes: object,
 ) -> Path:
     """Write the (weighted) average of `experts` to `out`. See `plan_soup` and `write_plan`."""
-    plan = plan_soup(_open_inputs(list(experts), download, files_from=0), weights, dtype=dtype)
-    return write_plan(plan, out, **write_options)
+    write = write.with_(**changes)
+    plan = plan_soup(
+        _open_inputs(list(experts), write.download, files_from=0), weights, dtype=write.dtype
+    )
+    return write_plan(plan, out, write)
 
 
 def interpolate(
@@ -175,13 +182,13 @@ def interpolate(
     layers: str | None = None,
     stack: str | None = None,
     modules: str | None = None,
-    dtype: str | None = None,
     extrapolate: bool = False,
-    download: bool = False,
-    **write_options: object,
+    write: WriteOptions = WRITE,
+    **changes: object,
 ) -> Path:
     """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`."""
-    base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
+    write = write.with_(**changes)
+    base_ckpt, trained_ckpt = _open_inputs([base, trained], write.download)
     warn_if_swapped(base_ckpt, trained_ckpt)
     plan = plan_interpolate(
         base_ckpt,
@@ -189,11 +196,11 @@ def interpolate(
         alpha,
         layers=layers,
         stack=stack,
-        dtype=dtype,
+        dtype=write.dtype,
         extrapolate=extrapolate,
         modules=modules,
     )
-    return write_plan(plan, out, **write_options)
+    return write_plan(plan, out, write)
 
 
 def merge(
@@ -201,15 +208,15 @@ def merge(
     out: str | Path,
     *,
     seed: int = 0,
-    download: bool = False,
     mergekit_arithmetic: bool = False,
-    **write_options: object,
+    write: WriteOptions = WRITE,
+    **changes: object,
 ) -> Path:
     """Run a mergekit YAML config on the streaming engine and write the result to `out`.
 
     Args:
         config: path of the YAML (mergekit's format; model paths relative to the working
-            directory, or Hub ids, read by ranges unless `download`).
+            directory, or Hub ids, read by ranges unless `write.download`).
         seed: seed of DARE and DELLA's random masks (recorded in the recipe).
         mergekit_arithmetic: compute as mergekit does, each torch operation in the config's
             `dtype` (bit-identical to `mergekit-yaml`), instead of in float32 with one rounding;
@@ -219,17 +226,18 @@ def merge(
         MergeConfigError: an unsupported method or key, or a config mergekit rejects.
         MismatchError: the models do not line up.
     """
+    write = _no_dtype(write.with_(**changes), "the config's dtype: key sets the output dtype")
     # Imported here: the merge methods bring numpy, which no other command needs at start-up.
     from surgery.engine.ops.merge.planner import plan_merge
 
     spec = replace(read_config(config, seed=seed), mergekit_arithmetic=mergekit_arithmetic)
     # Companion files of every model: the planner picks which one the output copies them from.
-    plan = plan_merge(spec, open_inputs(spec.models, ranges=not download))
-    if not download and rereads_remote(plan):
+    plan = plan_merge(spec, open_inputs(spec.models, ranges=not write.download))
+    if not write.download and rereads_remote(plan):
         # Ranges would fetch those tensors once per pass; a download fetches them once.
         notice("note", "merge: reduction passes read inputs twice; downloading Hub inputs")
         plan = plan_merge(spec, open_inputs(spec.models))
-    return write_plan(plan, out, **write_options)
+    return write_plan(plan, out, write)
 
 
 def extract_lora(
@@ -241,16 +249,17 @@ def extract_lora(
     layers: str | None = None,
     stack: str | None = None,
     modules: str | None = None,
-    download: bool = False,
-    **write_options: object,
+    write: WriteOptions = WRITE,
+    **changes: object,
 ) -> Path:
     """Write the PEFT LoRA adapter of TRAINED's change from BASE to `out` (adapter_config.json,
     adapter_model.safetensors, a card). See `plan_extract_lora` and `write_plan`."""
+    write = _no_dtype(write.with_(**changes), "the adapter keeps TRAINED's dtypes")
     from surgery.engine.ops.extract_lora import plan_extract_lora  # torch: this command only
 
-    base_ckpt, trained_ckpt = _open_inputs([base, trained], download)
+    base_ckpt, trained_ckpt = _open_inputs([base, trained], write.download)
     warn_if_swapped(base_ckpt, trained_ckpt)
     plan = plan_extract_lora(
         base_ckpt, trained_ckpt, options, layers=layers, stack=stack, modules=modules
     )
-    return write_plan(plan, out, **write_options)
+    return write_plan(plan, out, write)

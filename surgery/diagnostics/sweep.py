@@ -12,15 +12,16 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from surgery.api import card_file, warn_if_swapped
+from surgery.api import WRITE, card_file, warn_if_swapped
 from surgery.core.errors import SurgeryError
 from surgery.diagnostics.memory_blend import MemoryBlender, fits_in_memory
 from surgery.diagnostics.results import announce, metric_names, write_results
 from surgery.diagnostics.scoring import Scorer
 from surgery.engine.ops.interpolate import plan_interpolate, resolve_alphas
 from surgery.engine.output_dir import check_output, staged_output
-from surgery.engine.writer import DEFAULT_MAX_SHARD_SIZE, execute
+from surgery.engine.writer import execute
 from surgery.hub.resolve import open_input
+from surgery.options import WriteOptions
 
 
 def parse_alpha_grid(text: str) -> list[float]:
@@ -64,9 +65,8 @@ def run_sweep(
     save: bool = True,
     in_memory: bool | None = None,
     extrapolate: bool = False,
-    force: bool = False,
-    quiet: bool = False,
-    max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+    write: WriteOptions = WRITE,
+    **changes: object,
 ) -> list[dict]:
     """Write and/or score one interpolation per alpha into `out_dir`.
 
@@ -79,6 +79,7 @@ def run_sweep(
         save: write one checkpoint per alpha (alpha-0.30, ...).
         in_memory: blend in memory for scoring; None decides by whether the model fits.
         extrapolate: allow alphas outside [0, 1].
+        write: how checkpoints are written (force, quiet, max_shard_size; `changes` edit a copy).
 
     Returns:
         One row per alpha: {"alpha": a, "<task>/<metric>": value, ...}.
@@ -86,6 +87,8 @@ def run_sweep(
     Raises:
         SurgeryError: nothing to do, or a bad input (see interpolate).
     """
+    write = write.with_(**changes)
+    quiet = write.quiet
     if not save and scorer is None:
         raise SurgeryError("--no-save without -t (a task to score) leaves nothing to do")
     base_ckpt, trained_ckpt = open_input(base), open_input(trained)
@@ -105,7 +108,7 @@ def run_sweep(
     if in_memory is None:
         in_memory = scorer is not None and fits_in_memory(trained_ckpt)
     out_dir = Path(out_dir)
-    check_output(out_dir, [base_ckpt.path, trained_ckpt.path], force)
+    check_output(out_dir, [base_ckpt.path, trained_ckpt.path], write.force)
     names = point_names(alphas)
     rows = [{"alpha": a} for a in alphas]
     with staged_output(out_dir) as staging:
@@ -116,7 +119,7 @@ def run_sweep(
                     plan,
                     staging / name,
                     quiet=quiet,
-                    max_shard_size=max_shard_size,
+                    max_shard_size=write.max_shard_size,
                     extra_files=card_file(plan, staging / name),
                 )
         if scorer is not None:
