@@ -59,7 +59,6 @@ from surgery.options import (  # noqa: E402
     download_option,
     extrapolate_option,
     finish,
-    force_option,
     modules_option,
     quiet_option,
     stack_option,
@@ -353,118 +352,12 @@ def localize(
     finish(Path(out_dir), WriteOptions(quiet=quiet))
 
 
-@cli.command()
-@click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--base",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="The base model's results folder (`surgery eval BASE --suite ... -o DIR`).",
-)
-@click.option(
-    "-o", "--out", required=True, type=OutputFolder(path_type=Path), help="Report folder."
-)
-@click.option(
-    "--resamples",
-    default=10_000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Bootstrap resamples B.",
-)
-@click.option("--seed", default=0, show_default=True, help="Seed of the resamples (recorded).")
-@click.option(
-    "--jobs", type=click.IntRange(min=1), default=None, help="Processes [default: the usable CPUs]."
-)
-@click.option(
-    "--bold",
-    type=click.Choice(["interval", "adjusted"]),
-    default="interval",
-    show_default=True,
-    help="Bold a change whose unadjusted 95% interval excludes 0, or only one that survives "
-    "Benjamini-Hochberg over its table († marks the latter either way).",
-)
-@force_option
-@quiet_option
-def compare(dirs, base, out, resamples, seed, jobs, force, quiet, bold):
-    """Compare strategies' suite results (DIRS) with the base's, item by item.
-
-    Per family the mean over held-in and over held-out languages, overall the mean over
-    families, and the mean over the suite's `others:` languages (forgetting); changes from the
-    base with paired bootstrap 95% intervals, Benjamini-Hochberg over each table, sign tests
-    over languages and families. Writes OUT/report.md, comparison.csv, comparison.json and two
-    plots. Results of other suites, settings, data or prompts are refused.
-
-    \b
-    Examples:
-      surgery compare runs/dense runs/soup --base runs/base -o report
-      surgery compare runs/* --base runs/base -o report --resamples 2000 --seed 1
-    """
-    from eval.study.compare import compare as run_compare
-    from eval.study.compare import default_jobs
-    from eval.study.report import write_report
-    from surgery.engine.output_dir import staged_output
-    from surgery.engine.output_paths import check_output
-
-    check_output(out, [base, *dirs], force)
-    comparison = run_compare(
-        base,
-        list(dirs),
-        resamples=resamples,
-        seed=seed,
-        jobs=jobs or default_jobs(),
-        progress=not quiet,
-    )
-    for warning in comparison.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    with staged_output(out) as staging:
-        notes = write_report(comparison, staging, bold)
-    for note in notes if not quiet else ():
-        click.echo(note, err=True)
-    finish(out, WriteOptions(quiet=quiet))
-
-
-@cli.command()
-@click.argument("out_dir", default="surgery-demo", type=OutputFolder())
-@click.option("--quick", is_flag=True, help="A smaller run: about 7 minutes on 2 CPU cores.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option(
-    "--seeds",
-    default=None,
-    type=click.IntRange(min=2),
-    help="Run the demo N times, seeds SEED..SEED+N-1 (into OUT_DIR/seed-S), and write "
-    "OUT_DIR/spread.md: each change's median and range over the runs, bold where it held in "
-    "every one.",
-)
-@click.option("--device", default=None, help="cpu or cuda [default: cuda when available].")
-def demo(out_dir, quick, seed, seeds, device):
-    """The paper's pipeline in miniature, offline: train, forget, repair, measure.
-
-    Generates a synthetic world (a general language, five language families with a held-out
-    relative each), pretrains a tiny base, runs Dense CPT, family experts, freezing, L2-SP, EMA,
-    Dense-/Expert-Reverted and Expert Soup, scores them all and writes OUT_DIR/report.md with a
-    table of deltas from the base, plots, and one expert's drift and sweep. A second run reuses
-    finished stages.
-
-    \b
-    Examples:
-      surgery demo --quick
-      surgery demo --quick --seeds 3 runs/spread   # what holds over three runs
-      surgery demo runs/demo --device cuda
-    """
-    if seeds is not None:
-        from demo.spread import run_seeds
-
-        run_seeds(out_dir, quick=quick, seeds=list(range(seed, seed + seeds)), device=device)
-        return
-    from demo.pipeline import run_demo
-
-    run_demo(out_dir, quick=quick, seed=seed, device=device)
-
-
-for command in [*checkpoints.COMMANDS, *reading.COMMANDS]:
-    cli.add_command(command)
-
+from demo.command import demo  # noqa: E402
 from eval.command import eval_command  # noqa: E402
+from eval.study.command import compare  # noqa: E402
+
+for command in [*checkpoints.COMMANDS, *reading.COMMANDS, compare, demo]:
+    cli.add_command(command)
 
 cli.add_command(eval_command, "eval")
 
