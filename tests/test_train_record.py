@@ -6,11 +6,15 @@ Two tiny runs cover every strategy: one with --freeze (and the embeddings), --l2
 are scripted, so early stopping chooses the same step on every machine. Paths, the version and
 the shards' hashes (float rounding differs between CPUs) are replaced before comparing; the rest
 must match byte for byte: a change to train/ that alters what a run records fails here.
+
+A new option changes every record (the configuration is recorded whole): rewrite the golden
+files with `UPDATE_GOLDEN=1 pytest tests/test_train_record.py` and review their diff.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -90,4 +94,6 @@ def test_recipe_card_and_record_match_golden_files(families, tmp_path, name):
     }
     for suffix, text in produced.items():
         golden = GOLDEN / f"{name}.{suffix}"
+        if os.environ.get("UPDATE_GOLDEN"):
+            golden.write_text(_normalized(text, base, tmp_path))
         assert _normalized(text, base, tmp_path) == golden.read_text(), golden.name
