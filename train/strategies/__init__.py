@@ -21,7 +21,6 @@ from train.strategies.drift import Drift
 from train.strategies.early_stopping import EarlyStopping
 from train.strategies.ema import WeightAverage
 from train.strategies.freeze import Freeze
-from train.strategies.gradient_noise import GradientNoise
 from train.strategies.l2sp import L2SPToBase
 from train.strategies.lora import LoRA
 
@@ -38,7 +37,6 @@ STRATEGIES: tuple[type[Strategy], ...] = (
     LoRA,
     Curriculum,
     EarlyStopping,
-    GradientNoise,
 )
 
 __all__ = ["STRATEGIES", "Strategies", "Strategy", "check", "choose", "with_options"]
