@@ -83,7 +83,7 @@ def test_train_applies_the_reference_lambdas_and_freezing(families, tmp_path, mo
     """Per parameter: the L2-SP lambda and requires_grad after setup equal the reference's, and
     the frozen parameters end bit-identical to BASE."""
     from train.api import train
-    from train.regularizers import L2SP
+    from train.strategies.l2sp import L2SP
 
     made = []
     original = L2SP.from_model.__func__

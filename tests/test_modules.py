@@ -171,7 +171,7 @@ def test_freeze_with_modules_keeps_only_those_modules_bit_identical(families, tm
 
 def test_l2sp_with_modules_regularizes_only_those_modules(families, tmp_path, monkeypatch):
     from train.api import train
-    from train.regularizers import L2SP
+    from train.strategies.l2sp import L2SP
 
     made = []
     original = L2SP.from_model.__func__

@@ -12,9 +12,10 @@ from surgery.core.errors import CheckpointError, LayerSpecError, OutputError
 from surgery.core.layers import layer_groups
 from tests.support.train_helpers import tiny_config, write_corpus
 from train.arguments import training_arguments
-from train.config import parse_lora
 from train.errors import TrainConfigError
-from train.sources import DataSource, apply_mix_until, normalize_shares, parse_data_source
+from train.sources import DataSource, normalize_shares, parse_data_source
+from train.strategies.curriculum import apply_mix_until
+from train.strategies.lora import parse_lora
 
 
 def test_data_source_forms(tmp_path):

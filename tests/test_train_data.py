@@ -10,7 +10,8 @@ import pytest
 from tests.support import tiny_models
 from tests.support.train_helpers import write_corpus
 from train.data import MixtureSchedule, PackedMixture, iter_blocks, iter_documents, shuffled
-from train.sources import DataSource, apply_mix_until, normalize_shares
+from train.sources import DataSource, normalize_shares
+from train.strategies.curriculum import apply_mix_until
 
 
 def test_readers(tmp_path):

@@ -12,9 +12,8 @@ import torch
 import train.assemble as train_assemble
 from tests.support.train_helpers import load_tensors, tiny_config, write_corpus
 from train.api import train
-from train.config import parse_lora
 from train.layer_map import layer_map
-from train.lora import apply_lora, merge_lora, merge_lora_state_dict
+from train.strategies.lora import apply_lora, merge_lora, merge_lora_state_dict, parse_lora
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from transformers import TrainerCallback
 
 from tests.support.train_helpers import load_tensors, tiny_config, write_corpus
 from train.api import train
-from train.config import parse_early_stopping
 from train.errors import TrainConfigError
+from train.strategies.early_stopping import parse_early_stopping
 
 
 class Weights(TrainerCallback):

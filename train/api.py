@@ -6,7 +6,8 @@ rank runs the same function; the main process writes the checkpoint.
 `train` is the recipe, one step per module: the configuration is validated once into a plan
 (train/config.py), then load (train/load.py), prepare (freeze, LoRA: train/prepare.py), the
 Trainer (train/assemble.py) and its strategies (L2-SP, drift, EMA, early stopping:
-train/strategies.py), training, and save (train/save.py).
+train/attach.py), training, and save (train/save.py). Each step after validation is handed the
+plan; the strategies (train/strategies/, one module each) act through their hooks in each step.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from train.config import TrainConfig
 from train.errors import TrainConfigError
+from train.strategies import STRATEGIES
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -54,17 +56,16 @@ def train(
     from transformers import set_seed
 
     from train.assemble import assemble
+    from train.attach import attach
     from train.load import load
     from train.outputs import discard_old_checkpoints, kept_on_failure
     from train.prepare import prepare
     from train.save import save
-    from train.strategies import attach
 
     if (config.eval_every is None) != (score is None):
         raise TrainConfigError("eval_every and a score function go together: give both or neither")
-    chosen = strategies(config)
     plan = config.validate()
-    logger.info("%s", chosen)
+    logger.info("%s", strategies(config))
     with kept_on_failure(plan.checkpoints_dir, plan.output):
         discard_old_checkpoints(plan.checkpoints_dir, plan.discard_checkpoints)
         set_seed(config.seed)
@@ -76,38 +77,26 @@ def train(
             progress=config.progress,
         )
         model = prepare(model, layers, plan.strategies, plan.layout.text_stack)
-        early = plan.strategies.early_stopping
-        trainer, dataset = assemble(
-            config, model, tokenizer, plan.sources, plan.block_size, plan.checkpoints_dir, early
-        )
-        own = attach(
-            trainer, layers, plan.strategies, plan.resume_from, score, config.keep_checkpoints
-        )
+        trainer, dataset = assemble(plan, model, tokenizer)
+        own = attach(trainer, layers, plan, score)
         for callback in [*own, *callbacks]:
             trainer.add_callback(callback)
         trainer.train(resume_from_checkpoint=str(plan.resume_from) if plan.resume_from else None)
         for note in dataset.rerun_notes():
             logger.warning("%s", note)
-        save(trainer, config, plan.layout, plan.output, plan.strategies.lora, early)
+        save(trainer, plan)
     return plan.output
 
 
 def strategies(config: TrainConfig) -> str:
-    """One line saying which strategies against forgetting the run uses."""
-    chosen = [
-        f"{name} {value}"
-        for name, value in (
-            ("--freeze", config.freeze),
-            ("--freeze-embeddings", "" if config.freeze_embeddings else None),
-            ("--l2sp", config.l2sp),
-            ("--modules", config.modules),
-            ("--attention-only", "" if config.attention_only else None),
-            ("--l2sp-form", config.l2sp_form if config.l2sp else None),
-            ("--ema", config.ema),
-            ("--lora", config.lora),
-            ("--mix-until", ",".join(config.mix_until) or None),
-            ("--fsdp", config.fsdp),
-        )
-        if value is not None
-    ]
+    """One line saying which strategies against forgetting the run uses: each strategy's flags
+    (registry order), then the options that shape them (--modules, --attention-only, --fsdp)."""
+    chosen = [item for strategy in STRATEGIES for item in strategy.summary(config)]
+    for flag, value in (
+        ("--modules", config.modules),
+        ("--attention-only", "" if config.attention_only else None),
+        ("--fsdp", config.fsdp),
+    ):
+        if value is not None:
+            chosen.append(f"{flag} {value}")
     return "strategies: " + (", ".join(c.strip() for c in chosen) or "plain continual pretraining")

@@ -11,20 +11,22 @@ from train.errors import TrainConfigError
 if TYPE_CHECKING:
     from transformers import TrainingArguments
 
-    from train.config import EarlyStop, TrainConfig
+    from train.config import TrainConfig
+    from train.strategies import Strategy
 
 logger = logging.getLogger(__name__)
 
 
 def training_arguments(
-    cfg: TrainConfig, checkpoints_dir: Path, early: EarlyStop | None
+    cfg: TrainConfig, checkpoints_dir: Path, *strategies: Strategy | None
 ) -> TrainingArguments:
     """transformers TrainingArguments for the run (max_steps is set once the world is known).
 
     Args:
-        cfg: the run's configuration.
+        cfg: the run's configuration (its general options).
         checkpoints_dir: where the Trainer keeps its resumable checkpoints.
-        early: `--early-stopping`, parsed.
+        strategies: the run's strategies, whose `arguments` override the general ones (None:
+            a strategy the run does not use).
     """
     import torch
     from transformers import TrainingArguments
@@ -55,28 +57,19 @@ def training_arguments(
         use_cpu=not has_accelerator,
         dataloader_num_workers=0,
         **_fsdp_arguments(cfg.fsdp, cfg.fsdp_config),
-        **_early_stopping_arguments(early, cfg.eval_every, cfg.save_steps),
+        **_strategy_arguments(cfg.save_steps, strategies),
         **cfg.extra_args,
     )
 
 
-def _early_stopping_arguments(
-    early: EarlyStop | None, eval_every: int | None, save_steps: int
-) -> dict:
-    """`--save-steps`, or the Trainer's own best-model machinery for `--early-stopping`: an
-    evaluation at every `--eval-every` step (the periodic scores, see `SurgeryTrainer.evaluate`),
-    a checkpoint at each of them (so the best step always has one to reload), and the best
-    reloaded at the end."""
-    if early is None:
-        return {"save_steps": save_steps}
-    return {
-        "eval_strategy": "steps",
-        "eval_steps": eval_every,
-        "save_steps": eval_every,
-        "load_best_model_at_end": True,
-        "metric_for_best_model": early.metric,
-        "greater_is_better": early.greater_is_better,
-    }
+def _strategy_arguments(save_steps: int, strategies: tuple[Strategy | None, ...]) -> dict:
+    """`--save-steps`, then each strategy's keywords over it (early stopping saves at its scored
+    steps instead)."""
+    arguments = {"save_steps": save_steps}
+    for strategy in strategies:
+        if strategy is not None:
+            arguments.update(strategy.arguments())
+    return arguments
 
 
 def _fsdp_arguments(fsdp: str | None, fsdp_config: str | None) -> dict:

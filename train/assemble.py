@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from train.arguments import single_device_instead_of_data_parallel, training_arguments
@@ -14,23 +12,16 @@ from train.data import MixtureSchedule, PackedMixture
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from train.config import EarlyStop, TrainConfig
-    from train.sources import DataSource
+    from train.config import TrainPlan
     from train.trainer import SurgeryTrainer
 
 logger = logging.getLogger(__name__)
 
 
 def assemble(
-    cfg: TrainConfig,
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    sources: Sequence[DataSource],
-    block: int,
-    checkpoints_dir: Path,
-    early: EarlyStop | None,
+    plan: TrainPlan, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 ) -> tuple[SurgeryTrainer, PackedMixture]:
-    """Build the Trainer over the packed mixture of `sources`, `block` tokens per block.
+    """Build the Trainer over the packed mixture of the plan's sources, in blocks of its size.
 
     Returns:
         The trainer (its `tokens_per_step` and `global_batch_blocks` set) and its dataset.
@@ -39,7 +30,8 @@ def assemble(
 
     from train.trainer import SurgeryTrainer
 
-    args = training_arguments(cfg, checkpoints_dir, early)
+    cfg, sources, block = plan.config, plan.sources, plan.block_size
+    args = training_arguments(cfg, plan.checkpoints_dir, *plan.strategies)
     single_device_instead_of_data_parallel(args)
     if cfg.fsdp and args.world_size == 1:
         logger.warning("--fsdp with one process: nothing to shard; start it with torchrun")
@@ -52,6 +44,7 @@ def assemble(
     shares, until = [s.share for s in sources], [s.until for s in sources]
     schedule = MixtureSchedule(shares, until, steps, per_step, cfg.seed)
     dataset = PackedMixture(sources, tokenizer, block, schedule, cfg.shuffle_buffer)
+    evaluates = args.eval_strategy != "no"  # --early-stopping's best-model machinery
     trainer = SurgeryTrainer(
         model=model,
         args=args,
@@ -59,11 +52,11 @@ def assemble(
         data_collator=default_data_collator,
         processing_class=tokenizer,
         # The Trainer evaluates only with a dataset; the scores come from PeriodicEval instead.
-        eval_dataset=() if early else None,
+        eval_dataset=() if evaluates else None,
     )
     trainer.tokens_per_step = per_step * block
     trainer.global_batch_blocks = per_step
-    if early is not None:
+    if evaluates:
         tasks = ", ".join(cfg.eval_tasks) or "the given scorer"
         logger.info("held-out scores every %d steps: %s", cfg.eval_every, tasks)
     logger.info(

@@ -1,6 +1,6 @@
-"""What a run may ask of BASE beyond what the spec parsers check: L2-SP lambdas, the layers that
-`--modules` narrows, `--attention-only`'s combinations, and a block no longer than the model's
-context.
+"""What a run may ask of BASE beyond what the spec parsers check: the layers that `--modules`
+narrows, `--attention-only`'s combinations, and a block no longer than the model's context (the
+strategies check their own options: train/strategies/).
 
 `TrainConfig.validate` applies them once BASE's layout is known; the `--dry-run` memory plan
 (train/memory_plan.py) applies the same ones to BASE's config.
@@ -8,7 +8,6 @@ context.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -17,18 +16,10 @@ from surgery.core.modules import ATTENTION_ONLY
 from train.errors import TrainConfigError
 
 if TYPE_CHECKING:
-    from surgery.core.layers import LayerValues, Stack
+    from surgery.core.layers import Stack
     from surgery.core.modules import ModuleFilter
 
 DEFAULT_BLOCK = 1024
-
-
-def check_lambdas(values: LayerValues, spec: str | None) -> LayerValues:
-    """Refuse a negative or infinite L2-SP lambda in parsed `--l2sp` values."""
-    for value in [*values.per_layer.values(), values.default]:
-        if value is not None and (value < 0 or not math.isfinite(value)):
-            raise TrainConfigError(f"--l2sp {spec!r}: lambda must be >= 0, got {value}")
-    return values
 
 
 def require_narrowed_layers(modules: ModuleFilter | None, named: Sequence[int]) -> None:

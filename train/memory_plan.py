@@ -38,14 +38,11 @@ from surgery.core.layers import (
 )
 from surgery.core.modules import parse_module_filter
 from surgery.core.sizes import format_size
-from train.config import LoraSpec, TrainConfig, parse_lora
+from train.config import TrainConfig
 from train.errors import TrainConfigError
-from train.limits import (
-    block_size,
-    check_attention_only,
-    check_lambdas,
-    require_attention_only_tensors,
-)
+from train.limits import block_size, check_attention_only, require_attention_only_tensors
+from train.strategies.l2sp import check_lambdas
+from train.strategies.lora import LoRA, parse_lora
 
 if TYPE_CHECKING:
     from torch import nn
@@ -194,8 +191,8 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
     Raises:
         LayerSpecError, TrainConfigError: specs that do not fit the model.
     """
-    from train.freezing import freeze
     from train.layer_map import layer_map
+    from train.strategies.freeze import freeze
 
     if cfg.attention_only:
         check_attention_only(cfg.modules, cfg.lora, cfg.freeze, cfg.l2sp)
@@ -231,7 +228,7 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
     return Counts(total, trained, regularized, largest_unit, largest_layer)
 
 
-def _lora_parameters(model: nn.Module, spec: LoraSpec, frozen: set[int]) -> int:
+def _lora_parameters(model: nn.Module, spec: LoRA, frozen: set[int]) -> int:
     """r x (in + out) per adapted linear layer of the stack (peft's A and B)."""
     from torch import nn
 

@@ -1,5 +1,6 @@
-"""Training data sources as the user names them: `[NAME=]LOCATION[:SHARE]`, shares, and the
-`--mix-until` curriculum. Parsing only: reading the data is train/data.py's work."""
+"""Training data sources as the user names them: `[NAME=]LOCATION[:SHARE]` and shares. Parsing
+only: reading the data is train/data.py's work, the `--mix-until` curriculum
+train/strategies/curriculum.py's."""
 
 from __future__ import annotations
 
@@ -108,37 +109,3 @@ def normalize_shares(sources: Sequence[DataSource]) -> tuple[DataSource, ...]:
     shares = [s.share if s.share is not None else 1.0 for s in sources]
     total = sum(shares)
     return tuple(replace(s, share=share / total) for s, share in zip(sources, shares, strict=True))
-
-
-def apply_mix_until(
-    sources: tuple[DataSource, ...], specs: Sequence[str]
-) -> tuple[DataSource, ...]:
-    """Attach `--mix-until [NAME=]FRACTION` to sources; a bare fraction means the last source.
-
-    Raises:
-        TrainConfigError: on an unknown name, a fraction outside (0, 1], a bare fraction with a
-            single source, or every source limited (no data would be left for the end).
-    """
-    by_name = {s.name: s for s in sources}
-    for spec in specs:
-        name, sep, value = spec.rpartition("=")
-        if not sep:
-            if len(sources) < 2:
-                raise TrainConfigError("--mix-until needs at least two --data sources")
-            name = sources[-1].name
-        if name not in by_name:
-            raise TrainConfigError(
-                f"--mix-until {spec!r}: no --data source named {name!r} "
-                f"(sources: {', '.join(by_name)})"
-            )
-        try:
-            fraction = float(value)
-        except ValueError:
-            raise TrainConfigError(f"--mix-until {spec!r}: {value!r} is not a number") from None
-        if not 0 < fraction <= 1:
-            raise TrainConfigError(f"--mix-until {spec!r}: the fraction must be in (0, 1]")
-        by_name[name] = replace(by_name[name], until=fraction)
-    result = tuple(by_name[s.name] for s in sources)
-    if all(s.until is not None for s in result):
-        raise TrainConfigError("--mix-until limits every source; leave at least one unlimited")
-    return result

@@ -1,4 +1,4 @@
-"""A transformers Trainer with the wrapper's two hooks: the L2-SP gradient and richer logs."""
+"""A transformers Trainer with the wrapper's hooks: the strategies' gradients and richer logs."""
 
 from __future__ import annotations
 
@@ -8,26 +8,29 @@ from collections.abc import Callable
 import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from train.drift import DriftMonitor
-from train.regularizers import L2SP
 from train.sharding import enable_fsdp_on_cpu
 
 
 class SurgeryTrainer(Trainer):
-    """`Trainer` plus L2-SP and logs of tokens per second, penalty and drift.
+    """`Trainer` plus the strategies' hooks and logs of tokens per second.
 
-    The strategies are attached by `bind(model)` once the model's parameters are final: right
-    after construction (one process, DDP: the Trainer has moved the model to its device), or,
-    under FSDP, after accelerate has sharded the model and before a resumed run loads its
-    checkpoint, in `create_scheduler` (so the L2-SP reference is BASE, not the resumed
-    weights). `bind` sets `l2sp` (an `L2SP` or None) and `drift` (a `DriftMonitor` or None).
+    The strategies (train/strategies/) bind their state to the model (`when_bound`) once the
+    model's parameters are final: right after construction (one process, DDP: the Trainer has
+    moved the model to its device), or, under FSDP, after accelerate has sharded the model and
+    before a resumed run loads its checkpoint, in `create_scheduler` (so the L2-SP reference is
+    BASE, not the resumed weights). Binding may add `gradient_hooks` and `log_hooks`.
     """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.l2sp: L2SP | None = None
-        self.drift: DriftMonitor | None = None
-        self.bind: Callable[[torch.nn.Module], None] | None = None
+        self.binders: list[Callable[[torch.nn.Module], None]] = []
+        # Called with the loss scale once per optimizer step, when the data gradients are
+        # complete: each adds its term to the gradients (L2-SP's penalty).
+        self.gradient_hooks: list[Callable[[float], None]] = []
+        # Called at each loss log: values the line carries (L2-SP's penalty, drift).
+        self.log_hooks: list[Callable[[], dict[str, float]]] = []
+        # Copies of BASE's weights a strategy holds, by parameter name, for others to reuse.
+        self.base_copies: dict[str, torch.Tensor] = {}
         self.tokens_per_step = 0
         self.global_batch_blocks = 0
         self.held_bytes: dict[str, int] = {}
@@ -43,10 +46,14 @@ class SurgeryTrainer(Trainer):
         super().create_accelerator_and_postprocess()
         enable_fsdp_on_cpu(self)
 
+    def when_bound(self, bind: Callable[[torch.nn.Module], None]) -> None:
+        """Call `bind(model)` once the model's parameters are final (see the class docstring)."""
+        self.binders.append(bind)
+
     def bind_strategies(self, model: torch.nn.Module | None = None) -> None:
-        """Attach the strategies to the model as it is now (see the class docstring)."""
-        if self.bind is not None:
-            bind, self.bind = self.bind, None
+        """Bind the strategies to the model as it is now, once, in the order they asked."""
+        binders, self.binders = self.binders, []
+        for bind in binders:
             bind(model if model is not None else self.model)
 
     def create_scheduler(
@@ -64,7 +71,8 @@ class SurgeryTrainer(Trainer):
         inputs: dict,
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> torch.Tensor:
-        """The usual step; on the last micro-batch of an optimizer step, add the L2-SP gradient.
+        """The usual step; on the last micro-batch of an optimizer step, run the gradient hooks
+        (the L2-SP gradient).
 
         `sync_gradients` is true only on that micro-batch, after whose backward pass the data
         gradients are complete (accumulated and averaged across ranks).
@@ -72,9 +80,11 @@ class SurgeryTrainer(Trainer):
         if self._last_log is None:
             self._last_log = (time.perf_counter(), self.state.global_step)
         loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.l2sp is not None and self.accelerator.sync_gradients:
+        if self.gradient_hooks and self.accelerator.sync_gradients:
             scaler = getattr(self.accelerator, "scaler", None)
-            self.l2sp.add_gradient(scale=scaler.get_scale() if scaler is not None else 1.0)
+            scale = scaler.get_scale() if scaler is not None else 1.0
+            for hook in self.gradient_hooks:
+                hook(scale)
         return loss
 
     def evaluate(
@@ -92,8 +102,8 @@ class SurgeryTrainer(Trainer):
         return metrics
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add tokens per second, the L2-SP penalty, per-group drift and the step's held-out
-        scores (`pending_logs`) to training logs."""
+        """Add tokens per second, the log hooks' values (L2-SP penalty, per-group drift) and the
+        step's held-out scores (`pending_logs`) to training logs."""
         if "loss" in logs:
             logs.update(self.pending_logs)
             self.pending_logs.clear()
@@ -103,10 +113,8 @@ class SurgeryTrainer(Trainer):
             if now > last_time and step > last_step:
                 rate = (step - last_step) * self.tokens_per_step / (now - last_time)
                 logs["tokens_per_second"] = round(rate, 1)
-            if self.l2sp is not None:
-                logs["l2sp_penalty"] = self.l2sp.penalty()
-            if self.drift is not None:
-                logs.update({k: round(v, 6) for k, v in self.drift.measure().items()})
+            for hook in self.log_hooks:
+                logs.update(hook())
             # Restart the clock after measuring, so the next rate excludes the logging itself.
             self._last_log = (time.perf_counter(), step)
         super().log(logs, start_time)

@@ -1,4 +1,5 @@
-"""L2-SP: a pull toward the starting point, lambda * ||w - w0||^2 per parameter.
+"""L2-SP (`--l2sp`, `--l2sp-form`): a pull toward the starting point, lambda * ||w - w0||^2 per
+parameter.
 
 Two forms (`--l2sp-form`):
 - `sum` (the default): lambda * ||w - w0||^2, as the paper's public code adds it to the loss
@@ -22,19 +23,145 @@ gathered, and the result equals the unsharded computation element for element.
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from surgery.core.layers import LayerValues
+from surgery.core.layers import LayerValues, parse_layer_values
+from train.errors import TrainConfigError
+from train.fields import cli
 from train.sharding import all_reduce_sum, is_sharded, local
+from train.strategies.base import Config, Strategies, Strategy
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+    from transformers import PreTrainedModel, TrainerCallback
+
+    from train.checkpoint_io import CheckpointLayout
+    from train.layer_map import LayerMap
+    from train.sources import DataSource
+    from train.trainer import SurgeryTrainer
+
+logger = logging.getLogger(__name__)
 
 # `sum`: lambda * ||w - w0||^2 (the paper's code); `half`: lambda / 2 * ||w - w0||^2.
 L2SP_FORMS = ("sum", "half")
+
+
+@dataclass
+class L2SPOptions:
+    """`TrainConfig` fields: `l2sp`, the per-layer lambda spec ("9:28=0.05,*=0.001"; `*` covers
+    the other layers and the tensors outside the stack, embeddings and final norm, as in the
+    paper's code), and `l2sp_form`: "sum", lambda * ||w - w0||^2 per optimizer step (the paper's
+    code), or "half", the textbook lambda / 2 * ||w - w0||^2."""
+
+    l2sp: str | None = field(
+        default=None,
+        metadata=cli(
+            "L2-SP strength lambda toward BASE per layer, e.g. '9:28=0.05,*=0.001' "
+            "(penalty lambda * ||w - w0||^2 per optimizer step, see --l2sp-form).",
+            metavar="SPEC",
+        ),
+    )
+    l2sp_form: str = field(
+        default="sum",
+        metadata=cli(
+            "sum: lambda * ||w - w0||^2, as the paper's code; half: lambda/2 * ||w - w0||^2.",
+            choices=L2SP_FORMS,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class L2SPToBase(Strategy):
+    """The L2-SP penalty toward BASE, added to the gradients once per optimizer step.
+
+    --modules narrows its ranges (a tensor it leaves out gets the `*` lambda); --attention-only
+    leaves the MLPs out altogether (lambda 0), as the paper's code.
+
+    Attributes:
+        values: lambda per layer, `default` for the other layers and tensors outside the stack.
+        form: "sum" or "half" (see `L2SP`).
+    """
+
+    name = "l2sp"
+    Options = L2SPOptions
+    after = "attention_only"
+    needs_parameters = True
+
+    values: LayerValues
+    form: str
+
+    @classmethod
+    def check(cls, config: Config, sources: tuple[DataSource, ...]) -> tuple[DataSource, ...]:
+        """The form is one of `L2SP_FORMS`."""
+        if config.l2sp_form not in L2SP_FORMS:
+            raise TrainConfigError(
+                f"--l2sp-form {config.l2sp_form!r}: choose {' or '.join(L2SP_FORMS)}"
+            )
+        return sources
+
+    @classmethod
+    def plan(
+        cls, config: Config, layout: CheckpointLayout, chosen: Strategies
+    ) -> L2SPToBase | None:
+        """The lambdas of `--l2sp`, checked against BASE's layer count."""
+        if not config.l2sp:
+            return None
+        values = parse_layer_values(config.l2sp, layout.text_stack.num_layers)
+        return cls(values=check_lambdas(values, config.l2sp), form=config.l2sp_form)
+
+    def value_for(self, layer: int | None) -> float | None:
+        """The lambda of a layer (None: a tensor outside the stack)."""
+        return self.values.value_for(layer)
+
+    @property
+    def named_layers(self) -> tuple[int, ...]:
+        """The layers of `--l2sp`'s ranges (not `*`)."""
+        return tuple(self.values.per_layer)
+
+    def attach(
+        self,
+        trainer: SurgeryTrainer,
+        layers: LayerMap,
+        strategies: Strategies,
+        resume_from: Path | None,
+    ) -> list[TrainerCallback]:
+        """Snapshot the reference when the parameters are bound; add the penalty's gradient at
+        every optimizer step and the penalty to the logs."""
+
+        def bind(model: PreTrainedModel) -> None:
+            l2sp = L2SP.from_model(
+                model, self.values, layers.narrowed, self.form, layers.unregularized
+            )
+            trainer.gradient_hooks.append(l2sp.add_gradient)
+            trainer.log_hooks.append(lambda: {"l2sp_penalty": l2sp.penalty()})
+            # Drift measures against the same copies of BASE instead of holding its own.
+            trainer.base_copies.update({t.name: t.reference for t in l2sp.terms})
+            held = sum(t.reference.nbytes for t in l2sp.terms)
+            trainer.held_bytes["l2sp_reference"] = held
+            logger.info("L2-SP: %d regularized tensors, reference %d bytes", len(l2sp), held)
+
+        trainer.when_bound(bind)
+        return []
+
+    @classmethod
+    def summary(cls, config: Config) -> list[str]:
+        """`--l2sp SPEC`, `--l2sp-form FORM`."""
+        items = [f"--l2sp {config.l2sp}"] if config.l2sp is not None else []
+        return items + ([f"--l2sp-form {config.l2sp_form}"] if config.l2sp else [])
+
+
+def check_lambdas(values: LayerValues, spec: str | None) -> LayerValues:
+    """Refuse a negative or infinite L2-SP lambda in parsed `--l2sp` values."""
+    for value in [*values.per_layer.values(), values.default]:
+        if value is not None and (value < 0 or not math.isfinite(value)):
+            raise TrainConfigError(f"--l2sp {spec!r}: lambda must be >= 0, got {value}")
+    return values
 
 
 @dataclass

@@ -1,5 +1,7 @@
-"""Per-layer-group drift from the base: ||w - w0|| / ||w0|| over each group's tensors.
+"""Per-layer-group drift from the base (`--no-drift`, `--drift-groups`): ||w - w0|| / ||w0||
+over each group's tensors, logged with the loss.
 
+Not a strategy against forgetting but a monitor of it, plugged in the same way.
 Computed where the weights are: the reference stays on the training device and each log line
 moves one number per group to the host (summed over the ranks under FSDP2), never the weights.
 """
@@ -8,15 +10,90 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from surgery.core.layers import layer_groups
+from train.fields import cli
 from train.sharding import all_reduce_sum, any_sharded, local
+from train.strategies.base import Config, Strategies, Strategy
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+    from transformers import TrainerCallback
+
+    from train.checkpoint_io import CheckpointLayout
+    from train.layer_map import LayerMap
+    from train.trainer import SurgeryTrainer
 
 OUTSIDE = "outside"
+
+
+@dataclass
+class DriftOptions:
+    """`TrainConfig` fields: `drift`, log per-group drift from BASE, and `drift_groups`, the
+    groups as a list of layer specs."""
+
+    drift: bool = field(
+        default=True, metadata=cli("Do not log drift from BASE.", flag="--no-drift")
+    )
+    drift_groups: str | None = field(
+        default=None,
+        metadata=cli(
+            "Layer groups for drift logs, e.g. 0:9,9:28,28:34 [from --freeze/--l2sp, else thirds].",
+            metavar="LAYERS",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Drift(Strategy):
+    """Drift from BASE per layer group, in every loss log line (not under LoRA).
+
+    Attributes:
+        groups: (label, layers) of the text stack; tensors outside it form "outside".
+    """
+
+    name = "drift"
+    Options = DriftOptions
+    after = "report_to"
+
+    groups: tuple[tuple[str, tuple[int, ...]], ...]
+
+    @classmethod
+    def plan(cls, config: Config, layout: CheckpointLayout, chosen: Strategies) -> Drift | None:
+        """The groups: `--drift-groups`, else cut at the layers the strategies before it name
+        (--freeze's, else --l2sp's), else thirds. Checked even with `--no-drift`."""
+        num_layers = layout.text_stack.num_layers
+        groups = layer_groups(config.drift_groups, num_layers, chosen.named_layers)
+        return cls(groups=groups) if config.drift else None
+
+    def attach(
+        self,
+        trainer: SurgeryTrainer,
+        layers: LayerMap,
+        strategies: Strategies,
+        resume_from: Path | None,
+    ) -> list[TrainerCallback]:
+        """Copy BASE's trained parameters when they are bound (reusing the copies other
+        strategies hold) and add the drift to each loss log line."""
+        if strategies.lora is not None:
+            return []
+
+        def bind(model: nn.Module) -> None:
+            # A collective under FSDP (every rank measures its shards); else rank 0 alone.
+            if not (any_sharded(model) or trainer.is_world_process_zero()):
+                return
+            shared = dict(trainer.base_copies)
+            monitor = DriftMonitor(model, self.groups, layers.layers, shared)
+            trainer.log_hooks.append(lambda: {k: round(v, 6) for k, v in monitor.measure().items()})
+            own = [r for name, (_, _, r) in monitor.params.items() if name not in shared]
+            trainer.held_bytes["drift_reference"] = sum(r.nbytes for r in own)
+
+        trainer.when_bound(bind)
+        return []
 
 
 def _compact(tensor: torch.Tensor) -> torch.Tensor:
@@ -42,7 +119,7 @@ class DriftMonitor:
     Args:
         model: the model holding the base weights, frozen parameters already marked.
         groups: (label, layer indices) of the text stack; tensors outside it form "outside".
-        layers: each parameter name's layer (see `freezing.layer_map`).
+        layers: each parameter name's layer (see `train.layer_map`).
         shared: references already held (the L2-SP w0, by parameter name), reused as they are.
     """
 

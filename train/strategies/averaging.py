@@ -9,6 +9,9 @@ taken at the end, so the saved checkpoint is always an average (README, "EMA").
 Under FSDP2 the anchor is a shard: each rank averages its own parameter shards against its own
 anchor shards (4 bytes per trained parameter / ranks), element for element what one process
 computes, with no gather. Anchors are saved per rank with resumable checkpoints.
+
+The mechanism of the `--ema` strategy (train/strategies/ema.py), apart because its callback
+needs transformers: it is imported when training starts, not when the options are read.
 """
 
 from __future__ import annotations
