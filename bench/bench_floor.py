@@ -7,8 +7,8 @@ streamed merge reads its four inputs twice. This runs, on bench_merge's checkpoi
 - `null, 2 passes`: a kernel that decodes the four inputs in the first pass, decodes them again
   in the second and writes the base's values (rounding, overflow check, sha256 and write kept);
 - `null, 1 pass`: the same without the first pass (no longer a Model Stock: a bound on any).
-What the null kernels take is what no arithmetic can win back; the README compares it with a
-quarter of mergekit's time.
+What the null kernels take is what no arithmetic can win back; docs/benchmarks.md compares it
+with a quarter of mergekit's time.
 Run by hand:  python bench/bench_floor.py [--work DIR] [--repeat 3]   (after bench_merge.py)
 """
 

@@ -3,7 +3,7 @@
 Reuses bench_engine's Llama-shaped bf16 checkpoints (a base and three experts; about 0.97B
 parameters = 1.9 GB each by default) and, per method, runs `surgery merge CONFIG OUT` and
 `mergekit-yaml CONFIG OUT`, one process tree at a time with warm inputs, printing wall time and
-peak private memory (RssAnon) of each and their ratios (the README's merge table).
+peak private memory (RssAnon) of each and their ratios (docs/benchmarks.md's merge table).
 Run by hand:  python bench/bench_merge.py [--work DIR] [--layers 19] [--hidden 2048]
               [--methods ties,slerp] [--repeat 3]
 """

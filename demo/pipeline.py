@@ -205,7 +205,7 @@ def train_config(models: Path, name: str, run: TrainingRun, seed: int):
         logging_steps=max(1, run.steps // 4),
         save_steps=10**9,
         drift=False,
-        shuffle_buffer=0,  # documents in file order: the README's demo table was made so
+        shuffle_buffer=0,  # documents in file order: docs/demo.md's table was made so
         **dict(run.extra),
     )
 

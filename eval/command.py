@@ -37,7 +37,7 @@ Examples:
 
 \b
 A suite (--suite SUITE.yml, instead of -t) names families of languages and tasks with a path
-per language (format: README, "Evaluation suites"); the model loads once, every (task,
+per language (format: docs/study.md); the model loads once, every (task,
 language) is scored and -o DIR gets results.json and samples/*.jsonl. Rerun with the same DIR
 to continue an interrupted run; under torchrun the units are shared out across ranks.
   surgery eval out/reverted --suite eval/study/suites/paper.yml -o results/reverted

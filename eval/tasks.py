@@ -5,9 +5,9 @@ Grammar: ``KIND[:ARGUMENT][:KEY=VALUE[,KEY=VALUE...]]``
 
 Each kind is declared once, in its own module of `eval.kinds` (registered in `KINDS`): its name,
 what its argument is (a file, a folder, or nothing), a one-line summary and its options with
-defaults and help. Parsing, the task list in ``surgery eval --help`` (`kinds_help`) and README's
-task list (`kinds_markdown`) all come from it. The code that reads each kind's data is named by
-its kind and imported by `eval.loading`.
+defaults and help. Parsing, the task list in ``surgery eval --help`` (`kinds_help`) and the task
+list in docs/evaluation.md (`kinds_markdown`) all come from it. The code that reads each kind's
+data is named by its kind and imported by `eval.loading`.
 
 Every kind takes ``name`` (default: the kind), the prefix of its metric names; two tasks of one
 kind in one run need different names.  The last ``:``-separated part is read as options only
@@ -49,7 +49,7 @@ def kinds_help() -> str:
 
 
 def kinds_markdown() -> str:
-    """README's task list: one bullet per kind with its options and defaults."""
+    """The task list of docs/evaluation.md: one bullet per kind with its options and defaults."""
     lines = []
     for kind in KINDS.values():
         options = "; ".join(

@@ -1,6 +1,6 @@
-"""README's "Reproducing the paper" commands, replayed in miniature.
+"""The "Reproducing the paper" commands of docs/training.md, replayed in miniature.
 
-The bash block is read from README.md, so a change there that no longer runs fails here. bash
+The bash block is read from docs/training.md, so a change there that no longer runs fails here. bash
 itself expands it (variables, line continuations, the loop), with `surgery` defined as a
 function that records each command's arguments; the recorded commands then run in order
 through the CLI's entry point in this process (one import of torch, not one per command).
@@ -34,10 +34,10 @@ from tests.support.train_helpers import in_layers, write_corpus
 slow = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
-MIDDLE = set(range(9, 28))  # the README's 9:28
+PAGE = ROOT / "docs" / "training.md"
+MIDDLE = set(range(9, 28))  # the page's 9:28
 OTHER_EXPERTS = ("germanic", "indic", "austronesian", "romance")
-# (README text, miniature text): each replaced wherever it occurs, and it must occur.
+# (page text, miniature text): each replaced wherever it occurs, and it must occur.
 SUBSTITUTIONS = (
     ("B=google/gemma-3-4b-pt", "B=base"),  # the tiny 34-layer Gemma-3 the test builds
     ("--block-size 2048", "--block-size 16"),
@@ -60,24 +60,24 @@ surgery() { printf "%s\\0" "$@" >> commands; printf "\\n" >> commands; }
 
 
 def paper_blocks() -> list[str]:
-    """The bash blocks of README's "### Reproducing the paper" section: the paper's commands,
-    then their variant for text-only checkpoints made the reference's way."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("### Reproducing the paper", 1)[1].split("\n### ", 1)[0]
+    """The bash blocks of docs/training.md's "## Reproducing the paper" section: the paper's
+    commands, then their variant for text-only checkpoints made the reference's way."""
+    text = PAGE.read_text(encoding="utf-8")
+    section = text.split("## Reproducing the paper", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
-    assert len(blocks) == 2, "README's Reproducing the paper section needs its two bash blocks"
+    assert len(blocks) == 2, "the page's Reproducing the paper section needs its two bash blocks"
     return blocks
 
 
 def paper_block() -> str:
-    """The bash block of README's "### Reproducing the paper" section."""
+    """The first bash block of docs/training.md's "## Reproducing the paper" section."""
     return paper_blocks()[0]
 
 
 def miniature(block: str, substitutions=SUBSTITUTIONS) -> str:
     """The block with `substitutions` applied."""
     for old, new in substitutions:
-        assert old in block, f"README's paper block no longer has {old!r}"
+        assert old in block, f"the page's paper block no longer has {old!r}"
         block = block.replace(old, new)
     return block
 

@@ -6,7 +6,8 @@ and one import below.
 
 from eval.kinds.base import ADD_BOS, KINDS, MC_OPTIONS, REQUIRED, Kind, Option, register
 
-# The order of registration is the order of `surgery eval --help` and README's task list.
+# The order of registration is the order of `surgery eval --help` and of the task list in
+# docs/evaluation.md.
 # isort: off
 from eval.kinds import ppl, belebele, piqa, flores, lm_eval, copain  # noqa: F401
 # isort: on

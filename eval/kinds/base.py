@@ -23,7 +23,7 @@ _NAME_RE = re.compile(r"^[\w.+-]+$")
 
 REQUIRED = object()
 
-# Kind name -> kind, in registration order (the order of --help and README's list).
+# Kind name -> kind, in registration order (the order of --help and the docs' list).
 KINDS: dict[str, Kind] = {}
 
 # `(variant, direction, options)` of one language's expansion of a suite task.

@@ -4,7 +4,8 @@
 weights the optimizer reached since; training continues from the average, so the optimizer's
 moments carry on while the weights are pulled back. Only trainable parameters are averaged
 (frozen ones never move). When the run does not end on a multiple of eta, one last average is
-taken at the end, so the saved checkpoint is always an average (README, "EMA").
+taken at the end, so the saved checkpoint is always an average (docs/training.md, "EMA's last
+average").
 
 Under FSDP2 the anchor is a shard: each rank averages its own parameter shards against its own
 anchor shards (4 bytes per trained parameter / ranks), element for element what one process
