@@ -781,7 +781,8 @@ def localize(
     """Revert one block of layers at a time to BASE and score: which block carries each metric?
 
     Recovery = (score - TRAINED's) / (BASE's - TRAINED's): 1 means reverting the block alone gives
-    BASE's score. Prints a table and the best block per metric; writes a heatmap.
+    BASE's score. Prints a table and the best block per metric; writes a heatmap (with --window,
+    each metric's score against the window's centre). Windows and bands: docs/localization.md.
 
     \b
     Examples:

@@ -292,9 +292,11 @@ def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
         if result.metrics and result.mode == "window":
             from surgery.diagnostics.plots import plot_window_curve
 
+            # Metrics whose whole change is within noise would be flat lines inside a band.
+            drawn = [m for m in result.metrics if m not in result.within_noise] or result.metrics
             plot_window_curve(
                 result.rows,
-                {m: (result.base[m], result.trained[m], result.noise[m]) for m in result.metrics},
+                {m: (result.base[m], result.trained[m], result.noise[m]) for m in drawn},
                 staging / "localize.png",
                 title.replace("Recovery by reverted block", "Score by reverted window"),
             )

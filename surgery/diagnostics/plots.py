@@ -209,11 +209,12 @@ def plot_window_curve(
 
     Args:
         rows: localize's rows of a window run (`start`, `end`, `alpha`, each metric).
-        references: per metric, (BASE's score, TRAINED's score, noise on the judged scale).
+        references: per metric to draw, (BASE's score, TRAINED's score, noise on the judged
+            scale).
     """
     plt = pyplot()
     metrics = list(references)
-    cols = min(3, len(metrics))
+    cols = 2 if len(metrics) == 4 else min(3, len(metrics))  # four: a square
     nrows = math.ceil(len(metrics) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.8 * cols, 3.4 * nrows), squeeze=False)
     width = rows[0]["end"] - rows[0]["start"]
@@ -229,7 +230,7 @@ def plot_window_curve(
         ax.axhspan(*_noise_band(metric, trained, noise), color="tab:red", alpha=0.12, lw=0)
         _plain_ticks(ax)
         better = "lower" if lower_is_better(metric) else "higher"
-        ax.set_title(f"{metric} ({better} is better)", fontsize="medium")
+        ax.set_title(f"{metric}\n({better} is better)", fontsize="small")
         ax.set_xlabel(f"centre layer of the {width}-layer window")
         ax.set_ylabel(leaf(metric))
         ax.grid(alpha=0.3)
