@@ -287,6 +287,17 @@ def drift(stack, csv_path, plot, force, quiet, download, base, trained):
 )
 @click.option("--block-size", type=int, default=None, help="Or consecutive blocks of this width.")
 @click.option(
+    "--window", type=int, default=None, help="Or overlapping windows of this width (e.g. 6)."
+)
+@click.option(
+    "--stride", type=int, default=None, help="Step between windows' first layers [default: 1]."
+)
+@click.option(
+    "--boundaries",
+    default=None,
+    help="Or bands given as FIRST,LAST;...: keep the first F and last L layers, revert the rest.",
+)
+@click.option(
     "--alphas",
     default="0",
     show_default=True,
@@ -309,6 +320,9 @@ def drift(stack, csv_path, plot, force, quiet, download, base, trained):
 def localize(
     blocks,
     block_size,
+    window,
+    stride,
+    boundaries,
     alphas,
     stack,
     modules,
@@ -323,24 +337,32 @@ def localize(
     """Revert one block of layers at a time to BASE and score: which block carries each metric?
 
     Recovery = (score - TRAINED's) / (BASE's - TRAINED's): 1 means reverting the block alone gives
-    BASE's score. Prints a table and the best block per metric; writes a heatmap.
+    BASE's score. Prints a table and the best block per metric; writes a heatmap (with --window,
+    each metric's score against the window's centre). Windows and bands: docs/localization.md.
 
     \b
     Examples:
       surgery localize base trained --blocks 0:9,9:28,28:34 -t belebele:b.jsonl -t copain
       surgery localize base trained --block-size 4 --alphas 0,0.5 -t ppl:madlad/
+      surgery localize base trained --window 6 --stride 1 -t belebele:b.jsonl
+      surgery localize base trained --boundaries "9,6;6,6;12,6" -t ppl:madlad/
     """
+    from surgery.diagnostics.blocks import parse_block_plan
     from surgery.diagnostics.localize import format_localization, run_localize
     from surgery.diagnostics.sweep import parse_alpha_grid
 
     if not tasks:
         raise click.UsageError("localize needs at least one -t/--task")
+    parse_block_plan(blocks, block_size, window, stride, boundaries)  # before any data is read
     result = run_localize(
         base,
         trained,
         _scorer(tasks, eval_options),
         blocks=blocks,
         block_size=block_size,
+        window=window,
+        stride=stride,
+        boundaries=boundaries,
         alphas=parse_alpha_grid(alphas),
         stack=stack,
         modules=modules,

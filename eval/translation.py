@@ -8,7 +8,9 @@ Prompt (k demonstrations drawn from the same split, never the sentence being tra
     English sentence: <src>
     Indonesian sentence:
 
-The model's first line after the last colon is the hypothesis. chrF is sacrebleu's corpus chrF
+The model's first line after the last colon is the hypothesis (option ``postprocess``:
+``first_line``, or ``reference``, the reference's cut: `eval.generation.reference_line`).
+chrF is sacrebleu's corpus chrF
 (character order 6, beta 2, word order 0; word order 2 for chrF++), its signature recorded.
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 
 from eval.data import has_suffix, read_lines, text_sha256
 from eval.errors import EvalDataError, data_error
-from eval.generation import generate_lines
+from eval.generation import generate
 from eval.kinds.flores import find_language_file, language_file_name
 from eval.published import (
     ROW_SUFFIXES,
@@ -31,6 +33,7 @@ from eval.published import (
 from eval.shots import draw_shots
 from eval.tasks import Settings, TaskSpec
 from eval.tokens import parse_add_bos
+from eval.translation_outputs import output_diagnostics
 from surgery.hub.datasets import nearby
 
 # FLORES-200 codes -> names used in prompts; other codes appear as themselves unless the task
@@ -201,6 +204,7 @@ class TranslationTask:
             "shots": options["shots"],
             "metric": options["metric"],
             "max_new_tokens": options["max_new_tokens"],
+            "postprocess": options["postprocess"],
             "add_bos": options["add_bos"],
         }
 
@@ -222,31 +226,39 @@ class TranslationTask:
         """Translate the first `limit` sentences and score them.
 
         Returns:
-            `({chrf or chrf++, n}, {signature})`.
+            `({chrf or chrf++, n, the output diagnostics}, {signature})`; the diagnostics are
+            `eval.translation_outputs.output_diagnostics` of the scored lines.
         """
         count = min(settings.limit or len(self.pairs), len(self.pairs))
         prompts = self.prompts(count, settings.seed)
-        hypotheses = generate_lines(
+        generations = generate(
             model,
             tokenizer,
             prompts,
             max_new_tokens=self.spec.options["max_new_tokens"],
             max_length=settings.max_length,
+            postprocess=self.spec.options["postprocess"],
             batch_size=settings.batch_size,
             progress=settings.progress,
             add_bos=parse_add_bos(self.spec.options["add_bos"]),
             desc=f"translating {self.spec.options['src']}->{self.spec.options['tgt']}",
         )
+        hypotheses = [generation.line for generation in generations]
         metric = self.spec.options["metric"]
         references = [tgt for _, tgt in self.pairs[:count]]
         if settings.log is not None:
-            for index, (prompt, hypothesis, reference) in enumerate(
-                zip(prompts, hypotheses, references, strict=True)
+            for index, (prompt, generation, reference) in enumerate(
+                zip(prompts, generations, references, strict=True)
             ):
                 record = {"task": self.spec.name, "index": index, "doc_id": self.ids[index]}
                 record.update(prompt_sha256=text_sha256(prompt), prompt=prompt)
                 # generation (the earlier name) and hypothesis are the same scored line.
+                hypothesis = generation.line
                 record.update(generation=hypothesis, hypothesis=hypothesis, reference=reference)
+                # Why generation stopped, and what it generated before the line was cut.
+                record.update(stop=generation.stop, raw_generation=generation.text)
                 settings.log(record)
         score, signature = chrf(hypotheses, references, word_order=2 if metric == "chrf++" else 0)
-        return {metric: score, "n": count}, {"signature": signature}
+        stops = [generation.stop for generation in generations]
+        metrics = {metric: score, "n": count, **output_diagnostics(hypotheses, stops)}
+        return metrics, {"signature": signature}

@@ -143,6 +143,12 @@ KIND = register(
             "split": Option(name, "devtest", "split to translate and draw demonstrations from"),
             "metric": Option(choice("chrf", "chrf++"), "chrf", "chrf or chrf++"),
             "max_new_tokens": Option(count(1), 256, "longest translation generated"),
+            "postprocess": Option(
+                choice("first_line", "reference"),
+                "first_line",
+                "first_line: the text before the first newline; reference: the paper's "
+                "(leading whitespace skipped, also cut at a literal backslash-n)",
+            ),
             "src_name": Option(str, None, "source language name in the prompt"),
             "tgt_name": Option(str, None, "target language name in the prompt"),
             "add_bos": ADD_BOS,

@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 
 from eval.errors import CompareError
+from eval.study.formatting import ALL_DIRECTIONS
 from eval.study.measures import RATIO_METRICS, Measure, measure_for, primary_metric
+from eval.study.outputs import translation_outputs
 from eval.study.results import SuiteResults, UnitResult, read_results, read_samples
 from eval.study.stats import (
     ALPHA,
@@ -56,6 +58,19 @@ WEIGHTING = {
     "strategy costs on languages it was not trained on and that are not its relatives",
     "task": "a task without languages (e.g. copain): all its items count equally",
 }
+# How the `ALL_DIRECTIONS` axis weighs, said where a comparison has one.
+DIRECTIONS_WEIGHTING = (
+    f"a task scored in several directions (flores) has an axis per direction and one named "
+    f"`{ALL_DIRECTIONS}`, whose language value is the unweighted mean over the language's "
+    "directions (its families and overall as on any axis)"
+)
+
+
+def weighting(comparison: Comparison) -> dict[str, str]:
+    """`WEIGHTING`, with `directions` where the comparison has an `ALL_DIRECTIONS` axis."""
+    if any(axis["variant"] == ALL_DIRECTIONS for axis in comparison.axes):
+        return {**WEIGHTING, "directions": DIRECTIONS_WEIGHTING}
+    return WEIGHTING
 
 
 @dataclass
@@ -113,6 +128,8 @@ class Comparison:
     refused: list[str] = field(default_factory=list)  # metrics left out, and why
     # Units whose rows are the same (sha256) but read at another commit of their Hub dataset.
     warnings: list[str] = field(default_factory=list)
+    # Translation outputs per model (`eval.study.outputs`): stops, empty outputs, lengths.
+    outputs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
@@ -365,6 +382,7 @@ def compare(
         warnings=commit_warnings(runs),
     )
     _aggregate(comparison, [(c, r) for c, r in results if r is not None])
+    comparison.outputs = translation_outputs(runs, cells)
     return comparison
 
 
@@ -444,7 +462,39 @@ def _aggregate(comparison: Comparison, results: list[tuple[Cell, CellResult]]) -
             if cell.lang:
                 groups.setdefault((cell.family, split), []).append((point, boot, result.n))
         _families_and_overall(comparison, axis, groups)
+    _all_directions(comparison, results)
     _adjust(comparison)
+
+
+def _all_directions(comparison: Comparison, results: list[tuple[Cell, CellResult]]) -> None:
+    """For each task with several directions (variants), the `ALL_DIRECTIONS` axis: per language
+    the mean of its directions' values and resamples (as the reference's family cell, its
+    bootstrap_ci_flores.py, averages both directions), then family, overall and `others` means
+    and sign tests as on any axis. Its axes come after all others."""
+    tasks: dict[tuple[str, str], list[tuple[Cell, CellResult]]] = {}
+    for cell, result in results:
+        if cell.variant is not None and cell.lang:
+            for metric in result.point:
+                tasks.setdefault((cell.task, metric), []).append((cell, result))
+    for (task, metric), members in tasks.items():
+        if len({cell.variant for cell, _ in members}) < 2:
+            continue
+        each = next(a for a in comparison.axes if a["task"] == task and a["metric"] == metric)
+        axis = {**each, "variant": ALL_DIRECTIONS}
+        comparison.axes.append(axis)
+        languages: dict[str, list[tuple[Cell, CellResult]]] = {}
+        for cell, result in members:
+            languages.setdefault(cell.lang, []).append((cell, result))
+        groups: dict[tuple, list[Member]] = {}
+        for lang, cells in languages.items():
+            first = cells[0][0]
+            split = first.split or OTHERS
+            directions = [(r.point[metric], r.boot[metric], r.n) for _, r in cells]
+            mean = _mean(directions)
+            where = {"family": first.family, "split": split, "lang": lang}
+            _emit(comparison, axis, "language", where, sum(r.n for _, r in cells), *mean)
+            groups.setdefault((first.family, split), []).append(mean)
+        _families_and_overall(comparison, axis, groups)
 
 
 def _emit(

@@ -10,6 +10,9 @@ SPLITS = {"held_in": "in", "held_out": "out"}
 OVERALL = {"held_in": "in", "held_out": "out", "others": "others"}
 ADJUSTED = "†"  # the change survives Benjamini-Hochberg over its table
 FEW = "‡"  # the cell rests on fewer than MIN_ITEMS items in some language: never bold
+# The variant of a task's axis (and output rows) averaged or pooled over its directions (FLORES:
+# into and out of English), beside one per direction.
+ALL_DIRECTIONS = "all directions"
 
 
 def variant_label(variant: str) -> str:

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval.study.compare import OTHERS, WEIGHTING, Comparison
+from eval.study.compare import OTHERS, Comparison, weighting
 from eval.study.formatting import (
     ADJUSTED,
     FEW,
@@ -21,8 +21,10 @@ from eval.study.formatting import (
     format_cell,
     format_change,
     matches,
+    variant_label,
 )
 from eval.study.stats import ALPHA, MIN_ITEMS, TIE
+from eval.translation_outputs import DIAGNOSTICS
 
 COLUMNS = (
     "model", "task", "variant", "metric", "scope", "family", "split", "lang", "n", "items",
@@ -236,7 +238,7 @@ def report_markdown(
         "",
         "How each number is weighted:",
         "",
-        *(f"- {scope}: {text}" for scope, text in WEIGHTING.items()),
+        *(f"- {scope}: {text}" for scope, text in weighting(comparison).items()),
         "",
     ]
     for name in plots:
@@ -254,11 +256,69 @@ def report_markdown(
     others = [axis_label(a) for a in comparison.axes if not a["primary"]]
     if others:
         lines += [f"Also in comparison.csv and comparison.json: {', '.join(others)}.", ""]
+    lines += _outputs_table(comparison)
     if comparison.skipped:
         lines += [f"Not compared (no per-item outcome): {', '.join(comparison.skipped)}.", ""]
     for reason in comparison.refused:
         lines += [reason, ""]
     return "\n".join(lines)
+
+
+# The report's names of the output shares (`eval.study.outputs`).
+OUTPUT_HEADS = {
+    "truncation_rate": "cut at a line end",
+    "eos_rate": "EOS",
+    "limit_rate": "token limit",
+    "empty_rate": "empty",
+}
+
+
+def _outputs_table(comparison: Comparison) -> list[str]:
+    """Translation outputs per direction, split and model, pooled over the split's languages
+    (per family and language in comparison.json)."""
+    rows = [r for r in comparison.outputs if r["scope"] == "overall"]
+    if not rows:
+        return []
+    # Directions as compare.py ordered them, then splits, then the models side by side.
+    directions = list(dict.fromkeys((r["task"], r["variant"]) for r in rows))
+    splits = list(OVERALL)
+    rows.sort(
+        key=lambda r: (
+            directions.index((r["task"], r["variant"])),
+            splits.index(r["split"]),
+            comparison.models.index(r["model"]),
+        )
+    )
+    quantiles = [name for name in DIAGNOSTICS if name.startswith("length_")]
+    heads = [*OUTPUT_HEADS.values(), *(name.removeprefix("length_") for name in quantiles)]
+    lines = [
+        "## Translation outputs",
+        "",
+        "Shares of the outputs (in %) whose generation stopped at the end of a line (what "
+        "followed was cut), at EOS or at the token limit, and that are empty; output lengths "
+        "in characters at the 50th to 99th percentiles. Pooled over the items of the split's "
+        "languages; per family and language in comparison.json (`translation_outputs`).",
+        "",
+        "| task | split | strategy | n | " + " | ".join(heads) + " |",
+        "|---" * (len(heads) + 4) + "|",
+    ]
+    for row in rows:
+        variant = row["variant"]
+        label = row["task"] if variant is None else f"{row['task']} {variant_label(variant)}"
+        rates = [_percent(row[name]) for name in OUTPUT_HEADS]
+        lengths = [str(row[name]) for name in quantiles]
+        split = OVERALL.get(row["split"], row["split"])
+        lines.append(
+            f"| {label} | {split} | {row['model']} | {row['n']} | "
+            + " | ".join(rates + lengths)
+            + " |"
+        )
+    return [*lines, ""]
+
+
+def _percent(value: float | None) -> str:
+    """A share as a percentage with one decimal; `–` where it was not logged."""
+    return "–" if value is None else f"{100 * value:.1f}"
 
 
 def _finite(value: Any) -> Any:
@@ -295,12 +355,13 @@ def comparison_json(comparison: Comparison, bold: str = "significant") -> dict[s
                 "alpha": ALPHA,
             },
             "bold": bold,
-            "weighting": WEIGHTING,
+            "weighting": weighting(comparison),
             "axes": comparison.axes,
             "rows": comparison.rows,
             "sign_tests": comparison.sign_tests,
             "skipped": comparison.skipped,
             "refused": comparison.refused,
+            **({"translation_outputs": comparison.outputs} if comparison.outputs else {}),
         }
     )
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from surgery.api import warn_if_swapped
-from surgery.core.errors import LayerSpecError
-from surgery.core.layers import LayerValues, format_layers, parse_layer_spec, require_modules
+from surgery.core.layers import LayerValues, require_modules, select_stack
 from surgery.core.modules import parse_module_filter
+from surgery.diagnostics.blocks import Block, parse_block_plan
 from surgery.diagnostics.memory_blend import MemoryBlender
 from surgery.diagnostics.metric_kinds import (
     PROPORTIONS,
@@ -39,25 +39,6 @@ from surgery.diagnostics.results import announce, metric_names, write_results
 from surgery.diagnostics.scoring import Scorer
 from surgery.engine.output_dir import check_output, staged_output
 from surgery.hub.resolve import open_input
-
-
-def parse_blocks(text: str | None, block_size: int | None, num_layers: int) -> list[list[int]]:
-    """Blocks from `0:9,9:28,28:34` (each comma-separated item one block) or a width.
-
-    Raises:
-        LayerSpecError: neither or both given, a bad item, or a width below 1.
-    """
-    if (text is None) == (block_size is None):
-        raise LayerSpecError("give either --blocks (e.g. 0:9,9:28,28:34) or --block-size")
-    if block_size is not None:
-        if block_size < 1:
-            raise LayerSpecError(f"--block-size must be at least 1, got {block_size}")
-        return [
-            list(range(i, min(i + block_size, num_layers)))
-            for i in range(0, num_layers, block_size)
-        ]
-    return [parse_layer_spec(item, num_layers) for item in text.split(",")]
-
 
 # Below this relative difference a metric without a standard error (chrF: a corpus score) counts
 # as unchanged: a blend rounded to bf16 storage moves a score by about this much.
@@ -115,6 +96,7 @@ class Localization:
     noise: dict[str, float] = field(default_factory=dict)  # per metric, judged scale (`noise`)
     within_noise: list[str] = field(default_factory=list)  # moved, but not beyond noise
     modules: str | None = None  # the --modules filter that narrowed each block, if any
+    mode: str = "blocks"  # how blocks were formed (`BlockPlan.mode`): window rows get a curve
 
     def improved(self) -> list[str]:
         """Metrics training made better beyond noise (reverting a block gives the gain back)."""
@@ -139,8 +121,16 @@ class Localization:
             ]
             if meaningful:
                 top = max(meaningful, key=lambda r: r[f"recovery/{metric}"])
-                winners[metric] = f"{top['block']} @ alpha {top['alpha']:g}"
+                winners[metric] = f"{block_label(top)} @ alpha {top['alpha']:g}"
         return winners
+
+
+def block_label(row: dict) -> str:
+    """A row's block as printed: its layers, and for a band its first/last counts
+    (`9:28 (first 9, last 6)`)."""
+    if "first" in row:
+        return f"{row['block']} (first {row['first']}, last {row['last']})"
+    return row["block"]
 
 
 def attribute(result: Localization) -> None:
@@ -176,6 +166,9 @@ def run_localize(
     *,
     blocks: str | None = None,
     block_size: int | None = None,
+    window: int | None = None,
+    stride: int | None = None,
+    boundaries: str | None = None,
     alphas: Sequence[float] = (0.0,),
     stack: str | None = None,
     modules: str | None = None,
@@ -185,47 +178,55 @@ def run_localize(
 ) -> Localization:
     """Score TRAINED, BASE and TRAINED with each block reverted (at each alpha); with `out_dir`,
     also write localize.json, localize.csv and localize.png there (checked before any scoring).
-    With `modules` (see `surgery.core.modules`) only those tensors of a block revert. `scorer`
-    (see `surgery.diagnostics.scoring`) loads the models and scores each blend.
+    Blocks are one of (see `surgery.diagnostics.blocks`): `blocks` (slices), `block_size`,
+    `window` (sliding by `stride`, default 1) or `boundaries` (`9,6;6,6`: the band between the
+    first F and the last L layers); they are checked against the stack's layer count from the
+    headers before any model loads. With `modules` (see `surgery.core.modules`) only those
+    tensors of a block revert. `scorer` (see `surgery.diagnostics.scoring`) loads the models
+    and scores each blend.
 
     Raises:
         LayerSpecError: bad blocks or modules.
         OutputError: `out_dir` exists (without `force`) or overlaps an input.
         SurgeryError: bad inputs.
     """
+    plan = parse_block_plan(blocks, block_size, window, stride, boundaries)
     base_ckpt, trained_ckpt = open_input(base), open_input(trained)
     warn_if_swapped(base_ckpt, trained_ckpt)
+    block_list = plan.resolve(select_stack(trained_ckpt.stacks, stack).num_layers)
     if out_dir is not None:
         check_output(Path(out_dir), [base_ckpt.path, trained_ckpt.path], force)
     blender = MemoryBlender(base_ckpt, trained_ckpt, scorer.load)
     chosen = blender.stack(stack)
-    block_layers = parse_blocks(blocks, block_size, chosen.num_layers)
     module_filter = parse_module_filter(modules) if modules is not None else None
     if module_filter is not None:
-        for layers in block_layers:
-            require_modules(module_filter, blender.params, chosen, layers)
+        for block in block_list:
+            require_modules(module_filter, blender.params, chosen, block.layers)
 
     def score(values: LayerValues) -> dict[str, float]:
         blender.set_alphas(values, chosen, module_filter)
         return scorer(blender.model, blender.tokenizer, progress=not quiet)
 
     result = Localization(base=score(LayerValues(default=0.0)), trained=score(LayerValues()))
-    result.modules = modules
+    result.modules, result.mode = modules, plan.mode
     attribute(result)
-    step, total = 0, len(block_layers) * len(alphas)
-    for layers in block_layers:
+    step, total = 0, len(block_list) * len(alphas)
+    for block in block_list:
         for alpha in alphas:
             step += 1
-            announce(
-                "localize", step, total, f"block {format_layers(layers)}, alpha {alpha:g}", quiet
-            )
-            metrics = score(LayerValues(per_layer=dict.fromkeys(layers, alpha)))
-            row = {"block": format_layers(layers), "alpha": alpha, **metrics}
-            result.rows.append(row | _recoveries(result, metrics))
+            announce("localize", step, total, f"block {block.label}, alpha {alpha:g}", quiet)
+            metrics = score(LayerValues(per_layer=dict.fromkeys(block.layers, alpha)))
+            result.rows.append(_row(result, block, alpha, metrics))
     if out_dir is not None:
         title = f"Recovery by reverted block: {Path(trained_ckpt.spec).name}"
         save_localization(result, Path(out_dir), title)
     return result
+
+
+def _row(result: Localization, block: Block, alpha: float, metrics: dict) -> dict:
+    """A row: the block, its window or band columns, alpha, the scores and the recoveries."""
+    row = {"block": block.label, **block.fields, "alpha": alpha, **metrics}
+    return row | _recoveries(result, metrics)
 
 
 def format_localization(result: Localization) -> str:
@@ -236,11 +237,14 @@ def format_localization(result: Localization) -> str:
     def cell(value: float) -> str:
         return f"{'-':>{width}}" if math.isnan(value) else f"{value:>{width}.3f}"
 
-    header = f"{'block':>12} {'alpha':>6}  " + "  ".join(f"{m:>{width}}" for m in result.metrics)
+    blocks = max(12, *(len(block_label(row)) for row in result.rows)) if result.rows else 12
+    header = f"{'block':>{blocks}} {'alpha':>6}  " + "  ".join(
+        f"{m:>{width}}" for m in result.metrics
+    )
     lines = ["recovery: 0 = as TRAINED, 1 = as BASE; - = within noise", header]
     for row in result.rows:
         cells = "  ".join(cell(row[f"recovery/{m}"]) for m in result.metrics)
-        lines.append(f"{row['block']:>12} {row['alpha']:>6g}  {cells}")
+        lines.append(f"{block_label(row):>{blocks}} {row['alpha']:>6g}  {cells}")
     for metric in result.within_noise:
         lines.append(f"{metric}: {_scores(result, metric)}, within noise; no recovery reported")
     best, improved = result.best(), result.improved()
@@ -269,8 +273,9 @@ def _scores(result: Localization, metric: str) -> str:
 
 
 def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
-    """localize.json, localize.csv and localize.png (recovery heatmap) in `out_dir`, replacing it
-    (the caller has checked `out_dir` with `check_output`)."""
+    """localize.json, localize.csv and localize.png in `out_dir`, replacing it (the caller has
+    checked `out_dir` with `check_output`). The plot is a recovery heatmap, or for sliding
+    windows each metric's score against the window's centre (`plot_window_curve`)."""
     with staged_output(out_dir) as staging:
         config = {
             "base_scores": result.base,
@@ -281,12 +286,24 @@ def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
             "improved_in_training": result.improved(),
             "best": result.best(),
             "modules": result.modules,
+            "blocks": result.mode,
         }
         write_results(result.rows, staging, "localize", config)
-        if result.metrics:
+        if result.metrics and result.mode == "window":
+            from surgery.diagnostics.plots import plot_window_curve
+
+            # Metrics whose whole change is within noise would be flat lines inside a band.
+            drawn = [m for m in result.metrics if m not in result.within_noise] or result.metrics
+            plot_window_curve(
+                result.rows,
+                {m: (result.base[m], result.trained[m], result.noise[m]) for m in drawn},
+                staging / "localize.png",
+                title.replace("Recovery by reverted block", "Score by reverted window"),
+            )
+        elif result.metrics:
             from surgery.diagnostics.plots import plot_heatmap
 
-            labels = [f"{r['block']} @ {r['alpha']:g}" for r in result.rows]
+            labels = [f"{block_label(r)} @ {r['alpha']:g}" for r in result.rows]
             values = [[r[f"recovery/{m}"] for m in result.metrics] for r in result.rows]
             plot_heatmap(
                 values,

@@ -16,6 +16,10 @@ LOWER_IS_BETTER = PERPLEXITIES | {"bits_per_byte", "loss", "nll"}
 # Means of 0/1 items: their standard error is binomial when eval reports none (copain).
 PROPORTIONS = frozenset({"acc", "acc_norm", "acc_bytes", "exact_match"})
 STDERR_SUFFIX = "_stderr"
+# Shares of a translation task's outputs (eval.translation_outputs.RATES): how generations
+# stopped and how many are empty. Reported beside the scores, never scored, plotted or localized
+# as one (nothing says which way is better, and their noise is not a score's).
+OUTPUT_RATES = frozenset({"truncation_rate", "eos_rate", "limit_rate", "empty_rate"})
 
 
 def leaf(metric: str) -> str:
@@ -36,6 +40,11 @@ def lower_is_better(metric: str) -> bool:
 def is_stderr(metric: str) -> bool:
     """Whether a column is a standard error (`acc_stderr`), not a metric of its own."""
     return metric.endswith(STDERR_SUFFIX)
+
+
+def is_output_rate(metric: str) -> bool:
+    """Whether a column describes translation outputs (`OUTPUT_RATES`), not a score."""
+    return leaf(metric) in OUTPUT_RATES
 
 
 def judged(metric: str, value: float) -> float:

@@ -187,3 +187,58 @@ def plot_heatmap(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _noise_band(metric: str, trained: float, noise: float) -> tuple[float, float]:
+    """TRAINED's score plus and minus the noise floor, back on the metric's own scale (the
+    floor of a perplexity is on the log scale)."""
+    if is_perplexity(metric):
+        return trained * math.exp(-noise), trained * math.exp(noise)
+    return trained - noise, trained + noise
+
+
+def plot_window_curve(
+    rows: Sequence[dict],
+    references: dict[str, tuple[float, float, float]],
+    path: Path,
+    title: str,
+) -> Path:
+    """One panel per metric: its score with each sliding window reverted, against the window's
+    centre layer (a line per alpha), with BASE's and TRAINED's scores as dashed lines and
+    TRAINED's noise floor shaded: a window whose point leaves the band moves the metric.
+
+    Args:
+        rows: localize's rows of a window run (`start`, `end`, `alpha`, each metric).
+        references: per metric to draw, (BASE's score, TRAINED's score, noise on the judged
+            scale).
+    """
+    plt = pyplot()
+    metrics = list(references)
+    cols = 2 if len(metrics) == 4 else min(3, len(metrics))  # four: a square
+    nrows = math.ceil(len(metrics) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.8 * cols, 3.4 * nrows), squeeze=False)
+    width = rows[0]["end"] - rows[0]["start"]
+    for ax, metric in zip(axes.flat, metrics, strict=False):
+        base, trained, noise = references[metric]
+        for alpha in dict.fromkeys(row["alpha"] for row in rows):
+            points = [row for row in rows if row["alpha"] == alpha]
+            centres = [(row["start"] + row["end"] - 1) / 2 for row in points]
+            label = "window reverted" if alpha == 0 else f"window at alpha {alpha:g}"
+            ax.plot(centres, [row[metric] for row in points], marker="o", label=label)
+        ax.axhline(base, color="tab:green", linestyle="--", label="base")
+        ax.axhline(trained, color="tab:red", linestyle="--", label="trained")
+        ax.axhspan(*_noise_band(metric, trained, noise), color="tab:red", alpha=0.12, lw=0)
+        _plain_ticks(ax)
+        better = "lower" if lower_is_better(metric) else "higher"
+        ax.set_title(f"{metric}\n({better} is better)", fontsize="small")
+        ax.set_xlabel(f"centre layer of the {width}-layer window")
+        ax.set_ylabel(leaf(metric))
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    for ax in list(axes.flat)[len(metrics) :]:
+        ax.axis("off")
+    fig.suptitle(f"{title}\n(shaded: trained's noise floor)")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

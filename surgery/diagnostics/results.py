@@ -9,13 +9,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from surgery.diagnostics.metric_kinds import is_stderr
+from surgery.diagnostics.metric_kinds import is_output_rate, is_stderr
 
 
 def metric_names(rows: Sequence[dict]) -> list[str]:
-    """The metrics worth plotting: float columns other than alpha and standard errors (integers
-    are counts: n, tokens)."""
-    names = [k for k in rows[0] if k != "alpha" and not is_stderr(k)] if rows else []
+    """The metrics worth plotting: float columns other than alpha, standard errors and the
+    shares of translation outputs (integers are counts: n, tokens, lengths)."""
+    names = (
+        [k for k in rows[0] if k != "alpha" and not is_stderr(k) and not is_output_rate(k)]
+        if rows
+        else []
+    )
     return [k for k in names if all(isinstance(r.get(k), float) for r in rows)]
 
 
