@@ -334,7 +334,13 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, download, expert
 
 @cli.command()
 @click.option(
-    "--alpha", required=True, help="Weight of TRAINED: a number, or per range: 9:28=0.3,*=1.0."
+    "--alpha", default=None, help="Weight of TRAINED: a number, or per range: 9:28=0.3,*=1.0."
+)
+@click.option(
+    "--beta",
+    default=None,
+    help="Or the weight of BASE (a donor's share, the paper's graft strength): TRAINED + beta * "
+    "(BASE - TRAINED), alpha = 1 - beta; a number, or per range: 9:28=0.3.",
 )
 @click.option(
     "--layers", default=None, help="Blend only these layers; all other tensors from TRAINED."
@@ -347,6 +353,7 @@ def soup(weights, dtype, max_shard_size, force, push_to, quiet, download, expert
 @base_trained_out
 def interpolate(
     alpha,
+    beta,
     layers,
     stack,
     modules,
@@ -365,7 +372,8 @@ def interpolate(
 
     alpha 0 gives BASE and alpha 1 gives TRAINED, bit for bit. With per-range alphas, '*' covers
     every other layer and the tensors outside the layer stack; what no range covers comes from
-    TRAINED.
+    TRAINED. --beta gives BASE's share instead (alpha = 1 - beta): a graft from a donor BASE
+    at the paper's strength beta.
 
     \b
     Examples:
@@ -373,11 +381,14 @@ def interpolate(
       surgery interpolate --alpha 0.3 --layers 9:28 base trained out
       surgery interpolate --alpha 9:28=0.3,*=1.0 base trained out
       surgery interpolate --alpha 9:28=0.3,*=1.0 --modules attn base trained out
+      surgery interpolate --beta 0.5 --layers 9:28 donor expert out  # half the donor's band
     """
     from surgery.api import interpolate as run
 
+    if (alpha is None) == (beta is None):
+        raise click.UsageError("give --alpha (TRAINED's share) or --beta (BASE's share), one")
     kwargs = _write_kwargs(dtype, max_shard_size, force, quiet)
-    kwargs["download"] = download
+    kwargs.update(download=download, beta=beta)
     out = run(
         base,
         trained,
