@@ -130,9 +130,12 @@ def _chunks(tensors: Sequence[TensorInfo], pool: SourcePool, size: int) -> Itera
                 for r, t in zip(raw, tensors, strict=True)
             ]
         return
+    import torch
+
     values = [tensor_values(pool.get(t.file), t) for t in tensors]
     for start in range(0, numel, size):
-        yield [v[start : start + size].double().numpy() for v in values]
+        # Copies, even of a float64 tensor: the experts' chunks become task vectors in place.
+        yield [v[start : start + size].to(torch.float64, copy=True).numpy() for v in values]
 
 
 def tensor_pair_sums(base: TensorInfo, experts: Sequence[TensorInfo], pool: SourcePool) -> PairSums:
