@@ -209,13 +209,18 @@ def plot_matrices(
     n = len(labels)
     side = max(2.6, 0.55 * n + 1.4)
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(side * len(panels) + 1.2, side + 0.6), squeeze=False
+        1,
+        len(panels),
+        figsize=(side * len(panels) + 1.6, side + 0.8),
+        squeeze=False,
+        layout="constrained",
     )
     image = None
-    for ax, (name, matrix) in zip(axes.flat, panels.items(), strict=True):
+    for number, (ax, (name, matrix)) in enumerate(zip(axes.flat, panels.items(), strict=True)):
         image = ax.imshow(matrix, cmap="RdBu", vmin=-1.0, vmax=1.0)
         ax.set_xticks(range(n), labels=labels, rotation=35, ha="right")
-        ax.set_yticks(range(n), labels=labels)
+        # The rows are the same experts in every panel: named once, on the left.
+        ax.set_yticks(range(n), labels=labels if number == 0 else [])
         for r, row in enumerate(matrix):
             for c, value in enumerate(row):
                 text, colour = _cosine_cell(float(value))
@@ -223,7 +228,7 @@ def plot_matrices(
         ax.set_title(name)
     fig.colorbar(image, ax=list(axes.flat), label=f"{label} (fixed scale -1 to 1)", shrink=0.8)
     fig.suptitle(title)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 

@@ -35,33 +35,33 @@ def _region_matrices(report: SimilarityReport, layers: list[int]) -> dict[str, n
     return {key: report.region_mean(layers, method) for key, method in _METHODS.items()}
 
 
+def _summary(key: str, sums: PairSums, pairs_: list[tuple[int, int]]) -> str:
+    """One table row: the mean, least and greatest cosine over the pairs, the mean distance."""
+    cos, dist = sums.cosine(), sums.distance()
+    cosines = [cos[i, j] for i, j in pairs_]
+    mean_l2 = float(np.mean([dist[i, j] for i, j in pairs_]))
+    return (
+        f"{key:>10}  {np.mean(cosines):>10.6f}  {min(cosines):>10.6f}  {max(cosines):>10.6f}  "
+        f"{mean_l2:>10.3e}  {sums.numel}"
+    )
+
+
 def format_similarity(report: SimilarityReport) -> str:
-    """Per-layer and per-kind tables of each pair's cosine and L2 distance, and the cosine
-    matrix of each region, plain text."""
-    names = [f"{report.labels[i]}~{report.labels[j]}" for i, j in pairs(report.labels)]
-    heads = [f"cos {n}" for n in names] + [f"L2 {n}" for n in names]
-    widths = [max(10, len(h)) for h in heads]
-
-    def row(key: str, sums: PairSums) -> str:
-        cos, dist = sums.cosine(), sums.distance()
-        cells = [cos[i, j] for i, j in pairs(report.labels)]
-        cells += [dist[i, j] for i, j in pairs(report.labels)]
-        shown = [
-            f"{v:>{w}.6f}" if k < len(names) else f"{v:>{w}.3e}"
-            for k, (v, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return f"{key:>10}  " + "  ".join(shown) + f"  {sums.numel}"
-
-    header = "  ".join(f"{h:>{w}}" for h, w in zip(heads, widths, strict=True))
-    lines = [f"{'layer':>10}  {header}  params"]
-    lines += [row(str(layer), sums) for layer, sums in report.layers.items()]
-    lines += ["", f"{'kind':>10}  {header}  params"]
-    lines += [row(kind, sums) for kind, sums in sorted(report.kinds.items())]
-    lines.append(row("all", report.total))
+    """Per-layer and per-kind tables of the pairs' cosines (mean, least, greatest) and mean L2
+    distance, then the cosine matrix of each region, plain text (every pair's numbers are in
+    the CSV and JSON)."""
+    every = pairs(report.labels)
+    header = f"{'mean cos':>10}  {'min cos':>10}  {'max cos':>10}  {'mean L2':>10}  params"
+    lines = [f"task vectors of {len(report.labels)} experts, {len(every)} pairs", ""]
+    lines.append(f"{'layer':>10}  {header}")
+    lines += [_summary(str(layer), sums, every) for layer, sums in report.layers.items()]
+    lines += ["", f"{'kind':>10}  {header}"]
+    lines += [_summary(kind, sums, every) for kind, sums in sorted(report.kinds.items())]
+    lines.append(_summary("all", report.total, every))
+    width = max(10, *(len(label) + 2 for label in report.labels))
     for region, layers in report.regions().items():
         lines += ["", f"{region} layers {layers[0]}-{layers[-1]}: mean cosine of the layers"]
         matrix = report.region_mean(layers, "cosine")
-        width = max(10, *(len(label) for label in report.labels))
         lines.append(" " * width + "".join(f"{label:>{width}}" for label in report.labels))
         for label, values in zip(report.labels, matrix, strict=True):
             lines.append(f"{label:>{width}}" + "".join(f"{v:>{width}.6f}" for v in values))
