@@ -52,11 +52,11 @@ import click  # noqa: E402
 from eval.options import eval_options  # noqa: E402
 from surgery import __version__  # noqa: E402
 from surgery.commands import checkpoints, reading  # noqa: E402
-from surgery.core.cli_paths import OutputFile, OutputFolder  # noqa: E402
+from surgery.commands.drift import drift  # noqa: E402
+from surgery.core.cli_paths import OutputFolder  # noqa: E402
 from surgery.core.errors import SurgeryError  # noqa: E402
 from surgery.options import (  # noqa: E402
     WriteOptions,
-    download_option,
     extrapolate_option,
     finish,
     modules_option,
@@ -238,50 +238,6 @@ def sweep(
 
 
 @cli.command()
-@stack_option
-@click.option("--csv", "csv_path", type=OutputFile(), help="Per-tensor rows as CSV.")
-@click.option(
-    "--plot", type=OutputFile(), help="Bar chart of drift over layers (.png, .pdf or .svg)."
-)
-@click.option("--force", is_flag=True, help="Replace existing --csv/--plot files (never an input).")
-@quiet_option
-@download_option
-@click.argument("base", type=click.Path())
-@click.argument("trained", type=click.Path())
-def drift(stack, csv_path, plot, force, quiet, download, base, trained):
-    """How far TRAINED moved from BASE: relative L2 and cosine per layer and module kind.
-
-    Streamed: the models are never loaded whole.
-
-    \b
-    Examples:
-      surgery drift base trained
-      surgery drift base trained --csv drift.csv --plot drift.png
-    """
-    from surgery.api import warn_if_swapped
-    from surgery.diagnostics.drift import drift as run
-    from surgery.diagnostics.drift import format_drift, plot_drift, write_drift_csv
-    from surgery.diagnostics.plots import check_plot_path
-    from surgery.engine.output_paths import check_output_files
-    from surgery.hub.resolve import open_inputs
-
-    # Before any input is read: a bad output path costs nothing and writes nothing.
-    check_output_files([csv_path, plot], [base, trained], force)
-    if plot:
-        check_plot_path(plot)
-    base_ckpt, trained_ckpt = open_inputs(
-        [base, trained], ranges=not download, companions=[False, False]
-    )
-    warn_if_swapped(base_ckpt, trained_ckpt)
-    report = run(base_ckpt, trained_ckpt, stack=stack, quiet=quiet)
-    click.echo(format_drift(report))
-    if csv_path:
-        write_drift_csv(report, Path(csv_path))
-    if plot:
-        plot_drift(report, Path(plot), f"Drift of {Path(trained).name} from {Path(base).name}")
-
-
-@cli.command()
 @click.option(
     "--blocks", default=None, help="Comma-separated blocks, each a slice: 0:9,9:28,28:34."
 )
@@ -378,7 +334,7 @@ from demo.command import demo  # noqa: E402
 from eval.command import eval_command  # noqa: E402
 from eval.study.command import compare  # noqa: E402
 
-for command in [*checkpoints.COMMANDS, *reading.COMMANDS, compare, demo]:
+for command in [*checkpoints.COMMANDS, *reading.COMMANDS, drift, compare, demo]:
     cli.add_command(command)
 
 cli.add_command(eval_command, "eval")

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from surgery.core.errors import SurgeryError
+from surgery.core.errors import LayerSpecError, SurgeryError
 from surgery.engine.ops.interpolate import plan_interpolate
 from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
@@ -26,6 +26,7 @@ from surgery.engine.plan import Plan
 from surgery.engine.progress import notice
 from surgery.engine.reader import CARD_NAME, MERGEKIT_CONFIG_NAME, TRAIN_RECORD, Checkpoint
 from surgery.engine.writer import execute, rereads_remote
+from surgery.hub.lineage import base_role
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_inputs
 from surgery.mergekit_config import read_config, render_config
@@ -126,6 +127,19 @@ def warn_if_swapped(base: Checkpoint, trained: Checkpoint) -> str | None:
     return message
 
 
+def lineage(base: Checkpoint, trained: Checkpoint) -> dict[str, str | None]:
+    """BASE's role for TRAINED and the base TRAINED names (`surgery.hub.lineage.base_role`), as
+    plan_revert and plan_interpolate take them; a note when BASE is a donor (a graft)."""
+    role, named = base_role(base, trained)
+    if role == "donor":
+        notice(
+            "note",
+            f"TRAINED {trained.spec or trained.path} names {named} as its base, not BASE "
+            f"{base.spec or base.path}: BASE is recorded as the donor of a graft",
+        )
+    return {"base_role": role, "trained_base": named}
+
+
 def revert(
     base: str | Path,
     trained: str | Path,
@@ -153,6 +167,7 @@ def revert(
         modules=modules,
         attention_only=attention_only,
         dtype=write.dtype,
+        **lineage(base_ckpt, trained_ckpt),
     )
     return write_plan(plan, out, write)
 
@@ -177,17 +192,24 @@ def interpolate(
     base: str | Path,
     trained: str | Path,
     out: str | Path,
-    alpha: str | float,
+    alpha: str | float | None,
     *,
     layers: str | None = None,
     stack: str | None = None,
     modules: str | None = None,
     extrapolate: bool = False,
+    beta: str | float | None = None,
     write: WriteOptions = WRITE,
     **changes: object,
 ) -> Path:
-    """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`."""
+    """Write the interpolation of BASE and TRAINED to `out`. See `plan_interpolate`.
+
+    `beta` (give `alpha` None) is BASE's share instead of TRAINED's, the strength of the paper's
+    donor grafts: TRAINED + beta * (BASE - TRAINED).
+    """
     write = write.with_(**changes)
+    if (alpha is None) == (beta is None):
+        raise LayerSpecError("give either alpha (TRAINED's share) or beta (BASE's share)")
     base_ckpt, trained_ckpt = _open_inputs([base, trained], write.download)
     warn_if_swapped(base_ckpt, trained_ckpt)
     plan = plan_interpolate(
@@ -199,6 +221,8 @@ def interpolate(
         dtype=write.dtype,
         extrapolate=extrapolate,
         modules=modules,
+        beta=None if beta is None else str(beta),
+        **lineage(base_ckpt, trained_ckpt),
     )
     return write_plan(plan, out, write)
 

@@ -88,7 +88,13 @@ def soup(weights, write, experts, out):
 
 @click.command()
 @click.option(
-    "--alpha", required=True, help="Weight of TRAINED: a number, or per range: 9:28=0.3,*=1.0."
+    "--alpha", default=None, help="Weight of TRAINED: a number, or per range: 9:28=0.3,*=1.0."
+)
+@click.option(
+    "--beta",
+    default=None,
+    help="Or the weight of BASE (a donor's share, the paper's graft strength): TRAINED + beta * "
+    "(BASE - TRAINED), alpha = 1 - beta; a number, or per range: 9:28=0.3.",
 )
 @click.option(
     "--layers", default=None, help="Blend only these layers; all other tensors from TRAINED."
@@ -98,12 +104,13 @@ def soup(weights, write, experts, out):
 @extrapolate_option
 @write_options()
 @base_trained_out
-def interpolate(alpha, layers, stack, modules, extrapolate, write, base, trained, out):
+def interpolate(alpha, beta, layers, stack, modules, extrapolate, write, base, trained, out):
     """Write (1 - alpha) * BASE + alpha * TRAINED.
 
     alpha 0 gives BASE and alpha 1 gives TRAINED, bit for bit. With per-range alphas, '*' covers
     every other layer and the tensors outside the layer stack; what no range covers comes from
-    TRAINED.
+    TRAINED. --beta gives BASE's share instead (alpha = 1 - beta): a graft from a donor BASE
+    at the paper's strength beta.
 
     \b
     Examples:
@@ -111,11 +118,14 @@ def interpolate(alpha, layers, stack, modules, extrapolate, write, base, trained
       surgery interpolate --alpha 0.3 --layers 9:28 base trained out
       surgery interpolate --alpha 9:28=0.3,*=1.0 base trained out
       surgery interpolate --alpha 9:28=0.3,*=1.0 --modules attn base trained out
+      surgery interpolate --beta 0.5 --layers 9:28 donor expert out  # half the donor's band
     """
     from surgery.api import interpolate as run
 
+    if (alpha is None) == (beta is None):
+        raise click.UsageError("give --alpha (TRAINED's share) or --beta (BASE's share), one")
     options = {"layers": layers, "stack": stack, "modules": modules, "extrapolate": extrapolate}
-    finish(run(base, trained, out, alpha, **options, write=write), write)
+    finish(run(base, trained, out, alpha, beta=beta, **options, write=write), write)
 
 
 @click.command(cls=MethodsHelp)

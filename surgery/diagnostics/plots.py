@@ -239,6 +239,75 @@ def plot_window_curve(
         ax.axis("off")
     fig.suptitle(f"{title}\n(shaded: trained's noise floor)")
     fig.tight_layout(rect=(0, 0, 1, 0.95))
+
+
+def _cosine_cell(value: float) -> tuple[str, str]:
+    """A cosine cell's text and its colour, readable on RdBu's dark ends and light middle."""
+    if math.isnan(value):
+        return "", "black"
+    return f"{value:.2f}", "white" if abs(value) > 0.6 else "black"
+
+
+def plot_matrices(
+    panels: dict[str, Sequence[Sequence[float]]],
+    labels: Sequence[str],
+    path: Path,
+    title: str,
+    label: str,
+) -> Path:
+    """N x N heatmaps side by side (one per panel title) on one fixed -1 to 1 scale, the value
+    written in each cell, so panels and figures compare by colour."""
+    plt = pyplot()
+    n = len(labels)
+    side = max(2.6, 0.55 * n + 1.4)
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(side * len(panels) + 1.6, side + 0.8),
+        squeeze=False,
+        layout="constrained",
+    )
+    image = None
+    for number, (ax, (name, matrix)) in enumerate(zip(axes.flat, panels.items(), strict=True)):
+        image = ax.imshow(matrix, cmap="RdBu", vmin=-1.0, vmax=1.0)
+        ax.set_xticks(range(n), labels=labels, rotation=35, ha="right")
+        # The rows are the same experts in every panel: named once, on the left.
+        ax.set_yticks(range(n), labels=labels if number == 0 else [])
+        for r, row in enumerate(matrix):
+            for c, value in enumerate(row):
+                text, colour = _cosine_cell(float(value))
+                ax.text(c, r, text, ha="center", va="center", color=colour, fontsize="small")
+        ax.set_title(name)
+    fig.colorbar(image, ax=list(axes.flat), label=f"{label} (fixed scale -1 to 1)", shrink=0.8)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_layer_heatmap(
+    rows: dict[str, Sequence[float]], layers: Sequence[int], path: Path, title: str, label: str
+) -> Path:
+    """A heatmap with a column per layer and a row per named series (NaN: no value, blank), on a
+    fixed -1 to 1 scale."""
+    plt = pyplot()
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(max(5, 0.55 * len(layers) + 2.5), 0.5 * len(rows) + 1.6))
+    grid = np.ma.masked_invalid(np.array(list(rows.values()), dtype=float))
+    cmap = plt.get_cmap("RdBu").with_extremes(bad=WITHIN_NOISE_COLOUR)
+    image = ax.imshow(grid, cmap=cmap, vmin=-1.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(layers)), labels=[str(layer) for layer in layers])
+    ax.set_yticks(range(len(rows)), labels=list(rows))
+    ax.set_xlabel("layer")
+    if len(layers) <= 40:  # beyond that the numbers no longer fit their cells
+        for r, values in enumerate(rows.values()):
+            for c, value in enumerate(values):
+                text, colour = _cosine_cell(float(value))
+                ax.text(c, r, text, ha="center", va="center", color=colour, fontsize="x-small")
+    fig.colorbar(image, ax=ax, label=f"{label} (fixed scale -1 to 1)")
+    ax.set_title(title)
+    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

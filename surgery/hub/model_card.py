@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from surgery.engine.reader import CARD_NAME, RECIPE_NAME, RESULTS_NAME
-from surgery.engine.recipe import public_recipe
+from surgery.engine.recipe import public_copy, public_recipe
 
 
 def _name(entry: dict) -> str:
@@ -28,11 +28,7 @@ def describe_operation(recipe: dict) -> str:
     """One paragraph saying what the operation did, in words."""
     operation, roles = recipe.get("operation"), _inputs_by_role(recipe)
     if operation == "revert":
-        return (
-            f"Layers `{recipe['layers']}` of the {recipe.get('stack', 'text')} stack "
-            f"({recipe.get('num_layers', '?')} layers) come from {roles.get('base')}; every other "
-            f"tensor comes from {roles.get('trained')}. Reverted tensors are byte copies."
-        )
+        return _revert_sentence(recipe, roles)
     if operation == "soup":
         names = [f"**{_name(e)}**" for e in recipe.get("inputs", [])]
         weights = recipe.get("weights") or [1.0] * len(names)
@@ -42,16 +38,7 @@ def describe_operation(recipe: dict) -> str:
             "the sum of the weights, accumulated in float32 and rounded once."
         )
     if operation == "interpolate":
-        where = f" on layers `{recipe['layers']}`" if recipe.get("layers") else ""
-        return (
-            f"(1 - alpha) * {roles.get('base')} + alpha * {roles.get('trained')} with alpha "
-            f"`{recipe.get('alpha')}`{where}; tensors not covered come from {roles.get('trained')}."
-            + (
-                " Alphas outside [0, 1] extrapolate beyond the inputs."
-                if recipe.get("extrapolate")
-                else ""
-            )
-        )
+        return _interpolate_sentence(recipe, roles)
     if operation == "merge":
         inputs = recipe.get("inputs", [])
         names = ", ".join(f"**{_name(e)}**" for e in inputs if e["role"] != "base")
@@ -84,6 +71,61 @@ def describe_operation(recipe: dict) -> str:
             "(tensor names, shapes, dtypes and shard files)." + _l2sp_sentence(recipe)
         )
     return f"Made by the `{operation}` operation."
+
+
+def _not_trained_base(recipe: dict, trained: str | None) -> str:
+    """ ", not TRAINED's base X" for a graft whose recipe records the base TRAINED names (a Hub
+    id, or a local path's last component: `public_copy`, as the recipe is published)."""
+    named = recipe.get("trained_base")
+    return f", not {trained}'s base **{public_copy(named)}**" if named else ""
+
+
+def _revert_sentence(recipe: dict, roles: dict[str, str]) -> str:
+    """A revert in words: a graft when BASE is a donor (TRAINED names another base), a revert
+    to the base when TRAINED names BASE as its base, and neither claim when it names none."""
+    where = (
+        f"layers `{recipe['layers']}` of the {recipe.get('stack', 'text')} stack "
+        f"({recipe.get('num_layers', '?')} layers)"
+    )
+    trained = roles.get("trained")
+    if "donor" in roles:
+        return (
+            f"A graft: {where} come from the donor {roles['donor']}"
+            f"{_not_trained_base(recipe, trained)}; every other tensor comes from {trained}. "
+            "Grafted tensors are byte copies."
+        )
+    if recipe.get("trained_base"):
+        return (
+            f"{where[0].upper()}{where[1:]} are reverted to {roles.get('base')}, {trained}'s "
+            f"base; every other tensor comes from {trained}. Reverted tensors are byte copies."
+        )
+    return (
+        f"{where[0].upper()}{where[1:]} come from {roles.get('base')}; every other tensor "
+        f"comes from {trained}. Reverted tensors are byte copies."
+    )
+
+
+def _interpolate_sentence(recipe: dict, roles: dict[str, str]) -> str:
+    """An interpolation in words; with a beta (BASE's share), in the paper's graft form."""
+    where = f" on layers `{recipe['layers']}`" if recipe.get("layers") else ""
+    trained = roles.get("trained")
+    donor = "donor" in roles
+    source = roles.get("donor") if donor else roles.get("base")
+    if recipe.get("beta") is not None:
+        text = (
+            f"{trained} + beta * ({source} - {trained}) with beta `{recipe['beta']}`{where} "
+            f"(the {'donor' if donor else 'base'}'s share; alpha = 1 - beta)"
+        )
+    else:
+        text = (
+            f"(1 - alpha) * {source} + alpha * {trained} with alpha `{recipe.get('alpha')}`{where}"
+        )
+    text += f"; tensors not covered come from {trained}."
+    if donor:
+        text += f" A graft: {source} is a donor{_not_trained_base(recipe, trained)}."
+    if recipe.get("extrapolate"):
+        text += " Alphas outside [0, 1] extrapolate beyond the inputs."
+    return text
 
 
 def matching_sentences(recipe: dict) -> str:

@@ -40,6 +40,7 @@ def resolve_alphas(
     *,
     extrapolate: bool = False,
     modules: str | None = None,
+    beta: bool = False,
 ) -> tuple[LayerValues, Stack | None, ModuleFilter | None]:
     """Turn `--alpha` (a number or `9:28=0.3,*=1.0`) and `--layers` into values per layer.
 
@@ -52,14 +53,19 @@ def resolve_alphas(
     Alphas outside [0, 1] extrapolate beyond BASE or TRAINED (task-vector extrapolation): allowed
     only with `extrapolate`, so a typo never silently writes an extrapolated model.
 
+    With `beta`, the numbers given are BASE's share (a donor's, in the paper's grafts:
+    TRAINED + beta * (BASE - TRAINED)), and each alpha is 1 - beta; tensors not covered still
+    come from TRAINED (beta 0).
+
     Raises:
         LayerSpecError: a bad spec, per-range alphas combined with --layers, an alpha outside
             [0, 1] without `extrapolate`, or `modules` without layers or matching none.
     """
+    word = "beta" if beta else "alpha"
     text = str(alpha)
     per_range = "=" in text
     if per_range and layers is not None:
-        raise LayerSpecError("give either per-range alphas (9:28=0.3,*=1) or --layers, not both")
+        raise LayerSpecError(f"give either per-range {word}s (9:28=0.3,*=1) or --layers, not both")
     chosen = None if not per_range and layers is None else select_stack(checkpoint.stacks, stack)
     if chosen is None:
         values = parse_layer_values(text, 1)
@@ -73,16 +79,27 @@ def resolve_alphas(
     if not all(
         math.isfinite(v) for v in [*values.per_layer.values(), values.default] if v is not None
     ):
-        raise LayerSpecError(f"alpha {text!r} is not a finite number")
+        raise LayerSpecError(f"{word} {text!r} is not a finite number")
     outside = [
         v for v in [*values.per_layer.values(), values.default] if v is not None and not 0 <= v <= 1
     ]
     if outside and not extrapolate:
         raise LayerSpecError(
-            f"alpha {outside[0]:g} lies outside [0, 1] (alpha {text!r}); pass --extrapolate to "
+            f"{word} {outside[0]:g} lies outside [0, 1] ({word} {text!r}); pass --extrapolate to "
             "extrapolate beyond BASE or TRAINED on purpose"
         )
+    if beta:
+        values = alphas_of_betas(values)
     return values, chosen, _module_filter(checkpoint, modules, values, chosen)
+
+
+def alphas_of_betas(values: LayerValues) -> LayerValues:
+    """Betas (BASE's share) as alphas (TRAINED's share): alpha = 1 - beta, per layer and for
+    `*`; what no value covers stays uncovered (TRAINED's)."""
+    return LayerValues(
+        per_layer={layer: 1.0 - beta for layer, beta in values.per_layer.items()},
+        default=None if values.default is None else 1.0 - values.default,
+    )
 
 
 def _module_filter(
@@ -139,6 +156,9 @@ def plan_interpolate(
     dtype: str | None = None,
     extrapolate: bool = False,
     modules: str | None = None,
+    beta: str | None = None,
+    base_role: str = "base",
+    trained_base: str | None = None,
 ) -> Plan:
     """Plan (1 - a) * BASE + a * TRAINED with a per layer (see `resolve_alphas`).
 
@@ -148,11 +168,16 @@ def plan_interpolate(
     added rows come from TRAINED. Non-float tensors are copied from TRAINED and must equal
     BASE's.
 
+    `beta` (instead of `alpha`, which is then ignored) gives BASE's share, as the paper's
+    donor grafts do: TRAINED + beta * (BASE - TRAINED), alpha = 1 - beta. `base_role` names
+    BASE's role in the recipe ("donor" when it is not TRAINED's base); `trained_base` is the
+    base TRAINED names, when it names one.
+
     Raises:
         MismatchError: the checkpoints do not line up.
         LayerSpecError: a bad alpha or layer spec.
     """
-    labels = ["trained", "base"]
+    labels = ["trained", base_role]
     matching = match(
         [trained, base],
         labels,
@@ -161,7 +186,13 @@ def plan_interpolate(
         lonely=LONELY,
     )
     values, chosen, module_filter = resolve_alphas(
-        trained, alpha, layers, stack, extrapolate=extrapolate, modules=modules
+        trained,
+        alpha if beta is None else beta,
+        layers,
+        stack,
+        extrapolate=extrapolate,
+        modules=modules,
+        beta=beta is not None,
     )
     alphas = {}
     for name in trained.tensors:
@@ -185,14 +216,16 @@ def plan_interpolate(
                 tensors.append(blend_rows(theirs, tensor, alphas[name], dtype))
     recipe = make_recipe(
         "interpolate",
-        [("base", base), ("trained", trained)],
-        alpha=str(alpha),
+        [(base_role, base), ("trained", trained)],
+        alpha=str(alpha) if beta is None else None,
+        beta=beta,
         layers=layers,
         stack=chosen.name if chosen is not None else None,
         modules=modules,
         dtype=dtype,
         extrapolate=extrapolate or None,
         matching=matching.record(labels),
+        trained_base=trained_base,
     )
     return Plan(
         "interpolate",

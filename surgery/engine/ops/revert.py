@@ -49,6 +49,8 @@ def plan_revert(
     modules: str | None = None,
     attention_only: bool = False,
     dtype: str | None = None,
+    base_role: str = "base",
+    trained_base: str | None = None,
 ) -> Plan:
     """Plan a revert of `layers` (a layer spec such as `9:28`) of one stack to BASE.
 
@@ -60,6 +62,9 @@ def plan_revert(
     the layers revert. `attention_only` is the paper's `WeightReverter(attention_only=True)`:
     only the MLP tensors of the layers revert (see `surgery.core.modules.ATTENTION_ONLY`), their
     attention and norms stay TRAINED's.
+
+    `base_role` names BASE's role in the recipe: "donor" when BASE is not TRAINED's base (a
+    graft of its layers); `trained_base` is the base TRAINED names, when it names one.
 
     Raises:
         MismatchError: the checkpoints do not line up.
@@ -90,14 +95,15 @@ def plan_revert(
         tensors.append(copy_of(source, dtype, name=name))
     recipe = make_recipe(
         "revert",
-        [("base", base), ("trained", trained)],
+        [(base_role, base), ("trained", trained)],
         layers=format_layers(indices),
         stack=chosen_stack.name,
         modules=modules,
         attention_only=attention_only or None,
         num_layers=chosen_stack.num_layers,
         dtype=dtype,
-        matching=matching.record(["trained", "base"]),
+        matching=matching.record(["trained", base_role]),
+        trained_base=trained_base,
     )
     return Plan(
         "revert",
