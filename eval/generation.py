@@ -40,7 +40,6 @@ def first_line(text: str) -> str:
     return text.split("\n", 1)[0].strip()
 
 
-@torch.no_grad()
 def generate_lines(
     model: Any,
     tokenizer: Any,
@@ -69,24 +68,90 @@ def generate_lines(
     Returns:
         One stripped line per prompt, in order.
     """
+    stop = StoppingCriteriaList([StopAtNewline(newline_token_ids(tokenizer))])
+    texts = _generate(
+        model,
+        tokenizer,
+        prompts,
+        {"stopping_criteria": stop},
+        max_new_tokens=max_new_tokens,
+        max_length=max_length,
+        batch_size=batch_size,
+        progress=progress,
+        desc=desc,
+        add_bos=add_bos,
+    )
+    return [first_line(text) for text in texts]
+
+
+def generate_until(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    stop: str,
+    max_new_tokens: int,
+    max_length: int,
+    batch_size: int = 8,
+    progress: bool = False,
+    desc: str = "generating",
+    add_bos: bool | None = None,
+) -> list[str]:
+    """Greedy continuation of each prompt up to the first `stop` string (or EOS, or the token
+    limit): the text before it, unstripped (lm-eval's ``until``).
+
+    transformers stops a row once its text holds `stop`, wherever the token boundaries fall
+    (``stop_strings``); the text is then cut at the first `stop`. Other arguments as
+    `generate_lines`.
+    """
+    texts = _generate(
+        model,
+        tokenizer,
+        prompts,
+        {"stop_strings": [stop], "tokenizer": tokenizer},
+        max_new_tokens=max_new_tokens,
+        max_length=max_length,
+        batch_size=batch_size,
+        progress=progress,
+        desc=desc,
+        add_bos=add_bos,
+    )
+    return [text.split(stop, 1)[0] for text in texts]
+
+
+@torch.no_grad()
+def _generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    stopping: dict[str, Any],
+    *,
+    max_new_tokens: int,
+    max_length: int,
+    batch_size: int,
+    progress: bool,
+    desc: str,
+    add_bos: bool | None,
+) -> list[str]:
+    """The decoded new tokens of each prompt's greedy continuation (`stopping`: the extra
+    arguments of ``model.generate`` that end a row), longest prompts batched first."""
     encoder = TextEncoder(tokenizer, add_bos)
     room = max(1, max_length - max_new_tokens)
     encoded = [encoder(p)[-room:] for p in prompts]
     config = _greedy_config(model, tokenizer, max_new_tokens)
-    stop = StoppingCriteriaList([StopAtNewline(newline_token_ids(tokenizer))])
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-    lines = [""] * len(encoded)
+    texts = [""] * len(encoded)
     device = model_device(model)
     starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
         indices = order[start : start + batch_size]
         ids, mask = left_pad([encoded[i] for i in indices], device, pad_id(tokenizer))
         out = model.generate(
-            input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stop
+            input_ids=ids, attention_mask=mask, generation_config=config, **stopping
         )
         for index, row in zip(indices, out[:, ids.shape[1] :], strict=True):
-            lines[index] = first_line(tokenizer.decode(row, skip_special_tokens=True))
-    return lines
+            texts[index] = tokenizer.decode(row, skip_special_tokens=True)
+    return texts
 
 
 def _greedy_config(model: Any, tokenizer: Any, max_new_tokens: int) -> GenerationConfig:

@@ -104,6 +104,38 @@ def hub_rows(
     return [row for path in paths for row in read_rows(path)], paths, source
 
 
+def task_rows(path: Path, config: str | None, split: str) -> tuple[list[Row], list[Path]]:
+    """The rows of a file, or of one config's split of a snapshot folder; and the files read.
+
+    Raises:
+        EvalDataError: as `read_rows` and `snapshot_rows`.
+    """
+    if path.is_dir():
+        return snapshot_rows(path, config, split)
+    return read_rows(path), [path]
+
+
+def rows_for(
+    dataset: DatasetRef | None, path: Path | None, config: str | None, split: str
+) -> tuple[list[Row], list[Path], HubSource | None, str | None, str]:
+    """A task's rows: of a Hub dataset (its reference's config and split first), else of a
+    local file or snapshot folder.
+
+    Returns:
+        `(rows, files read, Hub source or None, config read, split read)`.
+
+    Raises:
+        EvalDataError: as `hub_rows` and `task_rows`.
+    """
+    if dataset is not None:
+        config, split = dataset.config or config, dataset.split or split
+        rows, files, source = hub_rows(dataset, config, split)
+        return rows, files, source, config, split
+    assert path is not None  # parse_task guarantees a path or a dataset
+    rows, files = task_rows(path, config, split)
+    return rows, files, None, config, split
+
+
 def source_config(source: HubSource) -> dict[str, Any]:
     """A Hub source as a task's config records it."""
     return {
