@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.data import JSONL_SUFFIXES, Row, has_suffix, read_jsonl
-from eval.errors import EvalDataError, data_error
+from eval.errors import EvalDataError, MissingDataError, data_error
 from surgery.hub.datasets import DatasetRef, fetch
 from surgery.hub.datasets import data_files as _data_files
 
@@ -35,8 +35,9 @@ ROW_SUFFIXES = (*JSONL_SUFFIXES, *PARQUET_SUFFIXES)
 def data_files(
     dataset: str, files: list[str], card_text: str | None, config: str | None, split: str
 ) -> list[str]:
-    """`surgery.hub.datasets.data_files` with eval's error type (`EvalDataError`)."""
-    return _data_files(dataset, files, card_text, config, split, EvalDataError)
+    """`surgery.hub.datasets.data_files` with eval's error types (`MissingDataError` for a
+    config that does not exist)."""
+    return _data_files(dataset, files, card_text, config, split, EvalDataError, MissingDataError)
 
 
 def snapshot_files(folder: Path) -> list[str]:
