@@ -90,7 +90,9 @@ class ExactMatchTask:
         return {
             "kind": self.spec.kind,
             "path": str(self.spec.dataset or self.spec.path),
-            **(source_config(self.source) if self.source else {"config": config, "split": split}),
+            # A snapshot folder or a Hub dataset: which of its configs and splits was read.
+            **({"config": config, "split": split} if self.files != [self.spec.path] else {}),
+            **(source_config(self.source) if self.source else {}),
             "shots": options["shots"],
             "sampler": self.sampler,
             "fewshot_seed": options["fewshot_seed"] if self.sampler == "default" else None,

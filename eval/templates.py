@@ -146,31 +146,10 @@ class DocTemplate:
                 return text
         return text
 
-    def target_text(self, row: dict[str, Any]) -> str:
-        """The answer a demonstration shows (lm-eval's few-shot context: the first of a list,
-        the choice an index names)."""
-        target = self.doc_to_target(row)
-        if isinstance(target, list):
-            return str(target[0])
-        if self.choice is None or isinstance(target, str):
-            return str(target)
-        return str(self.doc_to_choice(row)[target])
-
-    def demonstration(self, row: dict[str, Any]) -> str:
-        """One solved example, its few-shot delimiter included."""
-        return (
-            str(self.doc_to_text(row))
-            + self.target_delimiter
-            + self.target_text(row)
-            + self.fewshot_delimiter
-        )
-
     def gold(self, row: dict[str, Any], choices: list[Any]) -> int | None:
         """The index of the right choice (lm-eval: an index, or a string looked up among the
         choices); None when it names none of them."""
         target = self.doc_to_target(row)
-        if isinstance(target, list):
-            target = target[0]
         if isinstance(target, str):
             return choices.index(target) if target in choices else None
         if isinstance(target, int) and not isinstance(target, bool) and 0 <= target < len(choices):

@@ -31,7 +31,7 @@ from eval.published import (
 from eval.shots import draw_shots
 from eval.tasks import Settings, TaskSpec
 from eval.tokens import parse_add_bos
-from surgery.hub.datasets import nearby
+from surgery.hub.datasets import card_configs, nearby
 
 # FLORES-200 codes -> names used in prompts; other codes appear as themselves unless the task
 # string gives src_name=/tgt_name=.
@@ -124,6 +124,23 @@ def chrf(hypotheses: list[str], references: list[str], word_order: int = 0) -> t
     return score, str(metric.get_signature())
 
 
+def _no_file(repo: str, files: list[str], card: str | None, split: str, lang: str) -> None:
+    """Raise the error for a language without a file among `files`: the card names it as a
+    config, so the file is on the Hub but not in the cache read offline (`EvalDataError`), or
+    the dataset does not hold the language (`MissingDataError`, a suite's missing unit)."""
+    configs = card_configs(card) or {}
+    if lang in configs:
+        raise EvalDataError(
+            f"dataset {repo}: {split}/{lang} is not in the Hub cache (HF_HUB_OFFLINE set); fetch "
+            f"it first: hf download --repo-type dataset {repo} --include '{split}/{lang}.*'"
+        )
+    present = {n.split("/")[-1].split(".")[0] for n in files if n.startswith(split)}
+    raise MissingDataError(
+        f"dataset {repo}, split {split}: no {lang} file; languages nearby: "
+        f"{nearby(lang, present or set(configs))}"
+    )
+
+
 def _fetch(spec: TaskSpec, splits: list[str]) -> tuple[Path, HubSource]:
     """Fetch the two languages' files of each split of a FLORES dataset on the Hub (only
     those)."""
@@ -135,11 +152,7 @@ def _fetch(spec: TaskSpec, splits: list[str]) -> tuple[Path, HubSource]:
         names = [language_file_name(files, split, lang) for split, lang in wanted]
         for (split, lang), name in zip(wanted, names, strict=True):
             if name is None:
-                present = {n.split("/")[-1].split(".")[0] for n in files if n.startswith(split)}
-                raise MissingDataError(
-                    f"dataset {spec.dataset.repo}, split {split}: no {lang} file; languages "
-                    f"nearby: {nearby(lang, present)}"
-                )
+                _no_file(spec.dataset.repo, files, card, split, lang)
         return [name for name in names if name is not None]
 
     _, source = fetch_files(spec.dataset, spec.dataset.config, splits[0], select)

@@ -422,3 +422,18 @@ def test_train_reads_a_hub_dataset_from_the_cache_offline(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == ["first document", "second document"]
+
+
+def test_a_flores_language_the_card_names_but_the_cache_lacks_is_no_missing_unit(repos):
+    """Offline the file list is the cache's: a language FLORES+'s card names whose file was not
+    fetched is an error saying so, not a language the dataset lacks (which a suite may skip)."""
+    from eval.errors import EvalDataError, MissingDataError
+    from eval.translation import _no_file
+
+    card = (repos / "flores/README.md").read_text(encoding="utf-8")
+    files = ["README.md", "devtest/eng_Latn.parquet"]
+    with pytest.raises(EvalDataError, match="devtest/ind_Latn is not in the Hub cache") as caught:
+        _no_file("test/flores_plus", files, card, "devtest", "ind_Latn")
+    assert not isinstance(caught.value, MissingDataError)
+    with pytest.raises(MissingDataError, match="no fra_Latn file; languages nearby: eng_Latn"):
+        _no_file("test/flores_plus", files, card, "devtest", "fra_Latn")

@@ -75,8 +75,11 @@ class AnswerReader:
         return text, answer
 
     def demonstration(self, text: str, answer: str) -> str:
-        """One solved example, its few-shot delimiter included."""
+        """One solved example, its few-shot delimiter included (lm-eval: an empty answer adds
+        neither delimiter)."""
         template = self.template
+        if not answer:
+            return text
         return text + template.target_delimiter + answer + template.fewshot_delimiter
 
 
