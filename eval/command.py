@@ -204,6 +204,7 @@ def _run_suite(
         allow_missing=allow_missing,
         tokenizer=tokenizer,
         progress=not quiet,
+        warn=lambda line: click.echo(f"warning: {line}", err=True),
     )
     written = run_suite(checkpoint, suite, out, options)
     if written is not None:

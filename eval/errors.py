@@ -11,6 +11,14 @@ class EvalDataError(SurgeryError):
     """A data file for an eval task is missing, empty or malformed."""
 
 
+class MissingDataError(EvalDataError):
+    """Data a task names does not exist: a dataset's config, a language's file.
+
+    A suite run with ``--allow-missing`` skips such a unit and lists it, as it does a missing
+    local file; every other data error stays an error.
+    """
+
+
 class TaskSpecError(SurgeryError):
     """A task string that does not parse, or names an unknown task or option."""
 

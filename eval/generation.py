@@ -7,7 +7,7 @@ limit. Where the line ends, and how the scored line is cut, is the `postprocess`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +102,6 @@ class Generation:
     stop: str
 
 
-@torch.no_grad()
 def generate_lines(
     model: Any,
     tokenizer: Any,
@@ -145,7 +144,6 @@ def generate_lines(
     return [generation.line for generation in generations]
 
 
-@torch.no_grad()
 def generate(
     model: Any,
     tokenizer: Any,
@@ -172,31 +170,108 @@ def generate(
     Returns:
         One `Generation` per prompt, in order.
     """
+    eos = _eos_ids(_greedy_config(model, tokenizer, max_new_tokens))
+    newlines = newline_token_ids(tokenizer)
+
+    def batch(prompt_length: int) -> tuple[dict[str, Any], Callable[[int, list[int]], Any]]:
+        stop = StopAtLineEnd(tokenizer, newlines, prompt_length, postprocess)
+
+        def finish(row: int, tokens: list[int]) -> Generation:
+            return _finish(tokenizer, tokens, stop.lengths.get(row), eos, postprocess)
+
+        return {"stopping_criteria": StoppingCriteriaList([stop])}, finish
+
+    return _greedy(
+        model,
+        tokenizer,
+        prompts,
+        batch,
+        max_new_tokens,
+        max_length,
+        add_bos,
+        batch_size=batch_size,
+        progress=progress,
+        desc=desc,
+    )
+
+
+def generate_until(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    stop: str,
+    max_new_tokens: int,
+    max_length: int,
+    batch_size: int = 8,
+    progress: bool = False,
+    desc: str = "generating",
+    add_bos: bool | None = None,
+) -> list[str]:
+    """Greedy continuation of each prompt up to the first `stop` string (or EOS, or the token
+    limit): the text before it, unstripped (lm-eval's ``until``).
+
+    transformers stops a row once its text holds `stop`, wherever the token boundaries fall
+    (``stop_strings``); the text is then cut at the first `stop`. Other arguments as
+    `generate_lines`.
+    """
+
+    def batch(prompt_length: int) -> tuple[dict[str, Any], Callable[[int, list[int]], Any]]:
+        def finish(row: int, tokens: list[int]) -> str:
+            return tokenizer.decode(tokens, skip_special_tokens=True).split(stop, 1)[0]
+
+        return {"stop_strings": [stop], "tokenizer": tokenizer}, finish
+
+    return _greedy(
+        model,
+        tokenizer,
+        prompts,
+        batch,
+        max_new_tokens,
+        max_length,
+        add_bos,
+        batch_size=batch_size,
+        progress=progress,
+        desc=desc,
+    )
+
+
+@torch.no_grad()
+def _greedy(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    batch: Callable[[int], tuple[dict[str, Any], Callable[[int, list[int]], Any]]],
+    max_new_tokens: int,
+    max_length: int,
+    add_bos: bool | None,
+    *,
+    batch_size: int,
+    progress: bool,
+    desc: str,
+) -> list[Any]:
+    """Each prompt's greedy continuation, longest prompts batched first. `batch(prompt
+    length)` gives the arguments of ``model.generate`` that end a row, and the function that
+    turns a row's generated tokens (and its row number in the batch) into its result."""
     encoder = TextEncoder(tokenizer, add_bos)
     room = max(1, max_length - max_new_tokens)
     encoded = [encoder(p)[-room:] for p in prompts]
     config = _greedy_config(model, tokenizer, max_new_tokens)
-    eos = _eos_ids(config)
-    newlines = newline_token_ids(tokenizer)
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-    results: list[Generation | None] = [None] * len(encoded)
+    results: list[Any] = [None] * len(encoded)
     device = model_device(model)
     starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
         indices = order[start : start + batch_size]
         ids, mask = left_pad([encoded[i] for i in indices], device, pad_id(tokenizer))
-        stop = StopAtLineEnd(tokenizer, newlines, ids.shape[1], postprocess)
+        stopping, finish = batch(ids.shape[1])
         out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            generation_config=config,
-            stopping_criteria=StoppingCriteriaList([stop]),
+            input_ids=ids, attention_mask=mask, generation_config=config, **stopping
         )
         generated = out[:, ids.shape[1] :].tolist()
         for row, (index, tokens) in enumerate(zip(indices, generated, strict=True)):
-            ended = stop.lengths.get(row)
-            results[index] = _finish(tokenizer, tokens, ended, eos, postprocess)
-    return [result for result in results if result is not None]
+            results[index] = finish(row, tokens)
+    return results
 
 
 def _finish(

@@ -26,15 +26,15 @@ from typing import Any
 
 from eval.data import Row, doc_id, text_sha256
 from eval.errors import data_error
-from eval.published import HubSource, hub_rows, read_rows, snapshot_rows, source_config
+from eval.kinds.choice import ChoiceReader
+from eval.published import HubSource, rows_for, source_config, task_rows
 from eval.scoring import choice_loglikelihoods, make_request
 from eval.shots import choose_shots
 from eval.tasks import Settings, TaskSpec
+from eval.templates import FEWSHOT_DELIMITER, TARGET_DELIMITER
 from eval.tokens import TextEncoder, parse_add_bos
 
 LETTERS = "ABCD"
-TARGET_DELIMITER = " "
-FEWSHOT_DELIMITER = "\n\n"
 
 
 @dataclass(frozen=True)
@@ -46,20 +46,28 @@ class McItem:
     label: int
     doc: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    def demonstration(self) -> str:
+    def demonstration(
+        self, target_delimiter: str = TARGET_DELIMITER, fewshot_delimiter: str = FEWSHOT_DELIMITER
+    ) -> str:
         """The item with its correct answer, as one k-shot block (delimiter included)."""
-        return self.question + TARGET_DELIMITER + self.choices[self.label] + FEWSHOT_DELIMITER
+        return self.question + target_delimiter + self.choices[self.label] + fewshot_delimiter
 
 
 @dataclass(frozen=True)
 class Schema:
-    """How one file format becomes items, and what lm-eval reports and samples for it."""
+    """How one file format becomes items, and what lm-eval reports and samples for it.
+
+    exclude_self: demonstrations come from the evaluated split (lm-eval's ``fewshot_split`` is
+    its ``test_split``), so the sampler draws one more and drops the item.
+    """
 
     name: str
     read: Callable[[Row], McItem]
     sampler: str
     exclude_self: bool
     metrics: tuple[str, ...]
+    target_delimiter: str = TARGET_DELIMITER
+    fewshot_delimiter: str = FEWSHOT_DELIMITER
 
 
 def _belebele(row: Row) -> McItem:
@@ -95,15 +103,24 @@ SCHEMAS = {
 }
 
 
-def schema_of(kind: str, rows: list[Row]) -> Schema:
-    """Belebele for belebele; for piqa, classic PIQA when the first row has ``goal``."""
-    if kind == "belebele":
-        return SCHEMAS["belebele"]
-    return SCHEMAS["piqa" if "goal" in rows[0].data else "global_piqa"]
+def belebele_schema(spec: TaskSpec, rows: list[Row]) -> Schema:
+    """Belebele's rows (the ``belebele`` kind's schema)."""
+    return SCHEMAS["belebele"]
+
+
+def piqa_schema(spec: TaskSpec, rows: list[Row]) -> Schema:
+    """The ``piqa`` kind's schema: classic PIQA when the first row has ``goal``, else
+    Global-PIQA."""
+    if "goal" in rows[0].data:
+        return SCHEMAS["piqa"]
+    return SCHEMAS["global_piqa"]
+
+
+SchemaFor = Callable[[TaskSpec, list[Row]], Schema]
 
 
 def read_items(
-    kind: str, path: Path, config: str | None = None, split: str = "test"
+    schema_for: SchemaFor, path: Path, config: str | None = None, split: str = "test"
 ) -> tuple[Schema, list[McItem]]:
     """Read a Belebele or PIQA file (either PIQA schema; JSON lines or Parquet), or one config's
     split of a dataset snapshot folder in its published layout (`eval.published`).
@@ -112,35 +129,32 @@ def read_items(
         EvalDataError: bad JSON, a missing or empty field, a label out of range, no such
             config or split.
     """
-    return _items(kind, read_task_rows(path, config, split)[0])
-
-
-def read_task_rows(path: Path, config: str | None, split: str) -> tuple[list[Row], list[Path]]:
-    """The rows of a file, or of one config's split of a snapshot folder; and the files read."""
-    if path.is_dir():
-        return snapshot_rows(path, config, split)
-    return read_rows(path), [path]
-
-
-def _items(kind: str, rows: list[Row]) -> tuple[Schema, list[McItem]]:
-    schema = schema_of(kind, rows)
+    rows = task_rows(path, config, split)[0]
+    schema = schema_for(TaskSpec("", path), rows)
     return schema, [schema.read(row) for row in rows]
 
 
 def read_belebele(path: Path) -> list[McItem]:
     """Read Belebele rows: flores_passage, question, mc_answer1..4, correct_answer_num (1..4)."""
-    return read_items("belebele", path)[1]
+    return read_items(belebele_schema, path)[1]
 
 
 def read_piqa(path: Path) -> list[McItem]:
     """Read PIQA rows: Global-PIQA's (prompt, solution0.., label) or classic (goal, sol1, sol2)."""
-    return read_items("piqa", path)[1]
+    return read_items(piqa_schema, path)[1]
 
 
-def build_contexts(items: list[McItem], shots: list[list[int]], count: int) -> list[str]:
+def build_contexts(
+    items: list[McItem],
+    shots: list[list[int]],
+    count: int,
+    target_delimiter: str = TARGET_DELIMITER,
+    fewshot_delimiter: str = FEWSHOT_DELIMITER,
+) -> list[str]:
     """Prompts of the first `count` items, each after its demonstrations (`shots[i]`)."""
     return [
-        "".join(items[j].demonstration() for j in shots[i]) + items[i].question
+        "".join(items[j].demonstration(target_delimiter, fewshot_delimiter) for j in shots[i])
+        + items[i].question
         for i in range(count)
     ]
 
@@ -203,25 +217,25 @@ class MultipleChoiceTask:
         self.source = source
 
     @classmethod
-    def from_spec(cls, spec: TaskSpec) -> MultipleChoiceTask:
-        """Read the task's file.
+    def from_spec(cls, spec: TaskSpec, schema_for: SchemaFor) -> MultipleChoiceTask:
+        """Read the task's file, each row as the kind's schema (`schema_for`) reads it.
 
         Raises:
             EvalDataError: the file is malformed or has too few rows for the shots asked.
+            TaskSpecError: the kind's options do not describe the rows.
         """
-        config, split = spec.options["config"], spec.options["split"]
-        source = None
-        if spec.dataset is not None:
-            config, split = spec.dataset.config or config, spec.dataset.split or split
-            rows, files, source = hub_rows(spec.dataset, config, split)
-        else:
-            assert spec.path is not None  # parse_task guarantees a path or a dataset
-            rows, files = read_task_rows(spec.path, config, split)
-        schema, items = _items(spec.kind, rows)
+        options = spec.options
+        rows, files, source, _, _ = rows_for(
+            spec.dataset, spec.path, options["config"], options["split"]
+        )
+        schema = schema_for(spec, rows)
+        items = [schema.read(row) for row in rows]
         shots = spec.options["shots"]
         if len(items) <= shots:
             raise data_error(
-                spec.path, None, f"{len(items)} rows; {shots}-shot needs at least {shots + 1}"
+                spec.path or spec.dataset,  # type: ignore[arg-type]
+                None,
+                f"{len(items)} rows; {shots}-shot needs at least {shots + 1}",
             )
         return cls(spec, schema, items, files, source)
 
@@ -265,7 +279,11 @@ class MultipleChoiceTask:
 
     def contexts(self, count: int, seed: int) -> list[str]:
         """The prompts of the first `count` items."""
-        return build_contexts(self.items, self.shots(count, seed), count)
+        schema = self.schema
+        shots = self.shots(count, seed)
+        return build_contexts(
+            self.items, shots, count, schema.target_delimiter, schema.fewshot_delimiter
+        )
 
     def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
         """Score the first `limit` items.
@@ -278,7 +296,13 @@ class MultipleChoiceTask:
         evaluated = self.items[:count]
         encoder = TextEncoder(tokenizer, parse_add_bos(self.spec.options["add_bos"]))
         scores, truncated = score_items(
-            model, encoder, contexts, evaluated, settings, desc=self.spec.name
+            model,
+            encoder,
+            contexts,
+            evaluated,
+            settings,
+            desc=self.spec.name,
+            target_delimiter=self.schema.target_delimiter,
         )
         metrics: dict[str, float | int] = dict(accuracy(scores, evaluated, self.schema.metrics))
         metrics["n"] = count
@@ -297,7 +321,7 @@ class MultipleChoiceTask:
             "doc_id": doc_id(item.doc, index),
             "prompt_sha256": text_sha256(context),
             "context": context,
-            "choices": [TARGET_DELIMITER + c for c in item.choices],
+            "choices": [self.schema.target_delimiter + c for c in item.choices],
             "loglikelihoods": scores,
             "lengths": [len(c) for c in item.choices],
             "byte_lengths": [len(c.encode("utf-8")) for c in item.choices],
@@ -315,15 +339,17 @@ def score_items(
     items: list[McItem],
     settings: Settings,
     desc: str = "multiple choice",
+    target_delimiter: str = TARGET_DELIMITER,
 ) -> tuple[list[list[float]], int]:
-    """Summed log-likelihood of every choice of every item after its context.
+    """Summed log-likelihood of every choice of every item after its context (each choice after
+    `target_delimiter`).
 
     Returns:
         `(scores per item per choice, number of contexts cut to fit settings.max_length)`.
     """
     made = [
         make_request(
-            encoder, context, [TARGET_DELIMITER + c for c in item.choices], settings.max_length
+            encoder, context, [target_delimiter + c for c in item.choices], settings.max_length
         )
         for context, item in zip(contexts, items, strict=True)
     ]
@@ -336,3 +362,43 @@ def score_items(
         prefix_cache=settings.prefix_cache,
     )
     return scores, sum(truncated for _, truncated in made)
+
+
+def load_belebele(spec: TaskSpec) -> MultipleChoiceTask:
+    """The ``belebele`` kind's loader."""
+    return MultipleChoiceTask.from_spec(spec, belebele_schema)
+
+
+def load_piqa(spec: TaskSpec) -> MultipleChoiceTask:
+    """The ``piqa`` kind's loader."""
+    return MultipleChoiceTask.from_spec(spec, piqa_schema)
+
+
+def mapped_schema(spec: TaskSpec, rows: list[Row]) -> Schema:
+    """The ``multiple_choice`` kind's schema: its rows read through the task's fields or
+    lm-eval's template keys (`eval.kinds.choice`), lm-eval's default sampler.
+
+    Raises:
+        TaskSpecError: a part of the row named twice or not at all.
+    """
+    reader = ChoiceReader.from_options(spec.options)
+
+    def read(row: Row) -> McItem:
+        text, choices, gold = reader.read(row)
+        return McItem(text, choices, gold, row.data)
+
+    template = reader.template
+    return Schema(
+        "mapped",
+        read,
+        "default",
+        True,
+        ("acc", "acc_norm"),
+        template.target_delimiter,
+        template.fewshot_delimiter,
+    )
+
+
+def load_mapped(spec: TaskSpec) -> MultipleChoiceTask:
+    """The ``multiple_choice`` kind's loader."""
+    return MultipleChoiceTask.from_spec(spec, mapped_schema)

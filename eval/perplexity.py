@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from eval.batching import right_pad
 from eval.data import JSONL_SUFFIXES, TEXT_SUFFIXES, has_suffix, text_sha256
 from eval.data import read_documents as read_file_documents
-from eval.errors import EvalDataError, TaskSpecError, data_error
+from eval.errors import EvalDataError, MissingDataError, TaskSpecError, data_error
 from eval.model_loading import model_device
 from eval.published import HubSource
 from eval.scoring import cache_argument
@@ -338,7 +338,9 @@ class PerplexityTask:
         if name is None:
             raise TaskSpecError(f"task {spec.text!r}: give files=PATH of the dataset to read")
         take = None if window.stop is None else window.stop - window.start
-        documents, commit = stream_documents(spec.dataset, name, window.start, take, EvalDataError)
+        documents, commit = stream_documents(
+            spec.dataset, name, window.start, take, EvalDataError, MissingDataError
+        )
         lang = spec.options["lang"] or _file_language(Path(name))
         source = HubSource(spec.dataset.repo, None, None, commit, Path(name))
         return cls(spec, {lang: _window(documents, slice(0, None), spec)}, source)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.data import JSONL_SUFFIXES, Row, has_suffix, read_jsonl
-from eval.errors import EvalDataError, data_error
+from eval.errors import EvalDataError, MissingDataError, data_error
 from surgery.hub.datasets import DatasetRef, fetch
 from surgery.hub.datasets import data_files as _data_files
 
@@ -35,8 +35,9 @@ ROW_SUFFIXES = (*JSONL_SUFFIXES, *PARQUET_SUFFIXES)
 def data_files(
     dataset: str, files: list[str], card_text: str | None, config: str | None, split: str
 ) -> list[str]:
-    """`surgery.hub.datasets.data_files` with eval's error type (`EvalDataError`)."""
-    return _data_files(dataset, files, card_text, config, split, EvalDataError)
+    """`surgery.hub.datasets.data_files` with eval's error types (`MissingDataError` for a
+    config that does not exist)."""
+    return _data_files(dataset, files, card_text, config, split, EvalDataError, MissingDataError)
 
 
 def snapshot_files(folder: Path) -> list[str]:
@@ -102,6 +103,38 @@ def hub_rows(
 
     paths, source = fetch_files(ref, config, split, select)
     return [row for path in paths for row in read_rows(path)], paths, source
+
+
+def task_rows(path: Path, config: str | None, split: str) -> tuple[list[Row], list[Path]]:
+    """The rows of a file, or of one config's split of a snapshot folder; and the files read.
+
+    Raises:
+        EvalDataError: as `read_rows` and `snapshot_rows`.
+    """
+    if path.is_dir():
+        return snapshot_rows(path, config, split)
+    return read_rows(path), [path]
+
+
+def rows_for(
+    dataset: DatasetRef | None, path: Path | None, config: str | None, split: str
+) -> tuple[list[Row], list[Path], HubSource | None, str | None, str]:
+    """A task's rows: of a Hub dataset (its reference's config and split first), else of a
+    local file or snapshot folder.
+
+    Returns:
+        `(rows, files read, Hub source or None, config read, split read)`.
+
+    Raises:
+        EvalDataError: as `hub_rows` and `task_rows`.
+    """
+    if dataset is not None:
+        config, split = dataset.config or config, dataset.split or split
+        rows, files, source = hub_rows(dataset, config, split)
+        return rows, files, source, config, split
+    assert path is not None  # parse_task guarantees a path or a dataset
+    rows, files = task_rows(path, config, split)
+    return rows, files, None, config, split
 
 
 def source_config(source: HubSource) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """k-shot demonstrations: lm-evaluation-harness's two samplers, and our own seeded draw.
 
 - ``first_n`` (lm-eval's FirstNSampler, Belebele's config): the first k rows of the file that
-  are not the evaluated row.
+  are not the evaluated row; when demonstrations do not come from the evaluated split (a config
+  that names no few-shot split, as Global-PIQA's), lm-eval takes the first k rows as they are,
+  so the first k items are among their own demonstrations.
 - ``default`` (lm-eval's ContextSampler, Global-PIQA's config): one `random.Random(fewshot_seed)`
   advanced item by item in file order, ``rnd.sample(rows, k)``; when asked to exclude the item
   it draws k + 1 and drops the evaluated row (lm-eval does so only when demonstrations come from
@@ -60,8 +62,8 @@ def choose_shots(
         k: demonstrations per doc.
         sampler: ``first_n``, ``default`` or ``random`` (see the module docstring).
         fewshot_seed: seed of lm-eval's ``default`` sampler (its ``--fewshot_random_seed``).
-        exclude_self: ``default`` only: draw k + 1 and drop the evaluated doc, as lm-eval does
-            when demonstrations come from the evaluated split.
+        exclude_self: never the evaluated doc (``default``: draw k + 1 and drop it), as lm-eval
+            does when demonstrations come from the evaluated split; ``random`` always excludes it.
         key: ``random`` only: task kind and run seed, e.g. ``"belebele/0"``.
 
     Returns:
@@ -70,6 +72,8 @@ def choose_shots(
     if k == 0:
         return [[] for _ in range(count)]
     if sampler == "first_n":
+        if not exclude_self:
+            return [list(range(k)) for _ in range(count)]
         return [[j for j in range(len(docs)) if docs[j] != docs[i]][:k] for i in range(count)]
     if sampler == "random":
         return [

@@ -179,8 +179,7 @@ def build_spec(
         raise TaskSpecError(f"task {text!r}: {kind.name} needs a path, e.g. {kind.name}:PATH")
     if not kind.needs_path and path is not None:
         raise TaskSpecError(f"task {text!r}: {kind.name} takes no path, only options")
-    strings = {key: str(value).strip() for key, value in given.items()}
-    return TaskSpec(kind.name, path, _convert_options(text, kind, strings), text, dataset)
+    return TaskSpec(kind.name, path, _convert_options(text, kind, given), text, dataset)
 
 
 def check_unique_names(specs: Sequence[TaskSpec]) -> None:
@@ -218,8 +217,13 @@ def _split_options(text: str, option_text: str) -> dict[str, str]:
     return given
 
 
-def _convert_options(text: str, kind: Kind, given: dict[str, str]) -> dict[str, Any]:
+def _convert_options(text: str, kind: Kind, given: dict[str, Any]) -> dict[str, Any]:
     allowed = {NAME_OPTION: Option(_name, kind.name, "metric prefix"), **kind.options}
+    # YAML's 2 is read as "2"; templates and delimiters keep their spaces and lists.
+    given = {
+        key: value if key in allowed and allowed[key].raw else str(value).strip()
+        for key, value in given.items()
+    }
     unknown = [key for key in given if key not in allowed]
     if unknown:
         raise TaskSpecError(

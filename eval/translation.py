@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.data import has_suffix, read_lines, text_sha256
-from eval.errors import EvalDataError, data_error
+from eval.errors import EvalDataError, MissingDataError, data_error
 from eval.generation import generate
 from eval.kinds.flores import find_language_file, language_file_name
 from eval.published import (
@@ -34,7 +34,7 @@ from eval.shots import draw_shots
 from eval.tasks import Settings, TaskSpec
 from eval.tokens import parse_add_bos
 from eval.translation_outputs import output_diagnostics
-from surgery.hub.datasets import nearby
+from surgery.hub.datasets import card_configs, nearby
 
 # FLORES-200 codes -> names used in prompts; other codes appear as themselves unless the task
 # string gives src_name=/tgt_name=.
@@ -127,24 +127,48 @@ def chrf(hypotheses: list[str], references: list[str], word_order: int = 0) -> t
     return score, str(metric.get_signature())
 
 
-def _fetch(spec: TaskSpec, split: str) -> tuple[Path, HubSource]:
-    """Fetch the two languages' files of a FLORES dataset on the Hub (only those two)."""
+def _no_file(repo: str, files: list[str], card: str | None, split: str, lang: str) -> None:
+    """Raise the error for a language without a file among `files`: the card names it as a
+    config, so the file is on the Hub but not in the cache read offline (`EvalDataError`), or
+    the dataset does not hold the language (`MissingDataError`, a suite's missing unit)."""
+    configs = card_configs(card) or {}
+    if lang in configs:
+        raise EvalDataError(
+            f"dataset {repo}: {split}/{lang} is not in the Hub cache (HF_HUB_OFFLINE set); fetch "
+            f"it first: hf download --repo-type dataset {repo} --include '{split}/{lang}.*'"
+        )
+    present = {n.split("/")[-1].split(".")[0] for n in files if n.startswith(split)}
+    raise MissingDataError(
+        f"dataset {repo}, split {split}: no {lang} file; languages nearby: "
+        f"{nearby(lang, present or set(configs))}"
+    )
+
+
+def _fetch(spec: TaskSpec, splits: list[str]) -> tuple[Path, HubSource]:
+    """Fetch the two languages' files of each split of a FLORES dataset on the Hub (only
+    those)."""
     assert spec.dataset is not None
     langs = (spec.options["src"], spec.options["tgt"])
 
     def select(files: list[str], card: str | None) -> list[str]:
-        names = [language_file_name(files, split, lang) for lang in langs]
-        for lang, name in zip(langs, names, strict=True):
+        wanted = [(split, lang) for split in splits for lang in langs]
+        names = [language_file_name(files, split, lang) for split, lang in wanted]
+        for (split, lang), name in zip(wanted, names, strict=True):
             if name is None:
-                present = {n.split("/")[-1].split(".")[0] for n in files if n.startswith(split)}
-                raise EvalDataError(
-                    f"dataset {spec.dataset.repo}, split {split}: no {lang} file; languages "
-                    f"nearby: {nearby(lang, present)}"
-                )
+                _no_file(spec.dataset.repo, files, card, split, lang)
         return [name for name in names if name is not None]
 
-    _, source = fetch_files(spec.dataset, spec.dataset.config, split, select)
+    _, source = fetch_files(spec.dataset, spec.dataset.config, splits[0], select)
     return source.folder, source
+
+
+def _aligned(
+    root: Path, split: str, src_lang: str, tgt_lang: str
+) -> tuple[Path, Path, list[tuple[str, str, str]]]:
+    """Both languages' files of a split under a FLORES folder, and their aligned sentences."""
+    src = find_language_file(root, split, src_lang)
+    tgt = find_language_file(root, split, tgt_lang)
+    return src, tgt, align_with_ids(src, tgt)
 
 
 class TranslationTask:
@@ -162,6 +186,8 @@ class TranslationTask:
         self.ids = ids or [str(index) for index in range(len(pairs))]
         self.files = files
         self.source: HubSource | None = None
+        # Demonstrations from another split (FLORES+'s dev), or None: the translated split's.
+        self.shot_pairs: list[tuple[str, str]] | None = None
         options = spec.options
         self.src_name = options["src_name"] or LANGUAGE_NAMES.get(options["src"], options["src"])
         self.tgt_name = options["tgt_name"] or LANGUAGE_NAMES.get(options["tgt"], options["tgt"])
@@ -177,18 +203,25 @@ class TranslationTask:
         root, split, source = spec.path, options["split"], None
         if spec.dataset is not None:
             split = spec.dataset.split or split
-            root, source = _fetch(spec, split)
+        shots_split = options["shots_split"] if options["shots_split"] != split else None
+        if spec.dataset is not None:
+            root, source = _fetch(spec, [split, *([shots_split] if shots_split else [])])
         assert root is not None  # parse_task guarantees a path or a dataset
-        src = find_language_file(root, split, options["src"])
-        tgt = find_language_file(root, split, options["tgt"])
-        aligned = align_with_ids(src, tgt)
-        if len(aligned) <= options["shots"]:
-            raise data_error(
-                src, None, f"{len(aligned)} sentences; {options['shots']}-shot needs more"
+        src, tgt, aligned = _aligned(root, split, options["src"], options["tgt"])
+        pool = len(aligned) - 1  # the sentence itself is never its own demonstration
+        files = [src, tgt]
+        if shots_split is not None:
+            shot_src, shot_tgt, shot_aligned = _aligned(
+                root, shots_split, options["src"], options["tgt"]
             )
+            files, pool = [*files, shot_src, shot_tgt], len(shot_aligned)
+        if pool < options["shots"]:
+            raise data_error(src, None, f"{pool + 1} sentences; {options['shots']}-shot needs more")
         pairs = [(text, target) for _, text, target in aligned]
-        task = cls(spec, pairs, [src, tgt], [key for key, _, _ in aligned])
+        task = cls(spec, pairs, files, [key for key, _, _ in aligned])
         task.source = source
+        if shots_split is not None:
+            task.shot_pairs = [(text, target) for _, text, target in shot_aligned]
         return task
 
     def config(self) -> dict[str, Any]:
@@ -202,6 +235,7 @@ class TranslationTask:
             "tgt": options["tgt"],
             "prompt_names": [self.src_name, self.tgt_name],
             "shots": options["shots"],
+            **({"shots_split": options["shots_split"]} if self.shot_pairs is not None else {}),
             "metric": options["metric"],
             "max_new_tokens": options["max_new_tokens"],
             "postprocess": options["postprocess"],
@@ -211,10 +245,11 @@ class TranslationTask:
     def prompts(self, count: int, seed: int) -> list[str]:
         """The k-shot prompts of the first `count` sentences."""
         blocks = []
+        pool = self.shot_pairs if self.shot_pairs is not None else self.pairs
         for index in range(count):
-            others = [j for j in range(len(self.pairs)) if j != index]
+            others = [j for j in range(len(pool)) if pool is not self.pairs or j != index]
             chosen = draw_shots(others, self.spec.options["shots"], f"flores/{seed}/{index}")
-            demos = [self._block(*self.pairs[j]) for j in chosen]
+            demos = [self._block(*pool[j]) for j in chosen]
             blocks.append("\n\n".join([*demos, self._block(self.pairs[index][0], None)]))
         return blocks
 

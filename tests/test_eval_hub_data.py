@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -194,26 +195,42 @@ def test_a_hub_task_string_scores_as_the_local_file(repos, families, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("task", "env_more", "message"),
+    ("task", "env_more", "pattern"),
     [
         (
             "flores:hub:test/flores_plus@devtest:src=eng_Latn,tgt=ind_Latn",
             {},
-            "error: dataset test/flores_plus is gated: accept its terms on the Hub, then log in",
+            re.escape(
+                "error: dataset test/flores_plus is gated: accept its terms on the Hub, then log in"
+            ),
         ),
         (
             "piqa:hub:test/global-piqa#spa_latn@test",
             {},
-            "error: dataset test/global-piqa: no config spa_latn; configs nearby:",
+            re.escape("error: dataset test/global-piqa: no config spa_latn; configs nearby:"),
         ),
         (
             "belebele:hub:test/belebele#eng_Latn@test",
             {"HF_HUB_OFFLINE": "1"},
-            "error: dataset test/belebele is not in the Hub cache and the Hub cannot be reached",
+            re.escape(
+                "error: dataset test/belebele is not in the Hub cache and the Hub cannot be reached"
+            ),
+        ),
+        (  # a column the rows lack: the file in the cache (dataset, config) and the columns
+            "multiple_choice:hub:test/belebele#eng_Latn@test:context=passage,"
+            "choices=mc_answer1|mc_answer2,label=correct_answer_num",
+            {},
+            r"error: \S*datasets--test--belebele\S*/data/eng_Latn\.jsonl:1: missing field "
+            r"'passage' \(columns: link, question_number, flores_passage, ",
+        ),
+        (
+            "ppl:hub:test/madlad:files=data/xx/xx_clean_0000.jsonl.gz",
+            {},
+            re.escape("error: dataset test/madlad has no file data/xx/xx_clean_0000.jsonl.gz"),
         ),
     ],
 )
-def test_hub_data_errors_are_one_line_before_the_model(repos, tmp_path, task, env_more, message):
+def test_hub_data_errors_are_one_line_before_the_model(repos, tmp_path, task, env_more, pattern):
     model = tmp_path / "model"  # no model inside: data is read first
     model.mkdir()
     with FakeHub() as hub:
@@ -222,8 +239,72 @@ def test_hub_data_errors_are_one_line_before_the_model(repos, tmp_path, task, en
         result = run_surgery("eval", model, "-t", task, "--out", tmp_path / "out.json", env=env)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(message), lines
+    assert len(lines) == 1 and re.match(pattern, lines[0]), lines
     assert not (tmp_path / "out.json").exists()
+
+
+MISSING_SUITE = """
+families:
+  f: {held_in: [ind_Latn, fra_Latn], held_out: []}
+tasks:
+  piqa: {dataset: test/global-piqa, config: "{lang_lower}", split: test, shots: 1}
+  flores: {dataset: test/flores_plus, split: devtest, shots_split: dev,
+           directions: ["eng_Latn-{lang}"], shots: 1, max_new_tokens: 3}
+  ppl: {dataset: test/madlad, files: "data/{lang2}/{lang2}_clean_0000.jsonl.gz", skip: 1, take: 3}
+"""
+
+
+def test_what_the_hub_lacks_is_an_error_or_with_allow_missing_a_skipped_unit(
+    repos, families, tmp_path
+):
+    """French is in none of the local Hub's datasets: a config, a FLORES+ file and a MADLAD
+    shard that do not exist. Without --allow-missing the first is one line, exit 2, before the
+    model loads, nothing written; with it each is one warning line and a missing unit."""
+    (tmp_path / "suite.yml").write_text(MISSING_SUITE, encoding="utf-8")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "out"
+    with FakeHub() as hub:
+        _serve(hub, repos)
+        env = _env(hub.endpoint, tmp_path / "home", HF_TOKEN="hf_test")
+        refused = run_surgery("eval", empty, "--suite", tmp_path / "suite.yml", "-o", out, env=env)
+        written = out.exists()
+        argv = ["--suite", tmp_path / "suite.yml", "-o", out, "--allow-missing", *ARGS]
+        result = run_surgery("eval", families("llama")["base"], *argv, env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"error: suite {tmp_path / 'suite.yml'}: task piqa, fra_Latn: dataset test/global-piqa: "
+        "no config fra_latn; configs nearby: ind_latn, eng_latn, ces_latn ... "
+        "(--allow-missing skips it)"
+    ]
+    assert not written
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: skipped piqa/fra_Latn: dataset test/global-piqa: no config fra_latn; "
+        "configs nearby: ind_latn, eng_latn, ces_latn ...",
+        "warning: skipped flores/fra_Latn: dataset test/flores_plus, split devtest: no fra_Latn "
+        "file; languages nearby: ind_Latn, eng_Latn, ces_Latn",
+        "warning: skipped ppl/fra_Latn: dataset test/madlad has no file "
+        "data/fr/fr_clean_0000.jsonl.gz",
+    ]
+    saved = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [unit["id"] for unit in saved["units"]] == [
+        "piqa/ind_Latn",
+        "flores/ind_Latn/eng_Latn-ind_Latn",
+        "ppl/ind_Latn",
+    ]
+    assert [(m["task"], m["lang"]) for m in saved["missing"]] == [
+        ("piqa", "fra_Latn"),
+        ("flores", "fra_Latn"),
+        ("ppl", "fra_Latn"),
+    ]
+    # FLORES+ demonstrations come from dev (shots_split), the translated sentences from devtest.
+    samples = (out / "samples/flores__ind_Latn__eng_Latn-ind_Latn.jsonl").read_text("utf-8")
+    prompt = json.loads(samples.splitlines()[0])["prompt"]
+    demonstration, item = prompt.split("\n\n")
+    assert demonstration.startswith("English sentence: dev ")
+    assert not item.startswith("English sentence: dev ")
 
 
 def _hub_data(commit: str):
@@ -341,3 +422,18 @@ def test_train_reads_a_hub_dataset_from_the_cache_offline(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == ["first document", "second document"]
+
+
+def test_a_flores_language_the_card_names_but_the_cache_lacks_is_no_missing_unit(repos):
+    """Offline the file list is the cache's: a language FLORES+'s card names whose file was not
+    fetched is an error saying so, not a language the dataset lacks (which a suite may skip)."""
+    from eval.errors import EvalDataError, MissingDataError
+    from eval.translation import _no_file
+
+    card = (repos / "flores/README.md").read_text(encoding="utf-8")
+    files = ["README.md", "devtest/eng_Latn.parquet"]
+    with pytest.raises(EvalDataError, match="devtest/ind_Latn is not in the Hub cache") as caught:
+        _no_file("test/flores_plus", files, card, "devtest", "ind_Latn")
+    assert not isinstance(caught.value, MissingDataError)
+    with pytest.raises(MissingDataError, match="no fra_Latn file; languages nearby: eng_Latn"):
+        _no_file("test/flores_plus", files, card, "devtest", "fra_Latn")

@@ -218,3 +218,33 @@ def _jsonl(path: Path) -> list[dict]:
     import json
 
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_global_piqa_first_n_matches_the_reference_template(model, tmp_path):
+    """The reference's Global-PIQA tasks are lm-eval's template with ``fewshot_config: sampler:
+    first_n`` (its scripts/make_rs_tasks.py rewrites exactly that line). The template names no
+    few-shot split, so lm-eval takes the first rows as they are: the first two items are among
+    their own demonstrations."""
+    from tests.support.lmeval_runner import lm_eval_tasks_root
+
+    tok = _tokenizer(adds_bos=True)
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    template = lm_eval_tasks_root() / "global_piqa/nonparallel_cloze/_template"
+    (folder / "reference_piqa.yaml").write_text(
+        f"include: {template}\ntask: reference_piqa\ndataset_path: json\ndataset_name: null\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {FILES['global_piqa']}\n"
+        "fewshot_config:\n  sampler: first_n\n",
+        encoding="utf-8",
+    )
+    theirs = run_lm_eval(model, tok, folder, ["reference_piqa"], 2, MAX_LENGTH)
+    task = f"piqa:{FILES['global_piqa']}:shots=2,sampler=first_n,name=global_piqa"
+    metrics, mine = _ours(model, tok, [task], tmp_path, max_length=MAX_LENGTH)
+    their_items = sorted(theirs["samples"]["reference_piqa"], key=lambda s: s["doc_id"])
+    for item, their in zip(mine, their_items, strict=True):
+        assert item["context"] == their["arguments"][0][0], item["index"]
+        their_lls = [r[0][0] for r in their["resps"]]
+        diffs = [abs(a - b) for a, b in zip(item["loglikelihoods"], their_lls, strict=True)]
+        assert max(diffs) < LL_TOL, diffs
+    for metric in ("acc", "acc_norm", "acc_bytes"):
+        _same_accuracy(metric, mine, their_items, metrics, theirs["results"]["reference_piqa"])

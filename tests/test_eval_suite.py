@@ -511,6 +511,34 @@ def test_the_paper_suite_holds_the_languages_of_the_paper_tables():
     assert {u.lang for u in plan(suite) if u.family is None and u.lang} == {"deu_Latn"}
 
 
+def test_the_paper_suite_reads_the_published_datasets_with_the_reference_settings():
+    units = plan(load_suite(PAPER_SUITE))
+    datasets = {u.task: u.spec.dataset.repo for u in units if u.spec.dataset is not None}
+    assert datasets == {
+        "ppl": "allenai/MADLAD-400",
+        "belebele": "facebook/belebele",
+        "piqa": "mrlbenchmarks/global-piqa-nonparallel",
+        "flores": "openlanguagedata/flores_plus",
+    }
+    assert all(u.spec.dataset is not None for u in units if u.task != "copain")
+    piqa = [u for u in units if u.task == "piqa"]
+    assert {u.spec.options["sampler"] for u in piqa} == {"first_n"}  # the reference's sampler
+    configs = {u.id: u.spec.dataset.config for u in piqa}
+    assert configs["piqa/slk_Latn"] == "slk_latn"
+    assert "piqa/spa_Latn" not in configs  # only regional variants exist
+    assert configs["piqa/spa_Latn/spa_latn_mexi"] == "spa_latn_mexi"
+    flores = [u for u in units if u.task == "flores"]
+    assert {(u.spec.dataset.split, u.spec.options["shots_split"]) for u in flores} == {
+        ("devtest", "dev")
+    }
+    ppl = next(u for u in units if u.id == "ppl/slk_Latn")
+    assert (ppl.spec.options["files"], ppl.spec.options["skip"], ppl.spec.options["take"]) == (
+        "data/sk/sk_clean_0000.jsonl.gz",
+        2000,
+        300,
+    )
+
+
 def test_the_german_variant_differs_from_the_paper_suite_only_in_german():
     default = load_suite(PAPER_SUITE).normalized()
     variant_suite = load_suite(PAPER_SUITE.with_name("paper_with_german.yml"))

@@ -8,9 +8,11 @@ through the CLI's entry point in this process (one import of torch, not one per 
 What changes for the miniature is listed in SUBSTITUTIONS (each must be found in the block):
 only sizes, the base and the elided `...`. BASE is a Gemma-3 text model with the paper's 34
 layers (hidden size 32), so every layer spec (`9:28`) stays as written. The MADLAD-style folders
-(`madlad/data/<lang>/`), the held-out folders (`valid/<family>/`) and Belebele rows for one
-language are written by the test; the experts the block does not train (germanic, indic,
-austronesian, romance: "the others likewise") are the base with seeded noise.
+(`madlad/data/<lang>/`) and the held-out folders (`valid/<family>/`) the training reads are
+written by the test; the suite reads the published datasets from a local Hub (the test server,
+at the commits the suite pins) holding a few of the paper's languages; the experts the block
+does not train (germanic, indic, austronesian, romance: "the others likewise") are the base with
+seeded noise.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ import torch
 
 from tests.support import tiny_models
 from tests.support.checks import assert_valid_output, load_state, same_bits
+from tests.support.hub_server import FakeHub, hub_in_process
+from tests.support.published import paper_datasets
 from tests.support.train_helpers import in_layers, write_corpus
 
-# The replay of the main block is slow (about 70 s of CPU on 2 idle cores: 4 trainings, 4 suite
-# evals); that of the text-only variant is not (no training).
+# The replay of the main block is slow (about 110 s of CPU, user + sys: 4 trainings, 4 suite
+# evals on the local Hub); that of the text-only variant is not (no training).
 slow = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,25 +135,43 @@ def build_base(folder: Path) -> Path:
     return tiny_models.save(tiny_models.Gemma3ForCausalLM(config).to(torch.bfloat16), folder)
 
 
+# The languages the local Hub holds, by the suite's task: MADLAD text for the languages trained
+# on, Belebele for Slovak, Global-PIQA for Slovak and Spanish (regional variants). FLORES+ holds
+# English only, so every translation unit is a missing one: 256-token translations on 34 layers
+# would triple the replay's time (FLORES+ on the Hub is tests/test_eval_hub_data.py's).
+TRAINED = ("mkd_Cyrl", "hrv_Latn", "rus_Cyrl", "slk_Latn", "srp_Cyrl", "ukr_Cyrl", "afr_Latn")
+ON_THE_HUB = {
+    "ppl": list(TRAINED),
+    "belebele": ["slk_Latn"],
+    "piqa": ["slk_Latn", "spa_Latn"],
+    "flores": [],
+}
+PIQA_UNITS = (
+    "slk_Latn",
+    "spa_Latn/spa_latn_mexi",
+    "spa_Latn/spa_latn_peru",
+    "spa_Latn/spa_latn_spai",
+)
+
+
 def write_data(root: Path) -> None:
-    """MADLAD-style text per language, held-out folders per family, Belebele for Slovak."""
+    """MADLAD-style text per language and held-out folders per family, for training."""
     languages = ("mk", "hr", "ru", "sk", "sr", "uk", "af")
     for seed, lang in enumerate(languages):
         write_corpus(root / "madlad" / "data" / lang / "train.txt", docs=30, seed=seed)
     for family, seed in (("slavic", 50), ("all", 60)):
         write_corpus(root / "valid" / family / "valid.txt", docs=4, words=20, seed=seed)
-    rows = [
-        {
-            "flores_passage": f"passage {i} the cat sat",
-            "question": "who sat?",
-            **{f"mc_answer{k}": word for k, word in enumerate(("cat", "dog", "mat", "park"), 1)},
-            "correct_answer_num": str(1 + i % 4),
-        }
-        for i in range(6)
-    ]
-    belebele = root / "belebele" / "slk_Latn.jsonl"
-    belebele.parent.mkdir()
-    belebele.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def paper_hub(root: Path):
+    """A local Hub serving the suite's datasets (FLORES+ gated; a token is set)."""
+    with FakeHub() as hub:
+        for repo, (folder, revision) in paper_datasets(root / "hub", ON_THE_HUB).items():
+            gated = repo == "openlanguagedata/flores_plus"
+            hub.add_dataset(repo, folder, revision or "e" * 40, gated=gated)
+        with hub_in_process(hub.endpoint, root / "hf_home", token="hf_test"):
+            yield hub
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +187,7 @@ def replayed(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: more threads only add contention
     try:
-        with contextlib.chdir(root):
+        with contextlib.chdir(root), paper_hub(root):
             for args in commands:
                 run_surgery(args)
     finally:
@@ -243,16 +265,27 @@ def test_soups_are_the_weighted_means(replayed, out, weights, with_base):
 @slow
 def test_the_study_scores_what_is_there_lists_the_rest_and_compares(replayed):
     root, _ = replayed
-    # Perplexity of every language written (FLORES codes), Belebele of Slovak, Copain (no data).
-    languages = ("mkd_Cyrl", "hrv_Latn", "rus_Cyrl", "slk_Latn", "srp_Cyrl", "ukr_Cyrl", "afr_Latn")
-    expected = {("ppl", lang) for lang in languages} | {("belebele", "slk_Latn"), ("copain", None)}
+    # What the local Hub holds (ppl of the languages trained on; Belebele and Global-PIQA of
+    # Slovak; Global-PIQA's three Spanish variants) and Copain (no data).
+    expected = {f"ppl/{lang}" for lang in TRAINED} | {"belebele/slk_Latn", "copain"}
+    expected |= {f"piqa/{unit}" for unit in PIQA_UNITS}
     for model in ("base", "dense", "slavic", "soup"):
         results = json.loads((root / "results" / model / "results.json").read_text())
         assert results["complete"], model
-        assert {(u["task"], u["lang"]) for u in results["units"]} == expected, model
+        assert {u["id"] for u in results["units"]} == expected, model
         assert all(u["metrics"]["n"] > 0 for u in results["units"]), model
+        # Every unit read from the Hub records the commit it read.
+        for unit in results["units"]:
+            assert (unit["task"] == "copain") == (unit["data"] is None), unit["id"]
+            assert unit["task"] == "copain" or len(unit["data"]["commit"]) == 40, unit["id"]
         missing = {(m["task"], m["lang"]) for m in results["missing"]}
-        assert missing and not missing & expected, model
+        assert {("piqa", "afr_Latn"), ("belebele", "hrv_Latn"), ("flores", "slk_Latn")} <= missing
+        assert not missing & {(u["task"], u["lang"]) for u in results["units"]}, model
+    # Global-PIQA demonstrations are the first rows (first_n, as the reference's tasks).
+    samples = (root / "results/base/samples/piqa__slk_Latn.jsonl").read_text(encoding="utf-8")
+    piqa = [json.loads(line) for line in samples.splitlines()]
+    first_two = piqa[2]["context"].rsplit("\n\n", 1)[0]
+    assert all(line["context"].startswith(first_two) for line in piqa[2:]), first_two
     comparison = json.loads((root / "report" / "comparison.json").read_text())
     assert set(comparison["models"]) >= {"dense", "slavic", "soup"}
     assert "`dense`, `slavic`, `soup`" in (root / "report" / "report.md").read_text()

@@ -9,7 +9,7 @@ from eval.kinds.base import ADD_BOS, KINDS, MC_OPTIONS, REQUIRED, Kind, Option, 
 # The order of registration is the order of `surgery eval --help` and of the task list in
 # docs/evaluation.md.
 # isort: off
-from eval.kinds import ppl, belebele, piqa, flores, lm_eval, copain  # noqa: F401
+from eval.kinds import ppl, belebele, piqa, flores, lm_eval, copain, choice, exact  # noqa: F401
 # isort: on
 
 __all__ = ["ADD_BOS", "KINDS", "MC_OPTIONS", "REQUIRED", "Kind", "Option", "register"]

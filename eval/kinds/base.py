@@ -32,16 +32,23 @@ Expansion = tuple[str | None, str | None, dict[str, Any]]
 
 @dataclass(frozen=True)
 class Option:
-    """One task option: how to convert its text, its default (`REQUIRED` if none), its help."""
+    """One task option: how to convert its text, its default (`REQUIRED` if none), its help.
 
-    convert: Callable[[str], Any]
+    raw: the converter gets a suite's value as written (a YAML list, a string with its
+    surrounding spaces and newlines: templates and delimiters), not its stripped text.
+    """
+
+    convert: Callable[[Any], Any]
     default: Any
     help: str
+    raw: bool = False
 
     def shown_default(self) -> str:
-        """The default as the help text shows it."""
+        """The default as the help text shows it (blank strings quoted)."""
         if self.default is REQUIRED:
             return "required"
+        if isinstance(self.default, str) and not self.default.strip():
+            return repr(self.default)
         return "none" if self.default is None else str(self.default)
 
 

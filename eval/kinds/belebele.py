@@ -12,7 +12,7 @@ KIND = register(
         "facebook/belebele with config=LANG, or hub:facebook/belebele#LANG@test[@REVISION]) in "
         "lm-eval's prompt; acc, acc_norm and their stderr; demonstrations first_n",
         MC_OPTIONS,
-        loader="eval.multiple_choice:MultipleChoiceTask.from_spec",
+        loader="eval.multiple_choice:load_belebele",
         hub=True,
         sampler="first_n",
         role="cost",

@@ -141,6 +141,9 @@ KIND = register(
             "tgt": Option(name, REQUIRED, "target language code"),
             "shots": shots(2),
             "split": Option(name, "devtest", "split to translate and draw demonstrations from"),
+            "shots_split": Option(
+                name, None, "split to draw demonstrations from instead (FLORES+'s dev)"
+            ),
             "metric": Option(choice("chrf", "chrf++"), "chrf", "chrf or chrf++"),
             "max_new_tokens": Option(count(1), 256, "longest translation generated"),
             "postprocess": Option(

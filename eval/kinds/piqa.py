@@ -15,7 +15,7 @@ KIND = register(
         "solution0.., label; acc, acc_norm, acc_bytes) or classic PIQA (goal, sol1, sol2, label; "
         "acc, acc_norm); demonstrations default",
         MC_OPTIONS,
-        loader="eval.multiple_choice:MultipleChoiceTask.from_spec",
+        loader="eval.multiple_choice:load_piqa",
         hub=True,
         sampler="default",
     )

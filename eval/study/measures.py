@@ -22,8 +22,8 @@ from eval.study.results import UnitResult
 from eval.study.stats import chrf_from_sums
 from eval.tasks import KINDS
 
-# Per-item 0/1 outcomes of the multiple-choice and probe kinds, in the order reported.
-OUTCOMES = ("acc", "acc_norm", "acc_bytes")
+# Per-item 0/1 outcomes of the multiple-choice, probe and exact-match kinds, in the order reported.
+OUTCOMES = ("acc", "acc_norm", "acc_bytes", "exact_match")
 PPL_METRICS = ("ppl", "word_perplexity", "byte_perplexity", "bits_per_byte")
 # Perplexities, whose changes read as ratios to the base (bits per byte is already a log).
 RATIO_METRICS = ("ppl", "word_perplexity", "byte_perplexity")

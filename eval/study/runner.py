@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eval.errors import EvalDataError, SuiteError
+from eval.errors import EvalDataError, MissingDataError, SuiteError
 from eval.study import results as res
 from eval.study.suite import Unit, load_suite, plan
 from eval.study.tokenizer_id import SETTING, tokenizer_folder, tokenizer_sha256
@@ -42,6 +43,8 @@ class SuiteRun:
     allow_missing: bool = False
     tokenizer: str | None = None
     progress: bool = True
+    # Called with one line per unit that allow_missing skips (the CLI prints it as a warning).
+    warn: Callable[[str], None] | None = None
 
     def settings(self, tokenizer_digest: str | None = None) -> dict[str, Any]:
         """results.json's ``settings``: what changes scores (a resumed run must match them),
@@ -113,31 +116,41 @@ def prepare(
 ) -> tuple[dict[str, Any], list[Unit], list[res.MissingUnit], dict[str, Task]]:
     """Parse the suite, plan its units, find missing data and read the rest (no model).
 
+    A unit's data is missing when its local path does not exist, or when its Hub dataset has
+    no such config or file (`MissingDataError`); with ``allow_missing`` such a unit is skipped,
+    listed in results.json and named in one line to `options.warn`.
+
     Returns:
         `(normalized suite, units to score, missing units, unit id -> loaded task)`.
 
     Raises:
         SuiteError: a bad suite.
-        EvalDataError: a missing data file (without ``allow_missing``) or a malformed one.
+        EvalDataError: missing data (without ``allow_missing``) or a malformed file.
     """
     from eval.loading import load_task
 
     suite = load_suite(suite_path)
-    units, missing = [], []
+    units, missing, tasks = [], [], {}
     for unit in plan(suite, options.fewshot_seeds or None):
+        where = f"suite {suite_path}: task {unit.task}, {unit.lang or 'no language'}"
         absent = missing_path(unit)
+        reason = f"no such file or folder {absent}"
         if absent is None:
-            units.append(unit)
-            continue
+            try:
+                tasks[unit.id] = load_task(unit.spec)
+            except MissingDataError as error:
+                absent, reason = str(unit.spec.dataset or unit.spec.path), str(error)
+            else:
+                units.append(unit)
+                continue
         if not options.allow_missing:
-            raise EvalDataError(
-                f"suite {suite_path}: task {unit.task}, {unit.lang or 'no language'}: no such "
-                f"file or folder {absent} (--allow-missing skips it)"
-            )
+            raise EvalDataError(f"{where}: {reason} (--allow-missing skips it)")
         entry = res.MissingUnit(unit.task, unit.lang, absent)
         if entry not in missing:  # one entry for every few-shot seed of the unit
             missing.append(entry)
-    tasks = {unit.id: load_task(unit.spec) for unit in units}
+            if options.warn is not None:
+                name = "/".join(part for part in (unit.task, unit.lang) if part)
+                options.warn(f"skipped {name}: {reason}")
     return suite.normalized(), units, missing, tasks
 
 

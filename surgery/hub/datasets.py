@@ -107,6 +107,7 @@ def data_files(
     config: str | None,
     split: str,
     error: type[Exception] = ValueError,
+    missing: type[Exception] | None = None,
 ) -> list[str]:
     """The files of a repository (paths relative to its root) that hold one config's split.
 
@@ -116,10 +117,13 @@ def data_files(
         card_text: its README.md, or None.
         config: the config (None: the only or ``default`` one).
         split: the split, e.g. ``test``.
+        error: the exception raised.
+        missing: the one raised when the config does not exist (default: `error`), which a
+            suite may skip as a missing unit.
 
     Raises:
-        error: no such config or split, or no file matches it (one line, with nearby
-            configs or splits).
+        missing: no such config (one line, with nearby configs).
+        error: no such split, or no file matches it (one line, with the splits).
     """
     configs = card_configs(card_text)
     if configs is None:
@@ -129,7 +133,7 @@ def data_files(
         name = next(iter(configs))
     if name not in configs:
         shown = config or "(none given)"
-        raise error(
+        raise (missing or error)(
             f"dataset {dataset}: no config {shown}; configs nearby: {nearby(config or '', configs)}"
         )
     splits = configs[name]
@@ -224,19 +228,31 @@ def _quiet() -> Iterator[None]:
 
 
 @contextmanager
-def dataset_errors(ref: DatasetRef, error: type[Exception]) -> Iterator[None]:
-    """huggingface_hub's errors about a dataset as one line of `error` that says what to do."""
+def dataset_errors(
+    ref: DatasetRef, error: type[Exception], missing: type[Exception] | None = None
+) -> Iterator[None]:
+    """huggingface_hub's errors about a dataset as one line of `error` that says what to do
+    (`missing`, default `error`, for a file the repository does not have)."""
     from huggingface_hub.errors import (
+        EntryNotFoundError,
         GatedRepoError,
         HfHubHTTPError,
         LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
+    kind = error
     try:
         yield
         return
+    except RemoteEntryNotFoundError as caught:
+        kind = missing or error
+        from urllib.parse import unquote
+
+        url = unquote(str(caught.response.url))
+        message = f"has no file {url.split('/resolve/', 1)[-1].split('/', 1)[-1]}"
     except GatedRepoError:
         message = "is gated: accept its terms on the Hub, then log in (hf auth login or HF_TOKEN)"
     except RepositoryNotFoundError:
@@ -248,9 +264,9 @@ def dataset_errors(ref: DatasetRef, error: type[Exception]) -> Iterator[None]:
             "is not in the Hub cache and the Hub cannot be reached (HF_HUB_OFFLINE set, or no "
             f"network); fetch it first: hf download --repo-type dataset {ref.repo}"
         )
-    except (HfHubHTTPError, OSError) as caught:
+    except (HfHubHTTPError, EntryNotFoundError, OSError) as caught:
         message = f"could not be fetched from the Hub ({type(caught).__name__}: {caught})"
-    raise error(f"dataset {ref.repo} {message}".splitlines()[0])
+    raise kind(f"dataset {ref.repo} {message}".splitlines()[0])
 
 
 def fetch(
@@ -312,7 +328,12 @@ def _snapshot(ref: DatasetRef) -> Path:
 
 
 def stream_documents(
-    ref: DatasetRef, name: str, skip: int, take: int | None, error: type[Exception]
+    ref: DatasetRef,
+    name: str,
+    skip: int,
+    take: int | None,
+    error: type[Exception],
+    missing: type[Exception] | None = None,
 ) -> tuple[list[str], str]:
     """Documents ``skip`` to ``skip + take`` of a JSON-lines file (``.jsonl[.gz]``, ``text``)
     of a Hub dataset, and the commit read.
@@ -322,12 +343,13 @@ def stream_documents(
     offline (HF_HUB_OFFLINE) the file fetched beforehand into the cache is read.
 
     Raises:
+        missing: online, the repository has no such file (a language it does not hold).
         error: as `fetch`; a malformed line; offline without the file in the cache.
     """
     from huggingface_hub import constants
 
     stop = None if take is None else skip + take
-    with dataset_errors(ref, error), _quiet():
+    with dataset_errors(ref, error, missing), _quiet():
         folder = _snapshot(ref)
         if constants.is_offline_mode():
             path = folder / name

@@ -12,6 +12,7 @@ tests can check what reached the "Hub" and what the client fetched.
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import hashlib
 import json
@@ -558,6 +559,36 @@ class SilentHub:
 
 
 ROOT = Path(__file__).parents[2]
+
+
+@contextlib.contextmanager
+def hub_in_process(endpoint: str, home: Path, token: str | None = None):
+    """huggingface_hub in this process pointed at `endpoint`, its cache under `home`, online,
+    with `token`: what HF_ENDPOINT, HF_HOME, HF_HUB_OFFLINE=0 and HF_TOKEN do for a new process
+    (huggingface_hub reads them once, at import)."""
+    from huggingface_hub import constants
+
+    values = {
+        "ENDPOINT": endpoint,
+        "HUGGINGFACE_CO_URL_TEMPLATE": endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+        "HF_HUB_CACHE": str(home / "hub"),
+        "HF_HUB_OFFLINE": False,
+    }
+    saved = {name: getattr(constants, name) for name in values}
+    saved_token = os.environ.get("HF_TOKEN")
+    for name, value in values.items():
+        setattr(constants, name, value)
+    if token is not None:
+        os.environ["HF_TOKEN"] = token
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(constants, name, value)
+        if saved_token is None:
+            os.environ.pop("HF_TOKEN", None)
+        else:
+            os.environ["HF_TOKEN"] = saved_token
 
 
 def run_surgery(

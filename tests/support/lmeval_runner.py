@@ -59,6 +59,27 @@ def write_task_yamls(folder: Path, files: dict[str, Path]) -> dict[str, str]:
     return names
 
 
+def write_custom_yaml(folder: Path, name: str, path: Path, keys: dict[str, Any]) -> str:
+    """A multiple-choice task of lm-eval's own on a local JSON-lines file, demonstrations from
+    the evaluated split (``fewshot_split: test``), with the given template keys; its name."""
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    body = {
+        "task": name,
+        "dataset_path": "json",
+        "dataset_name": None,
+        "dataset_kwargs": {"data_files": {"test": str(path)}},
+        "test_split": "test",
+        "fewshot_split": "test",
+        "output_type": "multiple_choice",
+        **keys,
+        "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}],
+    }
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(body, sort_keys=False), "utf-8")
+    return name
+
+
 def run_lm_eval(
     model: Any,
     tokenizer: Any,

@@ -102,3 +102,59 @@ def madlad(root: Path, documents: dict[str, list[str]]) -> Path:
 def jsonl_rows(path: Path) -> list[dict]:
     """The rows of a JSON-lines file."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+DATA = Path(__file__).parents[1] / "data" / "eval"
+
+
+def paper_datasets(
+    root: Path, languages: dict[str, list[str]]
+) -> dict[str, tuple[Path, str | None]]:
+    """The datasets `eval/study/suites/paper.yml` reads, in their published layouts, with tiny
+    rows for some languages only (FLORES-200 codes, by the suite's task: ppl, belebele, piqa,
+    flores): dataset id -> (folder, the revision the suite pins, or None).
+
+    Belebele and Global-PIQA rows come from the test data (Global-PIQA under each language's
+    config, or the suite's regional variants), FLORES+ has dev and devtest for them and English,
+    MADLAD-400 as many short documents as the suite skips and takes.
+    """
+    from eval.study.suite import PAPER_SUITE, derived, load_suite
+    from surgery.hub.datasets import parse_dataset_ref
+
+    suite = load_suite(PAPER_SUITE)
+    tasks = {task.key: task for task in suite.tasks}
+    refs = {}
+    for key in ("ppl", "belebele", "piqa", "flores"):
+        ref = parse_dataset_ref(tasks[key].path.format_map(derived(suite.variables["eng_Latn"])))
+        refs[key] = ref
+    belebele_rows = jsonl_rows(DATA / "belebele.jsonl")
+    piqa_rows = jsonl_rows(DATA / "piqa.jsonl")
+    configs = {
+        name: piqa_rows
+        for lang in languages["piqa"]
+        for name in tasks["piqa"].configs.get(lang, (lang.lower(),))
+    }
+    english = (DATA / "flores/devtest/eng_Latn.devtest").read_text(encoding="utf-8").splitlines()
+    sentences = {lang: [f"{lang} {s}" for s in english] for lang in languages["flores"]}
+    sentences["eng_Latn"] = english
+    options = tasks["ppl"].options
+    count = int(options["skip"]) + int(options["take"])
+    documents = {
+        suite.variables[lang]["lang2"]: [f"{lang} document {i}: the cat sat." for i in range(count)]
+        for lang in languages["ppl"]
+    }
+    folders = {
+        "belebele": belebele(
+            root / "belebele", dict.fromkeys(languages["belebele"], belebele_rows)
+        ),
+        "piqa": global_piqa(root / "piqa", configs),
+        "flores": flores(
+            root / "flores",
+            {
+                "dev": {k: [f"dev {s}" for s in v] for k, v in sentences.items()},
+                "devtest": sentences,
+            },
+        ),
+        "ppl": madlad(root / "madlad", documents),
+    }
+    return {refs[key].repo: (folders[key], refs[key].revision) for key in folders}
