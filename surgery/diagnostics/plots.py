@@ -239,6 +239,9 @@ def plot_window_curve(
         ax.axis("off")
     fig.suptitle(f"{title}\n(shaded: trained's noise floor)")
     fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _cosine_cell(value: float) -> tuple[str, str]:
