@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.data import has_suffix, read_lines, text_sha256
-from eval.errors import EvalDataError, data_error
+from eval.errors import EvalDataError, TaskSpecError, data_error
 from eval.generation import generate_lines
 from eval.kinds.flores import find_language_file, language_file_name
 from eval.published import (
@@ -144,6 +144,19 @@ def _fetch(spec: TaskSpec, split: str) -> tuple[Path, HubSource]:
     return source.folder, source
 
 
+def _read_split(
+    spec: TaskSpec, split: str
+) -> tuple[list[tuple[str, str, str]], list[Path], HubSource | None]:
+    """One split's aligned (id, source, target) rows, the two files read and their Hub source."""
+    root, source = spec.path, None
+    if spec.dataset is not None:
+        root, source = _fetch(spec, split)
+    assert root is not None  # parse_task guarantees a path or a dataset
+    src = find_language_file(root, split, spec.options["src"])
+    tgt = find_language_file(root, split, spec.options["tgt"])
+    return align_with_ids(src, tgt), [src, tgt], source
+
+
 class TranslationTask:
     """One translation direction of FLORES, read and aligned."""
 
@@ -159,32 +172,39 @@ class TranslationTask:
         self.ids = ids or [str(index) for index in range(len(pairs))]
         self.files = files
         self.source: HubSource | None = None
+        # Demonstrations from another split (`fewshot_split`), or None: from `pairs` itself.
+        self.pool: list[tuple[str, str]] | None = None
         options = spec.options
         self.src_name = options["src_name"] or LANGUAGE_NAMES.get(options["src"], options["src"])
         self.tgt_name = options["tgt_name"] or LANGUAGE_NAMES.get(options["tgt"], options["tgt"])
 
     @classmethod
     def from_spec(cls, spec: TaskSpec) -> TranslationTask:
-        """Find, read and align both languages' files.
+        """Find, read and align both languages' files (and those of `fewshot_split`).
 
         Raises:
             EvalDataError: a file is missing, malformed, misaligned or too short for the shots.
         """
         options = spec.options
-        root, split, source = spec.path, options["split"], None
+        split = options["split"]
         if spec.dataset is not None:
             split = spec.dataset.split or split
-            root, source = _fetch(spec, split)
-        assert root is not None  # parse_task guarantees a path or a dataset
-        src = find_language_file(root, split, options["src"])
-        tgt = find_language_file(root, split, options["tgt"])
-        aligned = align_with_ids(src, tgt)
-        if len(aligned) <= options["shots"]:
+        aligned, files, source = _read_split(spec, split)
+        shots_split = options["fewshot_split"]
+        pool = None
+        if shots_split is not None and shots_split != split:
+            pool, pool_files, _ = _read_split(spec, shots_split)
+            files = [*files, *pool_files]
+        # Demonstrations from the split itself leave the translated sentence out: one more.
+        drawn, spare = (aligned, 1) if pool is None else (pool, 0)
+        if len(drawn) < options["shots"] + spare:
+            where = files[0] if pool is None else files[2]
             raise data_error(
-                src, None, f"{len(aligned)} sentences; {options['shots']}-shot needs more"
+                where, None, f"{len(drawn)} sentences; {options['shots']}-shot needs more"
             )
         pairs = [(text, target) for _, text, target in aligned]
-        task = cls(spec, pairs, [src, tgt], [key for key, _, _ in aligned])
+        task = cls(spec, pairs, files, [key for key, _, _ in aligned])
+        task.pool = [(text, target) for _, text, target in pool] if pool is not None else None
         task.source = source
         return task
 
@@ -199,6 +219,7 @@ class TranslationTask:
             "tgt": options["tgt"],
             "prompt_names": [self.src_name, self.tgt_name],
             "shots": options["shots"],
+            **({"fewshot_split": options["fewshot_split"]} if self.pool is not None else {}),
             "metric": options["metric"],
             "max_new_tokens": options["max_new_tokens"],
             "add_bos": options["add_bos"],
@@ -207,12 +228,28 @@ class TranslationTask:
     def prompts(self, count: int, seed: int) -> list[str]:
         """The k-shot prompts of the first `count` sentences."""
         blocks = []
+        pool = self.pairs if self.pool is None else self.pool
         for index in range(count):
-            others = [j for j in range(len(self.pairs)) if j != index]
+            others = [j for j in range(len(pool)) if self.pool is not None or j != index]
             chosen = draw_shots(others, self.spec.options["shots"], f"flores/{seed}/{index}")
-            demos = [self._block(*self.pairs[j]) for j in chosen]
+            demos = [self._block(*pool[j]) for j in chosen]
             blocks.append("\n\n".join([*demos, self._block(self.pairs[index][0], None)]))
         return blocks
+
+    def half_items(self, limit: int | None, seed: int) -> list[int]:
+        """Every sentence (among the first `limit`) may go into a half when demonstrations
+        come from another split (FLORES dev) or there are none.
+
+        Raises:
+            TaskSpecError: demonstrations drawn from the translated split itself.
+        """
+        if self.spec.options["shots"] and self.pool is None:
+            raise TaskSpecError(
+                f"task {self.spec.text!r}: its demonstrations are drawn from the sentences it "
+                "translates, so it cannot be split into halves; give fewshot_split=dev "
+                "(FLORES dev as the demonstration pool) or shots=0"
+            )
+        return list(range(min(limit or len(self.pairs), len(self.pairs))))
 
     def _block(self, source: str, target: str | None) -> str:
         answer = f" {target}" if target is not None else ""
@@ -225,7 +262,9 @@ class TranslationTask:
             `({chrf or chrf++, n}, {signature})`.
         """
         count = min(settings.limit or len(self.pairs), len(self.pairs))
-        prompts = self.prompts(count, settings.seed)
+        kept = settings.keep(count)
+        every = self.prompts(count, settings.seed)
+        prompts = [every[index] for index in kept]
         hypotheses = generate_lines(
             model,
             tokenizer,
@@ -238,10 +277,10 @@ class TranslationTask:
             desc=f"translating {self.spec.options['src']}->{self.spec.options['tgt']}",
         )
         metric = self.spec.options["metric"]
-        references = [tgt for _, tgt in self.pairs[:count]]
+        references = [self.pairs[index][1] for index in kept]
         if settings.log is not None:
-            for index, (prompt, hypothesis, reference) in enumerate(
-                zip(prompts, hypotheses, references, strict=True)
+            for index, prompt, hypothesis, reference in zip(
+                kept, prompts, hypotheses, references, strict=True
             ):
                 record = {"task": self.spec.name, "index": index, "doc_id": self.ids[index]}
                 record.update(prompt_sha256=text_sha256(prompt), prompt=prompt)
@@ -249,4 +288,4 @@ class TranslationTask:
                 record.update(generation=hypothesis, hypothesis=hypothesis, reference=reference)
                 settings.log(record)
         score, signature = chrf(hypotheses, references, word_order=2 if metric == "chrf++" else 0)
-        return {metric: score, "n": count}, {"signature": signature}
+        return {metric: score, "n": len(kept)}, {"signature": signature}

@@ -120,11 +120,13 @@ class FloresKind(Kind):
         it is fetched)."""
         if spec.path is None:
             return None
-        for lang in (spec.options["src"], spec.options["tgt"]):
-            try:
-                find_language_file(spec.path, spec.options["split"], lang)
-            except EvalDataError:
-                return str(spec.path / spec.options["split"] / lang)
+        splits = {spec.options["split"], spec.options["fewshot_split"] or spec.options["split"]}
+        for split in sorted(splits):
+            for lang in (spec.options["src"], spec.options["tgt"]):
+                try:
+                    find_language_file(spec.path, split, lang)
+                except EvalDataError:
+                    return str(spec.path / split / lang)
         return None
 
 
@@ -140,7 +142,13 @@ KIND = register(
             "src": Option(name, REQUIRED, "source language code, e.g. eng_Latn"),
             "tgt": Option(name, REQUIRED, "target language code"),
             "shots": shots(2),
-            "split": Option(name, "devtest", "split to translate and draw demonstrations from"),
+            "split": Option(name, "devtest", "split to translate"),
+            "fewshot_split": Option(
+                name,
+                None,
+                "split demonstrations are drawn from, e.g. dev (lm-eval's FLORES tasks); none: "
+                "the translated split, never the sentence itself",
+            ),
             "metric": Option(choice("chrf", "chrf++"), "chrf", "chrf or chrf++"),
             "max_new_tokens": Option(count(1), 256, "longest translation generated"),
             "src_name": Option(str, None, "source language name in the prompt"),

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from eval.errors import EvalDataError, SuiteError
 from eval.study import results as res
+from eval.study.halves import half_of
 from eval.study.suite import Unit, load_suite, plan
 from eval.study.tokenizer_id import SETTING, tokenizer_folder, tokenizer_sha256
 from eval.tasks import KINDS, Task
@@ -42,10 +44,14 @@ class SuiteRun:
     allow_missing: bool = False
     tokenizer: str | None = None
     progress: bool = True
+    half: str | None = None  # search or report: one half of the items (`eval.study.halves`)
+    split_seed: int = 0  # the seed that split them
 
     def settings(self, tokenizer_digest: str | None = None) -> dict[str, Any]:
         """results.json's ``settings``: what changes scores (a resumed run must match them),
-        with the sha256 of the tokenizer's files (`eval.study.tokenizer_id`)."""
+        with the sha256 of the tokenizer's files (`eval.study.tokenizer_id`); the half and its
+        split seed only when one half is scored."""
+        halves = {"half": self.half, "split_seed": self.split_seed} if self.half else {}
         return {
             "seed": self.seed,
             "limit": self.limit,
@@ -54,7 +60,18 @@ class SuiteRun:
             "eval_dtype": self.dtype,
             "fewshot_seeds": list(self.fewshot_seeds) or [None],
             SETTING: tokenizer_digest,
+            **halves,
         }
+
+    def items(self, unit: Unit, task: Task) -> frozenset[int] | None:
+        """The items of `unit` this run scores: its half, or None for all of them.
+
+        Raises:
+            TaskSpecError: the unit's task cannot be split into halves.
+        """
+        if self.half is None:
+            return None
+        return half_of(task, unit.id, self.half, self.split_seed, self.limit, self.seed)
 
 
 def missing_path(unit: Unit) -> str | None:
@@ -109,9 +126,12 @@ def unit_metrics(unit: Unit, metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def prepare(
-    suite_path: Path, options: SuiteRun
+    suite_path: Path, options: SuiteRun, wanted: Callable[[Unit], bool] | None = None
 ) -> tuple[dict[str, Any], list[Unit], list[res.MissingUnit], dict[str, Task]]:
     """Parse the suite, plan its units, find missing data and read the rest (no model).
+
+    Args:
+        wanted: keep only the units it accepts (None: all); the others' data is never read.
 
     Returns:
         `(normalized suite, units to score, missing units, unit id -> loaded task)`.
@@ -125,6 +145,8 @@ def prepare(
     suite = load_suite(suite_path)
     units, missing = [], []
     for unit in plan(suite, options.fewshot_seeds or None):
+        if wanted is not None and not wanted(unit):
+            continue
         absent = missing_path(unit)
         if absent is None:
             units.append(unit)
@@ -138,6 +160,8 @@ def prepare(
         if entry not in missing:  # one entry for every few-shot seed of the unit
             missing.append(entry)
     tasks = {unit.id: load_task(unit.spec) for unit in units}
+    for unit in units:  # a unit that cannot be halved fails now, before any model loads
+        options.items(unit, tasks[unit.id])
     return suite.normalized(), units, missing, tasks
 
 
@@ -284,10 +308,23 @@ def _score_unit(
     model: Any, tok: Any, unit: Unit, tasks: dict[str, Task], options: SuiteRun
 ) -> tuple[res.UnitResult, list[dict[str, Any]]]:
     """Score one unit; its samples are collected in memory (written by rank 0)."""
+    task = tasks[unit.id]
+    return score_unit(model, tok, unit, task, options, options.items(unit, task))
+
+
+def score_unit(
+    model: Any,
+    tok: Any,
+    unit: Unit,
+    task: Task,
+    options: SuiteRun,
+    items: frozenset[int] | None,
+) -> tuple[res.UnitResult, list[dict[str, Any]]]:
+    """Score one unit's `items` (None: all) on a model in memory: its results.json entry and
+    its samples lines."""
     from eval.api import evaluate
 
     records: list[dict[str, Any]] = []
-    task = tasks[unit.id]
     result = evaluate(
         model,
         tok,
@@ -298,6 +335,7 @@ def _score_unit(
         max_length=options.max_length,
         progress=False,
         log_samples=records.append,
+        items=items,
     )
     scored = res.UnitResult(
         id=unit.id,
