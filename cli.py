@@ -64,7 +64,7 @@ def _one_line(text: str) -> str:
 # The top-level --help lists every command under one of these headings, in this order.
 SECTIONS = {
     "Surgery": ["revert", "soup", "interpolate", "merge", "extract-lora", "inspect", "verify"],
-    "Diagnostics": ["drift", "sweep", "localize"],
+    "Diagnostics": ["drift", "sweep", "localize", "search"],
     "Training and eval": ["train", "eval", "compare", "demo"],
     "Hub": ["push"],
 }
@@ -941,6 +941,10 @@ def push(private, revision, commit_message, dry_run, checkpoint, repo_id):
 from eval.command import eval_command  # noqa: E402
 
 cli.add_command(eval_command, "eval")
+
+from eval.search.command import search_command  # noqa: E402
+
+cli.add_command(search_command, "search")
 
 
 from eval.options import task_option  # noqa: E402
