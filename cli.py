@@ -50,7 +50,7 @@ from pathlib import Path  # noqa: E402
 
 import click  # noqa: E402
 
-from eval.options import eval_options  # noqa: E402
+from eval.options import eval_options, with_suite_options  # noqa: E402
 from surgery import __version__  # noqa: E402
 from surgery.core.cli_paths import OutputFile, OutputFolder  # noqa: E402
 from surgery.core.errors import SurgeryError  # noqa: E402
@@ -596,9 +596,18 @@ def verify(values, quiet, checkpoint):
     sys.exit(0 if report.ok else 1)
 
 
-def _scorer(tasks, eval_options):
-    """The scorer sweep and localize receive (surgery never imports eval): the tasks, parsed
-    and their data read now, before any checkpoint is read, scored with the eval options."""
+def _scorer(tasks, eval_options, suite=None, trained=None):
+    """The scorer sweep and localize receive (surgery never imports eval): the tasks (or the
+    suite's units), parsed and their data read now, before any checkpoint is read, scored with
+    the eval options."""
+    if suite and suite["suite"]:
+        if tasks:
+            raise click.UsageError("--suite names the tasks; give --suite or -t/--task, not both")
+        from eval.study.memory import SuiteScorer
+
+        return SuiteScorer.of(
+            suite["suite"], eval_options, trained, suite["half"], suite["split_seed"]
+        )
     from eval.scorer import TaskScorer
 
     return TaskScorer.of(tasks, eval_options)
@@ -623,6 +632,7 @@ def _scorer(tasks, eval_options):
     help="How to score points [default: in memory when the model fits].",
 )
 @eval_options
+@with_suite_options
 @options(shard_option, force_option, quiet_option)
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
@@ -643,21 +653,24 @@ def sweep(
     trained,
     out_dir,
     eval_options,
+    suite,
 ):
     """Interpolate BASE -> TRAINED at every alpha; save alpha-X.XX checkpoints and/or score them.
 
-    With -t/--task, writes sweep.csv, sweep.json and sweep.png (each metric against alpha) in
-    OUT_DIR; alpha 0 is BASE and alpha 1 is TRAINED, bit for bit.
+    With -t/--task (or --suite), writes sweep.csv, sweep.json and sweep.png (each metric against
+    alpha) in OUT_DIR; alpha 0 is BASE and alpha 1 is TRAINED, bit for bit.
 
     \b
     Examples:
       surgery sweep --alpha 0:1:0.25 base trained sweep/
       surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ -t copain --no-save
       surgery sweep --alpha 0,0.5,1 base trained sweep/ -t ppl:madlad/ -t belebele:b.jsonl
+      surgery sweep --alpha 0:1:0.25 base trained sweep/ --suite study.yml --no-save
     """
     from surgery.core.sizes import parse_size
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
 
+    scoring = bool(tasks) or bool(suite["suite"])
     rows = run_sweep(
         base,
         trained,
@@ -666,7 +679,7 @@ def sweep(
         layers=layers,
         stack=stack,
         modules=modules,
-        scorer=_scorer(tasks, eval_options) if tasks else None,
+        scorer=_scorer(tasks, eval_options, suite, trained) if scoring else None,
         save=not no_save,
         in_memory=in_memory,
         extrapolate=extrapolate,
@@ -674,7 +687,7 @@ def sweep(
         force=force,
         quiet=quiet,
     )
-    if tasks:
+    if scoring:
         from surgery.diagnostics.results import format_table, metric_names
 
         click.echo(format_table(rows, ["alpha", *metric_names(rows)]))
@@ -747,6 +760,7 @@ def drift(stack, csv_path, plot, force, quiet, download, base, trained):
 )
 @click.option("--force", is_flag=True, help="Replace --out-dir if it exists (never an input).")
 @eval_options
+@with_suite_options
 @quiet_option
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
@@ -760,6 +774,7 @@ def localize(
     force,
     tasks,
     eval_options,
+    suite,
     quiet,
     base,
     trained,
@@ -773,16 +788,17 @@ def localize(
     Examples:
       surgery localize base trained --blocks 0:9,9:28,28:34 -t belebele:b.jsonl -t copain
       surgery localize base trained --block-size 4 --alphas 0,0.5 -t ppl:madlad/
+      surgery localize base trained --blocks 0:9,9:28,28:34 --suite study.yml
     """
     from surgery.diagnostics.localize import format_localization, run_localize
     from surgery.diagnostics.sweep import parse_alpha_grid
 
-    if not tasks:
-        raise click.UsageError("localize needs at least one -t/--task")
+    if not tasks and not suite["suite"]:
+        raise click.UsageError("localize needs at least one -t/--task, or --suite")
     result = run_localize(
         base,
         trained,
-        _scorer(tasks, eval_options),
+        _scorer(tasks, eval_options, suite, trained),
         blocks=blocks,
         block_size=block_size,
         alphas=parse_alpha_grid(alphas),

@@ -311,3 +311,66 @@ def test_a_search_killed_by_sigkill_resumes_to_n_trials(world, tmp_path):
     for number in killed:
         assert study.trials[number].state.name == "FAIL"
         assert [t.user_attrs.get(st.RETRY_OF) for t in st.finished(study)].count(number) == 1
+
+
+# --- sweep and localize --suite: the same scoring of a suite on a blend in memory -----------
+
+
+def test_localize_suite_scores_a_reverted_block_as_eval_and_compare_do(world, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "localize"
+    argv = ["localize", world["base"], world["trained"], "--blocks", "0:2,2:4"]
+    argv += ["--suite", world["suite"], "--out-dir", out, "-q"]
+    result = runner.invoke(cli, list(map(str, argv)))
+    assert result.exit_code == 0, result.output
+    rows = {r["block"]: r for r in json.loads((out / "localize.json").read_text())["rows"]}
+    # The damaged block reverted: both perplexities fall below TRAINED's (a negative recovery).
+    assert rows["2:4"]["recovery/ppl/held_in/ppl"] < 0 < rows["0:2"]["recovery/ppl/held_in/ppl"]
+    reverted, scored = tmp_path / "reverted", tmp_path / "scored"
+    argv = ["revert", "--layers", "2:4", world["base"], world["trained"], reverted, "-q"]
+    assert runner.invoke(cli, list(map(str, argv))).exit_code == 0
+    argv = ["eval", reverted, "--suite", world["suite"], "-o", scored, "-q"]
+    assert runner.invoke(cli, list(map(str, argv))).exit_code == 0
+    argv = ["eval", world["base"], "--suite", world["suite"], "-o", tmp_path / "base", "-q"]
+    assert runner.invoke(cli, list(map(str, argv))).exit_code == 0
+    comparison = compare(tmp_path / "base", [scored], resamples=10)
+    name = res.read_results(scored).model.name
+    for split in ("held_in", "others"):
+        row = next(
+            r
+            for r in comparison.rows
+            if (r["model"], r["metric"], r["split"], r["scope"]) == (name, "ppl", split, "overall")
+        )
+        assert rows["2:4"][f"ppl/{split}/ppl"] == row["value"]
+
+
+def test_sweep_suite_scores_base_and_trained_at_its_ends(world, tmp_path):
+    from eval.study.memory import SuiteScorer
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--alpha", "0,1", world["base"], world["trained"], out, "--no-save"]
+    argv += ["--suite", world["suite"], "--half", "report", "-q"]
+    result = CliRunner().invoke(cli, list(map(str, argv)))
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    scorer = SuiteScorer.of(world["suite"], {}, world["trained"], "report")
+    for row, end in zip(rows, ("base", "trained"), strict=True):
+        expected = scorer(*scorer.load(world[end]))
+        assert {k: v for k, v in row.items() if k != "alpha"} == expected
+
+
+def test_suite_and_tasks_do_not_mix_in_sweep_and_localize(world):
+    for command in (["sweep", "--no-save"], ["localize"]):
+        argv = [
+            *command,
+            world["base"],
+            world["trained"],
+            *(["x"] if command[0] == "sweep" else []),
+        ]
+        argv += ["--suite", world["suite"], "-t", "copain"]
+        result = CliRunner().invoke(cli, list(map(str, argv)))
+        assert result.exit_code == 2 and "not both" in result.output
+    result = CliRunner().invoke(
+        cli, ["localize", str(world["base"]), str(world["trained"]), "--half", "search"]
+    )
+    assert result.exit_code == 2 and "--half goes with --suite" in result.output

@@ -142,6 +142,24 @@ class SuiteScorer:
     (`ppl/held_in/ppl`; `copain/acc` for a task without languages).
     """
 
+    @classmethod
+    def of(
+        cls,
+        suite_path: str | Path,
+        options: dict[str, Any],
+        tokenizer_of: str | Path,
+        half: str | None = None,
+        split_seed: int = 0,
+    ) -> SuiteScorer:
+        """The suite's units read and halved now, before any model loads.
+
+        Args:
+            options: the eval options (`eval.options.EVAL_KEYS`).
+            tokenizer_of: the checkpoint whose tokenizer scores (TRAINED).
+        """
+        settings = SuiteRun(**options, half=half, split_seed=split_seed, progress=False)
+        return cls(prepare_suite(Path(suite_path), settings, tokenizer_of))
+
     def __init__(self, prepared: PreparedSuite) -> None:
         self.prepared = prepared
         options = prepared.options
