@@ -27,7 +27,7 @@ from eval.study.memory import axis_name, write_run
 FORMAT = "surgery-search/1"
 FRONTIER = "frontier.json"
 REPORT_DIR = "report"
-CHANGE_KEYS = ("delta", "ci_low", "ci_high")
+CHANGE_KEYS = ("delta", "ci_low", "ci_high", "ratio", "ratio_low", "ratio_high")
 
 
 def points_of(study: Any) -> list[dict[str, Any]]:
@@ -119,10 +119,10 @@ def _write_report(searcher: Any) -> dict[str, Any]:
             row = _row(vs_base, name, objective.key)
             entry = {"value": row["value"], "items": row["items"]}
             if name != "base":
-                entry["vs_base"] = {k: row[k] for k in (*CHANGE_KEYS, "ratio")}
+                entry["vs_base"] = {k: row[k] for k in CHANGE_KEYS}
             if name != "trained":
                 other = _row(vs_trained, name, objective.key)
-                entry["vs_trained"] = {k: other[k] for k in (*CHANGE_KEYS, "ratio")}
+                entry["vs_trained"] = {k: other[k] for k in CHANGE_KEYS}
             values[objective.name] = entry
         return values
 
@@ -184,39 +184,64 @@ def _finite(value: Any) -> Any:
 
 
 def plot_frontier(document: dict[str, Any], path: Path) -> Path:
-    """Forgetting against learning, each as its change from BASE on the report half with its
-    95% paired interval; baselines marked, frontier points joined."""
+    """Forgetting against learning on the report half: each point's value with the 95% paired
+    interval of its change from TRAINED around it (log axes for perplexities); the frontier in
+    blue, the baselines in orange, TRAINED black, BASE a star."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    learning, forgetting = (o["name"] for o in document["objectives"][:2])
+    learning, forgetting = document["objectives"][:2]
     figure, axes = plt.subplots(figsize=(7, 5))
-    for point in document["points"] + [{"point": "trained", **document["references"]["trained"]}]:
-        x_change = point["report"][forgetting]["vs_base"]
-        y_change = point["report"][learning]["vs_base"]
-        x, y = x_change["delta"], y_change["delta"]
-        xerr = [[x - x_change["ci_low"]], [x_change["ci_high"] - x]]
-        yerr = [[y - y_change["ci_low"]], [y_change["ci_high"] - y]]
-        is_trained = point["point"] == "trained"
-        baseline = point.get("baseline")
-        marker = "s" if is_trained else ("^" if baseline else "o")
-        color = "black" if is_trained else ("tab:orange" if baseline else "tab:blue")
+    base = document["references"]["base"]["report"]
+    trained = {"point": "TRAINED", "baseline": None, **document["references"]["trained"]}
+    for point in [*document["points"], trained]:
+        x, xerr = _value_and_error(point["report"][forgetting["name"]])
+        y, yerr = _value_and_error(point["report"][learning["name"]])
+        kind = "trained" if point is trained else "baseline" if point["baseline"] else "point"
+        style = {
+            "trained": ("s", "black"),
+            "baseline": ("^", "tab:orange"),
+            "point": ("o", "tab:blue"),
+        }
+        marker, color = style[kind]
         axes.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=color, capsize=2, alpha=0.8)
-        label = "TRAINED" if is_trained else (baseline or f"#{point['point']}")
+        label = {"trained": "TRAINED", "baseline": point["baseline"]}.get(
+            kind, f"#{point['point']}"
+        )
         axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    axes.scatter([0], [0], marker="*", s=120, color="tab:green", label="BASE", zorder=3)
-    axes.axhline(0, color="grey", lw=0.5)
-    axes.axvline(0, color="grey", lw=0.5)
-    axes.set_xlabel(f"{forgetting}: change from BASE (report half)")
-    axes.set_ylabel(f"{learning}: change from BASE (report half)")
-    axes.set_title("Search frontier (blue), baselines (orange), TRAINED (black)")
+    base_x, base_y = base[forgetting["name"]]["value"], base[learning["name"]]["value"]
+    axes.scatter([base_x], [base_y], marker="*", s=120, color="tab:green", label="BASE", zorder=3)
+    for objective, scale in ((forgetting, axes.set_xscale), (learning, axes.set_yscale)):
+        if objective["metric"] in ("ppl", "word_perplexity", "byte_perplexity"):
+            scale("log")
+    better = {True: "higher is better", False: "lower is better"}
+    axes.set_xlabel(f"{forgetting['name']} ({better[forgetting['higher_is_better']]})")
+    axes.set_ylabel(f"{learning['name']} ({better[learning['higher_is_better']]})")
+    axes.set_title(
+        "Report half: frontier (blue), baselines (orange), TRAINED (black);\n"
+        "bars: 95% paired interval of the change from TRAINED",
+        fontsize=9,
+    )
     axes.legend(loc="best", fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+def _value_and_error(entry: dict[str, Any]) -> tuple[float, list[list[float]]]:
+    """A point's value and, as error bars around it, the 95% paired interval of its change from
+    TRAINED (a perplexity's as a ratio; BASE's values often lie orders of magnitude away)."""
+    change, value = entry.get("vs_trained") or {}, entry["value"]
+    if change.get("delta") is None:
+        return value, [[0.0], [0.0]]
+    if change.get("ratio"):  # perplexities: the interval of the ratio, around the value
+        low = value * change["ratio_low"] / change["ratio"]
+        high = value * change["ratio_high"] / change["ratio"]
+        return value, [[value - low], [high - value]]
+    return value, [[change["delta"] - change["ci_low"]], [change["ci_high"] - change["delta"]]]
 
 
 def _change(entry: dict[str, Any] | None) -> str:
