@@ -374,3 +374,39 @@ def test_suite_and_tasks_do_not_mix_in_sweep_and_localize(world):
         cli, ["localize", str(world["base"]), str(world["trained"]), "--half", "search"]
     )
     assert result.exit_code == 2 and "--half goes with --suite" in result.output
+
+
+# --- the pieces, without a model ----------------------------------------------------------
+
+
+def test_blocks_cut_as_numpy_array_split_and_the_paper_band_scales():
+    from eval.search.space import paper_band, parse_blocks
+
+    assert parse_blocks("4", 34) == ((0, 9), (9, 18), (18, 26), (26, 34))
+    assert parse_blocks("0:9,9:28,28:34", 34) == ((0, 9), (9, 28), (28, 34))
+    assert paper_band(34) == (9, 28) and paper_band(6) == (2, 5)
+
+
+def test_budgets_bound_a_value_a_change_or_a_relative_change():
+    from eval.search.objectives import Measures, parse_budget
+    from eval.study.suite import load_suite
+
+    measures = Measures(load_suite(Path(__file__).parents[1] / "eval/study/suites/paper.yml"))
+    relative = parse_budget(measures, "others ppl <= +5%")
+    assert relative.violation(10.4, base=10.0) == pytest.approx(-0.1)
+    assert relative.violation(10.6, base=10.0) == pytest.approx(0.1)
+    change = parse_budget(measures, "held_in flores[eng_Latn-{lang}]/chrf >= +2")
+    assert change.violation(32.5, base=30.0) == pytest.approx(-0.5)
+    value = parse_budget(measures, "held_out belebele/acc_norm >= 40")
+    assert value.violation(39.0, base=25.0) == pytest.approx(1.0)
+
+
+def test_a_running_trial_nobody_claimed_for_a_minute_is_stale():
+    import datetime
+    from types import SimpleNamespace
+
+    old = datetime.datetime.now() - datetime.timedelta(seconds=st.UNCLAIMED_AFTER + 5)
+    assert st._stale(SimpleNamespace(user_attrs={}, datetime_start=old))
+    assert not st._stale(SimpleNamespace(user_attrs={}, datetime_start=datetime.datetime.now()))
+    alive = SimpleNamespace(user_attrs={st.WORKER: st.worker_id()}, datetime_start=old)
+    assert not st._stale(alive)
