@@ -46,7 +46,7 @@ def parse_duration(text: str | None) -> float | None:
 
 
 @click.command("search", help=HELP, short_help="Search layer profiles on the frontier.")
-@click.argument("inputs", nargs=-1, required=True)
+@click.argument("inputs", nargs=-1, required=True, metavar="BASE TRAINED | DIR")
 @click.option("--suite", type=click.Path(dir_okay=False, path_type=Path), help="Suite YAML.")
 @click.option("--out", "out", type=click.Path(path_type=Path), help="The search's folder.")
 @click.option(
