@@ -49,7 +49,7 @@ from pathlib import Path  # noqa: E402
 
 import click  # noqa: E402
 
-from eval.options import eval_options  # noqa: E402
+from eval.options import eval_options, with_suite_options  # noqa: E402
 from surgery import __version__  # noqa: E402
 from surgery.commands import checkpoints, reading  # noqa: E402
 from surgery.commands.drift import drift  # noqa: E402
@@ -74,7 +74,7 @@ def _one_line(text: str) -> str:
 # The top-level --help lists every command under one of these headings, in this order.
 SECTIONS = {
     "Surgery": ["revert", "soup", "interpolate", "merge", "extract-lora", "inspect", "verify"],
-    "Diagnostics": ["drift", "sweep", "localize"],
+    "Diagnostics": ["drift", "sweep", "localize", "search"],
     "Training and eval": ["train", "eval", "compare", "demo"],
     "Hub": ["push"],
 }
@@ -157,9 +157,18 @@ def cli(debug: bool) -> None:
     """
 
 
-def _scorer(tasks, eval_options):
-    """The scorer sweep and localize receive (surgery never imports eval): the tasks, parsed
-    and their data read now, before any checkpoint is read, scored with the eval options."""
+def _scorer(tasks, eval_options, suite=None, trained=None):
+    """The scorer sweep and localize receive (surgery never imports eval): the tasks (or the
+    suite's units), parsed and their data read now, before any checkpoint is read, scored with
+    the eval options."""
+    if suite and suite["suite"]:
+        if tasks:
+            raise click.UsageError("--suite names the tasks; give --suite or -t/--task, not both")
+        from eval.study.memory import SuiteScorer
+
+        return SuiteScorer.of(
+            suite["suite"], eval_options, trained, suite["half"], suite["split_seed"]
+        )
     from eval.scorer import TaskScorer
 
     return TaskScorer.of(tasks, eval_options)
@@ -184,6 +193,7 @@ def _scorer(tasks, eval_options):
     help="How to score points [default: in memory when the model fits].",
 )
 @eval_options
+@with_suite_options
 @write_options("max_shard_size", "force", "quiet")
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
@@ -202,20 +212,23 @@ def sweep(
     trained,
     out_dir,
     eval_options,
+    suite,
 ):
     """Interpolate BASE -> TRAINED at every alpha; save alpha-X.XX checkpoints and/or score them.
 
-    With -t/--task, writes sweep.csv, sweep.json and sweep.png (each metric against alpha) in
-    OUT_DIR; alpha 0 is BASE and alpha 1 is TRAINED, bit for bit.
+    With -t/--task (or --suite), writes sweep.csv, sweep.json and sweep.png (each metric against
+    alpha) in OUT_DIR; alpha 0 is BASE and alpha 1 is TRAINED, bit for bit.
 
     \b
     Examples:
       surgery sweep --alpha 0:1:0.25 base trained sweep/
       surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ -t copain --no-save
       surgery sweep --alpha 0,0.5,1 base trained sweep/ -t ppl:madlad/ -t belebele:b.jsonl
+      surgery sweep --alpha 0:1:0.25 base trained sweep/ --suite study.yml --no-save
     """
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
 
+    scoring = bool(tasks) or bool(suite["suite"])
     rows = run_sweep(
         base,
         trained,
@@ -224,13 +237,13 @@ def sweep(
         layers=layers,
         stack=stack,
         modules=modules,
-        scorer=_scorer(tasks, eval_options) if tasks else None,
+        scorer=_scorer(tasks, eval_options, suite, trained) if scoring else None,
         save=not no_save,
         in_memory=in_memory,
         extrapolate=extrapolate,
         write=write,
     )
-    if tasks:
+    if scoring:
         from surgery.diagnostics.results import format_table, metric_names
 
         click.echo(format_table(rows, ["alpha", *metric_names(rows)]))
@@ -270,6 +283,7 @@ def sweep(
 )
 @click.option("--force", is_flag=True, help="Replace --out-dir if it exists (never an input).")
 @eval_options
+@with_suite_options
 @quiet_option
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
@@ -286,6 +300,7 @@ def localize(
     force,
     tasks,
     eval_options,
+    suite,
     quiet,
     base,
     trained,
@@ -302,18 +317,19 @@ def localize(
       surgery localize base trained --block-size 4 --alphas 0,0.5 -t ppl:madlad/
       surgery localize base trained --window 6 --stride 1 -t belebele:b.jsonl
       surgery localize base trained --boundaries "9,6;6,6;12,6" -t ppl:madlad/
+      surgery localize base trained --blocks 0:9,9:28,28:34 --suite study.yml
     """
     from surgery.diagnostics.blocks import parse_block_plan
     from surgery.diagnostics.localize import format_localization, run_localize
     from surgery.diagnostics.sweep import parse_alpha_grid
 
-    if not tasks:
-        raise click.UsageError("localize needs at least one -t/--task")
+    if not tasks and not suite["suite"]:
+        raise click.UsageError("localize needs at least one -t/--task, or --suite")
     parse_block_plan(blocks, block_size, window, stride, boundaries)  # before any data is read
     result = run_localize(
         base,
         trained,
-        _scorer(tasks, eval_options),
+        _scorer(tasks, eval_options, suite, trained),
         blocks=blocks,
         block_size=block_size,
         window=window,
@@ -332,10 +348,12 @@ def localize(
 
 from demo.command import demo  # noqa: E402
 from eval.command import eval_command  # noqa: E402
+from eval.search.command import search_command  # noqa: E402
 from eval.study.command import compare  # noqa: E402
 
 for command in [*checkpoints.COMMANDS, *reading.COMMANDS, drift, compare, demo]:
     cli.add_command(command)
+cli.add_command(search_command, "search")
 
 cli.add_command(eval_command, "eval")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ def evaluate(
     progress: bool = True,
     log_samples: str | Path | Callable[[dict[str, Any]], None] | None = None,
     prefix_cache: bool = True,
+    items: Collection[int] | None = None,
 ) -> dict[str, Any]:
     """Score a model on tasks.
 
@@ -86,6 +87,8 @@ def evaluate(
         prefix_cache: multiple choice: run the token prefix most contexts share (the
             demonstrations) once and score from its KV cache (the same scores, faster); False
             runs every context whole.
+        items: score only these items of every task (indices among the first `limit`, as
+            `eval.study.halves` chooses a half); their prompts are those of a whole run.
 
     Returns:
         ``{"metrics": {"<task>/<metric>": value, "<task>/n": count, ...},
@@ -117,6 +120,7 @@ def evaluate(
             progress=progress,
             prefix_cache=prefix_cache,
             log=log,
+            items=frozenset(items) if items is not None else None,
         )
         metrics, task_configs = _run_tasks(model, tokenizer, loaded, settings)
     return {"metrics": metrics, "config": _run_config(model, tokenizer, settings, task_configs)}

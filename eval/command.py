@@ -43,6 +43,7 @@ to continue an interrupted run; under torchrun the units are shared out across r
   surgery eval out/reverted --suite eval/study/suites/paper.yml -o results/reverted
   surgery eval out/reverted --suite study.yml -o results/reverted --fewshot-seeds 1,2,3
   surgery eval out/reverted --suite study.yml -o results/reverted --allow-missing
+  surgery eval out/point-3 --suite study.yml -o results/point-3 --half report --split-seed 0
   torchrun --nproc-per-node 8 --no-python surgery eval out/reverted --suite study.yml \\
       -o results/reverted --device cuda
 """
@@ -77,6 +78,19 @@ to continue an interrupted run; under torchrun the units are shared out across r
     is_flag=True,
     help="With --suite: skip units whose data is missing (listed in results.json).",
 )
+@click.option(
+    "--half",
+    type=click.Choice(["search", "report"]),
+    help="With --suite: score one half of each unit's items, split once by --split-seed "
+    "(items that serve as few-shot demonstrations are in neither): the halves `surgery search` "
+    "chooses and reports on.",
+)
+@click.option(
+    "--split-seed",
+    type=int,
+    default=None,
+    help="With --half: the seed that splits the items [default: 0].",
+)
 @click.option("--tokenizer", help="Tokenizer folder, if not in CHECKPOINT.")
 @click.option(
     "--log-samples",
@@ -108,6 +122,8 @@ def eval_command(
     suite: Path | None,
     fewshot_seeds: tuple[int, ...],
     allow_missing: bool,
+    half: str | None,
+    split_seed: int | None,
 ) -> None:
     """Run the tasks (see HELP)."""
     from surgery.engine.output_paths import check_output_files, check_resumable_folder
@@ -119,12 +135,25 @@ def eval_command(
         _check_suite_options(tasks, out, log_samples)
         check_input(checkpoint)
         check_resumable_folder(out)  # a results folder a rerun continues, never in a checkpoint
+        if split_seed is not None and half is None:
+            raise click.UsageError("--split-seed goes with --half")
+        halves = {"half": half, "split_seed": split_seed or 0}
         _run_suite(
-            checkpoint, suite, out, eval_options, tokenizer, quiet, fewshot_seeds, allow_missing
+            checkpoint,
+            suite,
+            out,
+            eval_options,
+            tokenizer,
+            quiet,
+            fewshot_seeds,
+            allow_missing,
+            halves,
         )
         return
-    if fewshot_seeds or allow_missing:
-        raise click.UsageError("--fewshot-seeds and --allow-missing go with --suite")
+    if fewshot_seeds or allow_missing or half or split_seed is not None:
+        raise click.UsageError(
+            "--fewshot-seeds, --allow-missing, --half and --split-seed go with --suite"
+        )
     if not tasks:
         raise click.UsageError("give at least one task with -t/--task, e.g. -t copain")
     if out is not None and out.is_dir():
@@ -195,6 +224,7 @@ def _run_suite(
     quiet: bool,
     fewshot_seeds: tuple[int, ...],
     allow_missing: bool,
+    halves: dict[str, Any],
 ) -> None:
     from eval.study.runner import SuiteRun, run_suite
 
@@ -205,6 +235,7 @@ def _run_suite(
         tokenizer=tokenizer,
         progress=not quiet,
         warn=lambda line: click.echo(f"warning: {line}", err=True),
+        **halves,
     )
     written = run_suite(checkpoint, suite, out, options)
     if written is not None:

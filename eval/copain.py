@@ -170,6 +170,20 @@ class CopainTask:
             "add_bos": options["add_bos"],
         }
 
+    def half_items(self, limit: int | None, seed: int) -> list[int]:
+        """Without shots every item (the same indices in each of the seven tasks).
+
+        Raises:
+            TaskSpecError: with shots, demonstrations are drawn from the items scored.
+        """
+        n, shots = self.spec.options["n"], self.spec.options["shots"]
+        if shots:
+            raise TaskSpecError(
+                f"task {self.spec.text!r}: its demonstrations are drawn at random from the "
+                "items it scores, so it cannot be split into halves; give shots=0"
+            )
+        return list(range(min(limit or n, n)))
+
     def prompts(self, settings: Settings) -> dict[str, tuple[list[str], list[str]]]:
         """task -> (prompts, answers) of the evaluated items (the first `limit` of each task)."""
         n, shots = self.spec.options["n"], self.spec.options["shots"]
@@ -188,7 +202,11 @@ class CopainTask:
         Returns:
             `({<task>/acc, <task>/n for each task, acc, n}, {})`; `acc` is over all items.
         """
-        per_task = self.prompts(settings)
+        kept = settings.keep(min(settings.limit or self.spec.options["n"], self.spec.options["n"]))
+        per_task = {
+            task: ([prompts[i] for i in kept], [answers[i] for i in kept])
+            for task, (prompts, answers) in self.prompts(settings).items()
+        }
         prompts = [p for task_prompts, _ in per_task.values() for p in task_prompts]
         lines = generate_lines(
             model,
@@ -206,8 +224,8 @@ class CopainTask:
         for task, (task_prompts, answers) in per_task.items():
             task_lines, at = lines[at : at + len(answers)], at + len(answers)
             if settings.log is not None:
-                for index, (prompt, line, answer) in enumerate(
-                    zip(task_prompts, task_lines, answers, strict=True)
+                for index, prompt, line, answer in zip(
+                    kept, task_prompts, task_lines, answers, strict=True
                 ):
                     record = {"task": self.spec.name, "subtask": task, "index": index}
                     record.update(doc_id=f"{task}/{index}", prompt_sha256=text_sha256(prompt))

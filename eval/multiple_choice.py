@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.data import Row, doc_id, text_sha256
-from eval.errors import data_error
+from eval.errors import TaskSpecError, data_error
 from eval.kinds.choice import ChoiceReader
 from eval.published import HubSource, rows_for, source_config, task_rows
 from eval.scoring import choice_loglikelihoods, make_request
@@ -285,15 +285,34 @@ class MultipleChoiceTask:
             self.items, shots, count, schema.target_delimiter, schema.fewshot_delimiter
         )
 
+    def half_items(self, limit: int | None, seed: int) -> list[int]:
+        """The items (among the first `limit`) that serve as no other scored item's
+        demonstration: with first_n demonstrations all but the first rows; without shots all.
+
+        Raises:
+            TaskSpecError: demonstrations drawn at random from the items scored (default or
+                random sampler): nearly every item is some other's demonstration.
+        """
+        count = min(limit or len(self.items), len(self.items))
+        if self.spec.options["shots"] and self.sampler != "first_n":
+            raise TaskSpecError(
+                f"task {self.spec.text!r}: its demonstrations are drawn at random from the "
+                f"items it scores (sampler {self.sampler}), so it cannot be split into halves; "
+                "give sampler=first_n or shots=0"
+            )
+        return demonstration_free(self.shots(count, seed))
+
     def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
-        """Score the first `limit` items.
+        """Score the first `limit` items (those of `settings.items`).
 
         Returns:
             `({acc, acc_norm[, acc_bytes], their _stderr, n}, {truncated})`.
         """
         count = min(settings.limit or len(self.items), len(self.items))
-        contexts = self.contexts(count, settings.seed)
-        evaluated = self.items[:count]
+        kept = settings.keep(count)
+        every = self.contexts(count, settings.seed)
+        contexts = [every[index] for index in kept]
+        evaluated = [self.items[index] for index in kept]
         encoder = TextEncoder(tokenizer, parse_add_bos(self.spec.options["add_bos"]))
         scores, truncated = score_items(
             model,
@@ -305,10 +324,10 @@ class MultipleChoiceTask:
             target_delimiter=self.schema.target_delimiter,
         )
         metrics: dict[str, float | int] = dict(accuracy(scores, evaluated, self.schema.metrics))
-        metrics["n"] = count
+        metrics["n"] = len(kept)
         if settings.log is not None:
-            for index, (context, item, item_scores) in enumerate(
-                zip(contexts, evaluated, scores, strict=True)
+            for index, context, item, item_scores in zip(
+                kept, contexts, evaluated, scores, strict=True
             ):
                 settings.log(self._sample(index, context, item, item_scores))
         return metrics, {"truncated": truncated, "bos": encoder.describe()}
@@ -330,6 +349,22 @@ class MultipleChoiceTask:
             # 0/1 outcomes: what a paired comparison of two models resamples.
             **{m: int(picked[m] == item.label) for m in self.schema.metrics},
         }
+
+
+def demonstration_free(shots: list[list[int]]) -> list[int]:
+    """The largest set of items, found greedily, none of which is another's demonstration.
+
+    `shots[i]` are item i's demonstrations. Every item used as a demonstration is set aside;
+    then each of them comes back when it shows in no kept item's prompt and no kept item shows
+    in its own (with first_n: the first k rows stay aside, row k comes back).
+    """
+    aside = {j for chosen in shots for j in chosen if j < len(shots)}
+    kept = set(range(len(shots))) - aside
+    for candidate in sorted(aside):
+        others = kept | {candidate}
+        if not any(candidate in shots[i] for i in kept) and not others & set(shots[candidate]):
+            kept.add(candidate)
+    return sorted(kept)
 
 
 def score_items(

@@ -92,3 +92,47 @@ def eval_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for decorator in reversed(_OPTIONS):
         wrapper = decorator(wrapper)
     return wrapper
+
+
+# A suite instead of tasks, for the commands that score models they blend (sweep, localize).
+suite_options = (
+    click.option(
+        "--suite",
+        type=click.Path(dir_okay=False),
+        help="Score a suite instead of -t tasks: each task's primary metric averaged over "
+        "held-in, held-out and others languages as `surgery compare` averages them.",
+    ),
+    click.option(
+        "--half",
+        type=click.Choice(["search", "report"]),
+        help="With --suite: only one half of each unit's items (as `surgery eval --half`).",
+    ),
+    click.option(
+        "--split-seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="With --half: the seed that splits the items.",
+    ),
+)
+
+
+def with_suite_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --suite, --half and --split-seed; the command gets ``suite`` (a dict: path, half,
+    split_seed; path None without --suite).
+
+    Raises:
+        click.UsageError: (when the command runs) --half without --suite.
+    """
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        suite = {key: kwargs.pop(key) for key in ("suite", "half", "split_seed")}
+        if suite["half"] and not suite["suite"]:
+            raise click.UsageError("--half goes with --suite")
+        kwargs["suite"] = suite
+        return command(*args, **kwargs)
+
+    for decorator in reversed(suite_options):
+        wrapper = decorator(wrapper)
+    return wrapper

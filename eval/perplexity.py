@@ -373,8 +373,14 @@ class PerplexityTask:
             "add_bos": self.spec.options["add_bos"],
         }
 
+    def half_items(self, limit: int | None, seed: int) -> list[int]:
+        """Every document (among the first `limit` of each language) may go into a half: no
+        demonstrations. Documents are indexed per language (a suite's unit has one)."""
+        counts = [len(documents) for documents in self.languages.values()]
+        return list(range(min(limit or min(counts), *counts)))
+
     def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
-        """Score the first `limit` documents of each language.
+        """Score the first `limit` documents of each language (those of `settings.items`).
 
         Returns:
             `({<lang>/ppl, word_perplexity, byte_perplexity, bits_per_byte, each one's _stderr,
@@ -383,7 +389,8 @@ class PerplexityTask:
         encoder = TextEncoder(tokenizer, parse_add_bos(self.spec.options["add_bos"]))
         metrics: dict[str, float | int] = {}
         for lang, documents in self.languages.items():
-            docs = documents[: settings.limit] if settings.limit else documents
+            kept = settings.keep(min(settings.limit or len(documents), len(documents)))
+            docs = [documents[index] for index in kept]
             scored = document_loglikelihoods(
                 model,
                 encoder,
@@ -406,7 +413,7 @@ class PerplexityTask:
             metrics[f"{lang}/tokens"] = tokens
             metrics[f"{lang}/n"] = len(docs)
             if settings.log is not None:
-                for index, (doc, (ll, count)) in enumerate(zip(docs, scored, strict=True)):
+                for index, doc, (ll, count) in zip(kept, docs, scored, strict=True):
                     settings.log(
                         {
                             "task": self.spec.name,

@@ -94,6 +94,16 @@ class Settings:
     prefix_cache: bool = True
     # Called with one JSON-able dict per scored item (--log-samples), or None.
     log: Callable[[dict[str, Any]], None] | None = None
+    # Score only these items (indices among the first `limit`), e.g. one half of a suite's
+    # items (`eval.study.halves`); None scores them all. Prompts and demonstrations are those
+    # of the whole run, so an item scores the same in a half as in the whole.
+    items: frozenset[int] | None = None
+
+    def keep(self, count: int) -> list[int]:
+        """The indices among the first `count` items that are scored."""
+        if self.items is None:
+            return list(range(count))
+        return [index for index in range(count) if index in self.items]
 
 
 class Task(Protocol):
@@ -107,6 +117,19 @@ class Task(Protocol):
 
     def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
         """Score the model.  Returns `(metrics named relative to the task, extra config)`."""
+        ...
+
+
+class HalvableTask(Task, Protocol):
+    """A task whose items can be split into halves (`eval.study.halves`)."""
+
+    def half_items(self, limit: int | None, seed: int) -> list[int]:
+        """The indices of the items (among the first `limit`) that may go into a half: those
+        that serve as no demonstration in the prompt of another.
+
+        Raises:
+            TaskSpecError: the task draws its demonstrations from the items it scores.
+        """
         ...
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.data import has_suffix, read_lines, text_sha256
-from eval.errors import EvalDataError, MissingDataError, data_error
+from eval.errors import EvalDataError, MissingDataError, TaskSpecError, data_error
 from eval.generation import generate
 from eval.kinds.flores import find_language_file, language_file_name
 from eval.published import (
@@ -253,6 +253,21 @@ class TranslationTask:
             blocks.append("\n\n".join([*demos, self._block(self.pairs[index][0], None)]))
         return blocks
 
+    def half_items(self, limit: int | None, seed: int) -> list[int]:
+        """Every sentence (among the first `limit`) may go into a half when demonstrations
+        come from another split (FLORES dev) or there are none.
+
+        Raises:
+            TaskSpecError: demonstrations drawn from the translated split itself.
+        """
+        if self.spec.options["shots"] and self.shot_pairs is None:
+            raise TaskSpecError(
+                f"task {self.spec.text!r}: its demonstrations are drawn from the sentences it "
+                "translates, so it cannot be split into halves; give shots_split=dev "
+                "(FLORES dev as the demonstration pool) or shots=0"
+            )
+        return list(range(min(limit or len(self.pairs), len(self.pairs))))
+
     def _block(self, source: str, target: str | None) -> str:
         answer = f" {target}" if target is not None else ""
         return f"{self.src_name} sentence: {source}\n{self.tgt_name} sentence:{answer}"
@@ -265,7 +280,9 @@ class TranslationTask:
             `eval.translation_outputs.output_diagnostics` of the scored lines.
         """
         count = min(settings.limit or len(self.pairs), len(self.pairs))
-        prompts = self.prompts(count, settings.seed)
+        kept = settings.keep(count)
+        every = self.prompts(count, settings.seed)
+        prompts = [every[index] for index in kept]
         generations = generate(
             model,
             tokenizer,
@@ -280,10 +297,10 @@ class TranslationTask:
         )
         hypotheses = [generation.line for generation in generations]
         metric = self.spec.options["metric"]
-        references = [tgt for _, tgt in self.pairs[:count]]
+        references = [self.pairs[index][1] for index in kept]
         if settings.log is not None:
-            for index, (prompt, generation, reference) in enumerate(
-                zip(prompts, generations, references, strict=True)
+            for index, prompt, generation, reference in zip(
+                kept, prompts, generations, references, strict=True
             ):
                 record = {"task": self.spec.name, "index": index, "doc_id": self.ids[index]}
                 record.update(prompt_sha256=text_sha256(prompt), prompt=prompt)
@@ -295,5 +312,5 @@ class TranslationTask:
                 settings.log(record)
         score, signature = chrf(hypotheses, references, word_order=2 if metric == "chrf++" else 0)
         stops = [generation.stop for generation in generations]
-        metrics = {metric: score, "n": count, **output_diagnostics(hypotheses, stops)}
+        metrics = {metric: score, "n": len(kept), **output_diagnostics(hypotheses, stops)}
         return metrics, {"signature": signature}

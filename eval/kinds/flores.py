@@ -120,11 +120,13 @@ class FloresKind(Kind):
         it is fetched)."""
         if spec.path is None:
             return None
-        for lang in (spec.options["src"], spec.options["tgt"]):
-            try:
-                find_language_file(spec.path, spec.options["split"], lang)
-            except EvalDataError:
-                return str(spec.path / spec.options["split"] / lang)
+        splits = {spec.options["split"], spec.options["shots_split"] or spec.options["split"]}
+        for split in sorted(splits):
+            for lang in (spec.options["src"], spec.options["tgt"]):
+                try:
+                    find_language_file(spec.path, split, lang)
+                except EvalDataError:
+                    return str(spec.path / split / lang)
         return None
 
 

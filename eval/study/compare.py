@@ -39,9 +39,17 @@ from eval.study.stats import (
 )
 from eval.study.tokenizer_id import refuse_token_metrics
 
-# Settings that change what is scored (batch size does not): the items, their prompts and
-# the precision they are scored in.
-SCORED_SETTINGS = ("seed", "limit", "max_length", "fewshot_seeds", "eval_dtype")
+# Settings that change what is scored (batch size does not): the items (one half of them, by
+# its split seed), their prompts and the precision they are scored in.
+SCORED_SETTINGS = (
+    "seed",
+    "limit",
+    "max_length",
+    "fewshot_seeds",
+    "eval_dtype",
+    "half",
+    "split_seed",
+)
 
 # The split of a language in no family (the suite's `others:`): what a strategy forgets.
 OTHERS = "others"
@@ -75,11 +83,19 @@ def weighting(comparison: Comparison) -> dict[str, str]:
 
 @dataclass
 class Run:
-    """One results folder: its path, its results.json and the name its rows carry."""
+    """One results folder: its path, its results.json and the name its rows carry; or a model
+    scored in memory (`eval.study.memory`), whose per-unit samples are held in `samples`."""
 
     folder: Path
     results: SuiteResults
     name: str
+    samples: dict[str, list[dict[str, Any]]] | None = None  # unit id -> lines, in memory
+
+    def lines(self, unit_id: str) -> list[dict[str, Any]]:
+        """A unit's samples lines, from memory or from the folder."""
+        if self.samples is not None:
+            return self.samples[unit_id]
+        return read_samples(self.folder, self.results.unit(unit_id))
 
 
 @dataclass(frozen=True)
@@ -250,7 +266,7 @@ def _aligned(runs: list[Run], cell: Cell) -> list[list[dict[str, Any]]]:
     for unit_id in cell.units:
         base_lines: dict[str, dict[str, Any]] | None = None
         for run in runs:
-            lines = read_samples(run.folder, run.results.unit(unit_id))
+            lines = run.lines(unit_id)
             if not all(isinstance(line, dict) and "doc_id" in line for line in lines):
                 raise CompareError(f"{run.folder}: unit {unit_id} has samples without a doc_id")
             by_id = {str(line["doc_id"]): line for line in lines}
@@ -363,6 +379,23 @@ def compare(
     if resamples < 1:
         raise CompareError(f"--resamples must be at least 1, not {resamples}")
     runs = load_runs(base, others)
+    return compare_runs(runs, resamples=resamples, seed=seed, jobs=jobs, progress=progress)
+
+
+def compare_runs(
+    runs: list[Run],
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    jobs: int = 1,
+    progress: bool = False,
+) -> Comparison:
+    """`compare` on runs already read and checked (the first is the base; one run alone gives
+    its values and no change): the runs of `load_runs`, or models scored in memory.
+
+    Raises:
+        CompareError: items that do not match between the runs.
+    """
     suite = runs[0].results.suite
     cells = cells_of(runs[0].results)
     results = _compute_all(runs, cells, resamples, seed, max(1, jobs), progress)

@@ -24,6 +24,7 @@ from typing import Any
 
 from eval.errors import EvalDataError, MissingDataError, SuiteError
 from eval.study import results as res
+from eval.study.halves import half_of
 from eval.study.suite import Unit, load_suite, plan
 from eval.study.tokenizer_id import SETTING, tokenizer_folder, tokenizer_sha256
 from eval.tasks import KINDS, Task
@@ -45,10 +46,14 @@ class SuiteRun:
     progress: bool = True
     # Called with one line per unit that allow_missing skips (the CLI prints it as a warning).
     warn: Callable[[str], None] | None = None
+    half: str | None = None  # search or report: one half of the items (`eval.study.halves`)
+    split_seed: int = 0  # the seed that split them
 
     def settings(self, tokenizer_digest: str | None = None) -> dict[str, Any]:
         """results.json's ``settings``: what changes scores (a resumed run must match them),
-        with the sha256 of the tokenizer's files (`eval.study.tokenizer_id`)."""
+        with the sha256 of the tokenizer's files (`eval.study.tokenizer_id`); the half and its
+        split seed only when one half is scored."""
+        halves = {"half": self.half, "split_seed": self.split_seed} if self.half else {}
         return {
             "seed": self.seed,
             "limit": self.limit,
@@ -57,7 +62,18 @@ class SuiteRun:
             "eval_dtype": self.dtype,
             "fewshot_seeds": list(self.fewshot_seeds) or [None],
             SETTING: tokenizer_digest,
+            **halves,
         }
+
+    def items(self, unit: Unit, task: Task) -> frozenset[int] | None:
+        """The items of `unit` this run scores: its half, or None for all of them.
+
+        Raises:
+            TaskSpecError: the unit's task cannot be split into halves.
+        """
+        if self.half is None:
+            return None
+        return half_of(task, unit.id, self.half, self.split_seed, self.limit, self.seed)
 
 
 def missing_path(unit: Unit) -> str | None:
@@ -112,13 +128,16 @@ def unit_metrics(unit: Unit, metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def prepare(
-    suite_path: Path, options: SuiteRun
+    suite_path: Path, options: SuiteRun, wanted: Callable[[Unit], bool] | None = None
 ) -> tuple[dict[str, Any], list[Unit], list[res.MissingUnit], dict[str, Task]]:
     """Parse the suite, plan its units, find missing data and read the rest (no model).
 
     A unit's data is missing when its local path does not exist, or when its Hub dataset has
     no such config or file (`MissingDataError`); with ``allow_missing`` such a unit is skipped,
     listed in results.json and named in one line to `options.warn`.
+
+    Args:
+        wanted: keep only the units it accepts (None: all); the others' data is never read.
 
     Returns:
         `(normalized suite, units to score, missing units, unit id -> loaded task)`.
@@ -132,6 +151,8 @@ def prepare(
     suite = load_suite(suite_path)
     units, missing, tasks = [], [], {}
     for unit in plan(suite, options.fewshot_seeds or None):
+        if wanted is not None and not wanted(unit):
+            continue
         where = f"suite {suite_path}: task {unit.task}, {unit.lang or 'no language'}"
         absent = missing_path(unit)
         reason = f"no such file or folder {absent}"
@@ -151,6 +172,8 @@ def prepare(
             if options.warn is not None:
                 name = "/".join(part for part in (unit.task, unit.lang) if part)
                 options.warn(f"skipped {name}: {reason}")
+    for unit in units:  # a unit that cannot be halved fails now, before any model loads
+        options.items(unit, tasks[unit.id])
     return suite.normalized(), units, missing, tasks
 
 
@@ -297,10 +320,23 @@ def _score_unit(
     model: Any, tok: Any, unit: Unit, tasks: dict[str, Task], options: SuiteRun
 ) -> tuple[res.UnitResult, list[dict[str, Any]]]:
     """Score one unit; its samples are collected in memory (written by rank 0)."""
+    task = tasks[unit.id]
+    return score_unit(model, tok, unit, task, options, options.items(unit, task))
+
+
+def score_unit(
+    model: Any,
+    tok: Any,
+    unit: Unit,
+    task: Task,
+    options: SuiteRun,
+    items: frozenset[int] | None,
+) -> tuple[res.UnitResult, list[dict[str, Any]]]:
+    """Score one unit's `items` (None: all) on a model in memory: its results.json entry and
+    its samples lines."""
     from eval.api import evaluate
 
     records: list[dict[str, Any]] = []
-    task = tasks[unit.id]
     result = evaluate(
         model,
         tok,
@@ -311,6 +347,7 @@ def _score_unit(
         max_length=options.max_length,
         progress=False,
         log_samples=records.append,
+        items=items,
     )
     scored = res.UnitResult(
         id=unit.id,

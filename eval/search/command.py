@@ -1,0 +1,184 @@
+"""`surgery search`: the command line of `eval.search` (click only at import: `surgery --help`
+stays fast)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+HELP = """Search per-block interpolation profiles between BASE and TRAINED on the
+learning-forgetting frontier of a suite, and report them on items the search never saw.
+
+\b
+Each trial blends the two checkpoints in memory (one strength per block of layers: 0 = BASE,
+1 = TRAINED) and scores the search half of the suite's items; optuna proposes the strengths
+(multi-objective TPE, budgets as constraints) and keeps the trials in its storage (DIR's
+search.journal, or --storage URL), so a killed search resumes with the same command and
+several workers can share one search. The frontier and the baselines (TRAINED, the middle
+layers reverted, uniform strengths) are then scored on the report half with paired bootstrap
+intervals: DIR gets frontier.json, frontier.png, report.md and report/<point>/ results
+folders. Each profile prints as the --alpha string of `surgery interpolate`.
+
+\b
+Examples:
+  surgery search base trained --suite study.yml --out search/ --trials 60
+  surgery search base trained --suite study.yml --out search/ --blocks 0:9,9:28,28:34 \\
+      --budget "others ppl <= +5%" --time 2h
+  surgery search base trained --suite study.yml --out search/ --objectives held_out
+  surgery search search/ --write 17          # point 17 as a checkpoint: search/point-17
+"""
+
+
+def parse_duration(text: str | None) -> float | None:
+    """`90`, `90s`, `30m`, `2h` -> seconds.
+
+    Raises:
+        click.BadParameter: another form.
+    """
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", text)
+    if match is None:
+        raise click.BadParameter(f"{text!r}: write seconds or 90s, 30m, 2h")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+@click.command("search", help=HELP, short_help="Search layer profiles on the frontier.")
+@click.argument("inputs", nargs=-1, required=True, metavar="BASE TRAINED | DIR")
+@click.option("--suite", type=click.Path(dir_okay=False, path_type=Path), help="Suite YAML.")
+@click.option("--out", "out", type=click.Path(path_type=Path), help="The search's folder.")
+@click.option(
+    "--blocks",
+    default="4",
+    show_default=True,
+    help="N contiguous blocks as equal as possible (numpy's array_split), or a partition of "
+    "the stack: 0:9,9:28,28:34.",
+)
+@click.option(
+    "--embeddings",
+    is_flag=True,
+    help="The embeddings, final norm and head as a block of their own (`*`); otherwise TRAINED's.",
+)
+@click.option("--step", default=0.05, show_default=True, type=float, help="Grid of the strengths.")
+@click.option(
+    "--measure",
+    default=None,
+    help="TASK[/METRIC] of learning (held in) and forgetting (others) [default: the suite's "
+    "perplexity task].",
+)
+@click.option(
+    "--objectives",
+    default=None,
+    help="More objectives, comma-separated SPLIT [MEASURE]: held_out (transfer), 'held_in chrf'.",
+)
+@click.option(
+    "--budget",
+    "budgets",
+    multiple=True,
+    help="A bound, repeatable: 'others ppl <= +5%' (relative to BASE), 'held_in chrf >= +2' "
+    "(change), 'held_in ppl <= 30' (value).",
+)
+@click.option(
+    "--trials",
+    default=50,
+    show_default=True,
+    type=int,
+    help="Trials in all, over every worker.",
+)
+@click.option("--time", "duration", default=None, help="Stop after this long: 90s, 30m, 2h.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Sampler and bootstrap seed.")
+@click.option(
+    "--split-seed",
+    default=0,
+    show_default=True,
+    type=int,
+    help="Seed of the search/report halves (as `surgery eval --half`).",
+)
+@click.option(
+    "--baseline-layers",
+    default=None,
+    help="The reverted baseline's layers [default: the paper's 9:28 of 34, as a share].",
+)
+@click.option(
+    "--uniform",
+    default="0.25,0.5,0.75",
+    show_default=True,
+    help="Uniform-strength baselines (sweep's points), a list or start:stop:step.",
+)
+@click.option(
+    "--storage", default=None, help="A database URL optuna accepts, for several machines."
+)
+@click.option("--resamples", default=2000, show_default=True, type=int, help="Bootstrap resamples.")
+@click.option("--write", "write", type=int, default=None, help="Write point N as a checkpoint.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ...")
+@click.option("--eval-dtype", "dtype", default=None, help="bf16, fp16 or fp32 [fp32 on cpu].")
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N items per unit.")
+@click.option("--max-length", type=click.IntRange(min=2), help="Longest sequence fed.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def search_command(inputs, suite, out, write, duration, quiet, **options) -> None:
+    """Run a search, or write a point of a finished one (see HELP)."""
+    if len(inputs) == 1:
+        if write is None:
+            raise click.UsageError("give BASE TRAINED to search, or DIR --write N")
+        from eval.search.report import write_point
+
+        click.echo(f"wrote {write_point(Path(inputs[0]), write, quiet=quiet)}", err=True)
+        return
+    if len(inputs) != 2:
+        raise click.UsageError("give BASE TRAINED (or a search's DIR with --write N)")
+    if suite is None or out is None:
+        raise click.UsageError("a search needs --suite SUITE and --out DIR")
+    from eval.search.report import write_point, write_report
+    from eval.search.run import SearchOptions, run_search
+    from eval.study.runner import SuiteRun
+    from surgery.diagnostics.sweep import parse_alpha_grid
+
+    loading = ("device", "dtype", "batch_size", "limit", "max_length")
+    searcher = run_search(
+        SearchOptions(
+            base=inputs[0],
+            trained=inputs[1],
+            suite=suite,
+            out=out,
+            blocks=options["blocks"],
+            embeddings=options["embeddings"],
+            step=options["step"],
+            measure=options["measure"],
+            objectives=options["objectives"],
+            budgets=tuple(options["budgets"]),
+            trials=options["trials"],
+            time=parse_duration(duration),
+            seed=options["seed"],
+            split_seed=options["split_seed"],
+            baseline_layers=options["baseline_layers"],
+            uniform=tuple(parse_alpha_grid(options["uniform"])),
+            storage=options["storage"],
+            resamples=options["resamples"],
+            eval=SuiteRun(**{key: options[key] for key in loading}, progress=False),
+            quiet=quiet,
+        )
+    )
+    document = write_report(searcher)
+    click.echo(format_frontier(document))
+    if write is not None:
+        click.echo(f"wrote {write_point(out, write, quiet=quiet)}", err=True)
+    if not quiet:
+        click.echo(f"wrote {out}", err=True)
+
+
+def format_frontier(document: dict) -> str:
+    """One line per point: number, report values of the objectives, profile."""
+    names = [o["name"] for o in document["objectives"]]
+    lines = [f"{document['trials']} trials; report half (search half in brackets):"]
+    for point in document["points"]:
+        values = ", ".join(
+            f"{name} {point['report'][name]['value']:.4g} ({point['search'][name]:.4g})"
+            for name in names
+        )
+        tag = " frontier" if point["frontier"] else ""
+        label = f" [{point['baseline']}]" if point["baseline"] else ""
+        lines.append(f"  #{point['point']}{tag}{label}: {values}; --alpha {point['profile']}")
+    return "\n".join(lines)

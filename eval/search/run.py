@@ -1,0 +1,324 @@
+"""The search itself: check everything, load the models once, run trials until N or the time.
+
+Order of work: the options, the suite's objectives and budgets, the checkpoints' headers (the
+stack's layers: blocks and baselines), the output folder, and every unit's data and halves are
+checked before any model loads; bad input is one line and nothing is written. Then the study
+is opened (created with the baselines enqueued, or resumed), TRAINED is loaded once and BASE's
+tensors read once (`MemoryBlender`), BASE is scored on the search half (the reference of the
+budgets), and each trial sets the blend in place and scores the search half. At the end the
+frontier is scored on the report half (`eval.search.report`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eval.search import storage as st
+from eval.search.files import prepare_half, write_json
+from eval.search.objectives import Budget, Measures, Objective, parse_budget, parse_objectives
+from eval.search.space import Baseline, Space, baselines, paper_band, parse_blocks
+from eval.study.compare import compare_runs
+from eval.study.memory import PreparedSuite, score_suite, summary
+from eval.study.runner import SuiteRun
+from eval.study.suite import load_suite
+from surgery.core.errors import OutputError, SurgeryError
+from surgery.core.layers import parse_layer_spec, select_stack
+
+SETTINGS_FILE = "search.json"  # DIR's record of the search's settings: DIR is this search's
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """What `surgery search` is given (validated by `check`)."""
+
+    base: str
+    trained: str
+    suite: Path
+    out: Path
+    blocks: str = "4"
+    embeddings: bool = False
+    step: float = 0.05
+    measure: str | None = None
+    objectives: str | None = None
+    budgets: tuple[str, ...] = ()
+    trials: int = 50
+    time: float | None = None  # seconds
+    seed: int = 0
+    split_seed: int = 0
+    baseline_layers: str | None = None
+    uniform: tuple[float, ...] = (0.25, 0.5, 0.75)
+    storage: str | None = None
+    resamples: int = 2000
+    eval: SuiteRun = field(default_factory=SuiteRun)
+    quiet: bool = False
+
+
+@dataclass
+class Checked:
+    """A search with every input checked: the space, objectives, budgets, baselines, the
+    checkpoints (opened, headers only) and the search half's units."""
+
+    options: SearchOptions
+    space: Space
+    objectives: list[Objective]
+    budgets: list[Budget]
+    baselines: list[Baseline]
+    base: Any
+    trained: Any
+    stack: Any
+    search: PreparedSuite
+
+    @property
+    def measured(self) -> list[Objective]:
+        """The objectives, then each budget's objective not among them."""
+        extra = [b.objective for b in self.budgets if b.objective not in self.objectives]
+        return [*self.objectives, *dict.fromkeys(extra)]
+
+    def settings(self) -> dict[str, Any]:
+        """What identifies the search (a resumed run or a second worker must match it)."""
+        options = self.options
+        return {
+            "base": str(options.base),
+            "trained": str(options.trained),
+            "suite_sha256": _sha(self.search.suite),
+            "eval": {k: v for k, v in self.search.settings.items()},
+            "blocks": [list(b) for b in self.space.blocks],
+            "embeddings": self.space.embeddings,
+            "step": self.space.step,
+            "objectives": [str(o) for o in self.objectives],
+            "budgets": [b.text for b in self.budgets],
+            "baselines": [b.profile for b in self.baselines],
+            "seed": options.seed,
+        }
+
+
+def _sha(value: Any) -> str:
+    from eval.study.results import suite_sha256
+
+    return suite_sha256(value)
+
+
+def check(options: SearchOptions) -> Checked:
+    """Every check that needs no model (see the module docstring).
+
+    Raises:
+        SurgeryError, SuiteError, EvalDataError, TaskSpecError, LayerSpecError, OutputError.
+    """
+    from surgery.api import warn_if_swapped
+    from surgery.hub.resolve import open_input
+
+    if options.trials < 1:
+        raise SurgeryError(f"--trials must be at least 1, not {options.trials}")
+    if options.time is not None and options.time <= 0:
+        raise SurgeryError(f"--time must be positive, not {options.time:g}")
+    if not 0 < options.step <= 1:
+        raise SurgeryError(f"--step must lie in (0, 1], not {options.step:g}")
+    measures = Measures(load_suite(options.suite))
+    objectives = parse_objectives(measures, options.measure, options.objectives)
+    budgets = [parse_budget(measures, text) for text in options.budgets]
+    base, trained = open_input(options.base), open_input(options.trained)
+    warn_if_swapped(base, trained)
+    stack = select_stack(trained.stacks)
+    space = Space(parse_blocks(options.blocks, stack.num_layers), stack.num_layers)
+    space = Space(space.blocks, space.num_layers, options.embeddings, options.step)
+    band = (
+        parse_layer_spec(options.baseline_layers, stack.num_layers)
+        if options.baseline_layers
+        else list(range(*paper_band(stack.num_layers)))
+    )
+    points = baselines(space, band, options.uniform)
+    if options.trials < len(points):
+        raise SurgeryError(
+            f"--trials {options.trials}: the {len(points)} baselines alone are {len(points)} "
+            "trials; give more"
+        )
+    check_folder(options.out, [base.path, trained.path])
+    needed = [*objectives, *(b.objective for b in budgets)]
+    search = prepare_half(options, "search", needed)
+    checked = Checked(options, space, objectives, budgets, points, base, trained, stack, search)
+    _check_resume(options.out, checked.settings())
+    return checked
+
+
+def check_folder(out: Path, inputs: list[Path]) -> None:
+    """DIR may be new, empty, or this search's (resumed); never an input, inside one, or a
+    folder holding anything else.
+
+    Raises:
+        OutputError: with the reason.
+    """
+    from surgery.engine.output_paths import check_output, check_resumable_folder
+
+    check_output(out, inputs, force=True)  # overlaps with the inputs, whatever exists
+    check_resumable_folder(out)
+    if out.is_dir() and any(out.iterdir()) and not (out / SETTINGS_FILE).is_file():
+        raise OutputError(
+            f"output {out} exists and holds no search (no {SETTINGS_FILE}); choose another"
+        )
+
+
+def _check_resume(out: Path, settings: dict[str, Any]) -> None:
+    """A resumed DIR must hold a search with the same settings."""
+    path = out / SETTINGS_FILE
+    if not path.is_file():
+        return
+    found = json.loads(path.read_text(encoding="utf-8"))
+    if found != json.loads(json.dumps(settings)):
+        key = next(k for k in sorted(set(found) | set(settings)) if found.get(k) != settings.get(k))
+        raise OutputError(f"{out} holds another search ({key} differs); choose another folder")
+
+
+def run_search(options: SearchOptions) -> Searcher:
+    """Run (or resume, or join) a search: its trials, in DIR's storage (`eval.search.report`
+    then writes the frontier and its report).
+
+    Returns:
+        The searcher, its models still loaded (to score the report half).
+    """
+    checked = check(options)
+    out = options.out
+    out.mkdir(parents=True, exist_ok=True)
+    settings = checked.settings()
+    write_json(out / SETTINGS_FILE, settings)
+    searcher = Searcher(checked)
+    searcher.open(st.open_storage(out, options.storage))
+    searcher.load()
+    searcher.optimize()
+    return searcher
+
+
+class Searcher:
+    """The loaded models and the study: scores profiles and runs trials."""
+
+    def __init__(self, checked: Checked) -> None:
+        self.checked = checked
+        self.options = checked.options
+        self.study: Any = None
+        self.blender: Any = None
+        self.base_values: dict[tuple, float] = {}
+
+    def open(self, storage: Any) -> None:
+        """Open (create or load) the study; enqueue the baselines when this worker created it;
+        fail and enqueue again the trials of killed workers."""
+        checked = self.checked
+        directions = ["maximize" if o.measure.higher else "minimize" for o in checked.objectives]
+        opened = st.open_study(storage, checked.settings(), directions, self.options.seed)
+        self.study = opened.study
+        if opened.created:
+            for point in checked.baselines:
+                self.study.enqueue_trial(
+                    point.strengths, user_attrs={"baseline": point.name, "profile": point.profile}
+                )
+        st.requeue_stale(self.study)
+
+    def load(self) -> None:
+        """Load TRAINED once, read BASE's tensors, and score BASE on the search half."""
+        from surgery.diagnostics.memory_blend import MemoryBlender
+
+        loader = _loader(self.checked.search.options)
+        self.blender = MemoryBlender(self.checked.base, self.checked.trained, loader)
+        self.base_values = self.values("0", self.checked.search, "base")
+
+    def blend(self, profile: str) -> None:
+        """Set the model's weights to the profile (an --alpha string), as interpolate would."""
+        from surgery.engine.ops.interpolate import resolve_alphas
+
+        values, stack, modules = resolve_alphas(self.checked.trained, profile, None, None)
+        memory_stack = self.blender.stack(stack.name) if stack is not None else None
+        self.blender.set_alphas(values, memory_stack, modules)
+
+    def run(self, profile: str, prepared: PreparedSuite, name: str) -> Any:
+        """The profile's blend scored on `prepared`'s units: a compare run."""
+        self.blend(profile)
+        return score_suite(self.blender.model, self.blender.tokenizer, prepared, name)
+
+    def values(self, profile: str, prepared: PreparedSuite, name: str) -> dict[tuple, float]:
+        """The measured objectives' values of a profile on `prepared`'s items."""
+        values = summary(compare_runs([self.run(profile, prepared, name)], resamples=1), name)
+        return {o.key: values[o.key] for o in self.checked.measured}
+
+    def objective(self, trial: Any) -> list[float]:
+        """One trial: its profile (a baseline's own, or the sampled strengths), its blend
+        scored on the search half, the budgets' violations as constraints."""
+        import optuna
+
+        checked = self.checked
+        trial.set_user_attr(st.WORKER, st.worker_id())
+        if not st.may_start(self.study, trial.number, self.options.trials):
+            self.study.stop()
+            raise optuna.TrialPruned(f"{self.options.trials} trials are done or running")
+        space = checked.space
+        strengths = {
+            name: space.snap(trial.suggest_float(name, 0.0, 1.0, step=space.step))
+            for name in space.names
+        }
+        profile = trial.user_attrs.get("profile") or space.profile(strengths)
+        values = self.values(profile, checked.search, f"trial-{trial.number}")
+        trial.set_user_attr("profile", profile)
+        trial.set_user_attr("search", [values[o.key] for o in checked.measured])
+        for index, budget in enumerate(checked.budgets):
+            key = budget.objective.key
+            trial.set_constraint(
+                f"budget {index}", budget.violation(values[key], self.base_values[key])
+            )
+        return [values[o.key] for o in checked.objectives]
+
+    def optimize(self) -> None:
+        """Run trials until N are complete over every worker, or the time is up."""
+        total = self.options.trials
+        progress = Progress(total, len(st.finished(self.study)), self.options.quiet)
+
+        def after(study: Any, trial: Any) -> None:
+            progress.update(len(st.finished(study)))
+            if len(st.finished(study)) >= total:
+                study.stop()
+
+        try:
+            if len(st.finished(self.study)) < total:
+                self.study.optimize(
+                    self.objective,
+                    n_trials=None,
+                    timeout=self.options.time,
+                    callbacks=[after],
+                    gc_after_trial=False,
+                )
+        finally:
+            progress.close()
+
+
+def _loader(options: SuiteRun):
+    def load(folder: Path):
+        from eval.model_loading import load_model
+
+        return load_model(
+            folder, options.device, options.dtype, tokenizer=options.tokenizer, progress=False
+        )
+
+    return load
+
+
+class Progress:
+    """A progress bar over N trials (every worker's), with this worker's trials per minute."""
+
+    def __init__(self, total: int, done: int, quiet: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, initial=done, unit="trial", disable=quiet, desc="search")
+        self.start, self.first = time.monotonic(), done
+        self.mine = 0
+
+    def update(self, done: int) -> None:
+        """`done` trials are complete in the storage; this worker finished one more."""
+        self.mine += 1
+        minutes = (time.monotonic() - self.start) / 60
+        self.bar.n = min(done, self.bar.total)
+        self.bar.set_postfix_str(f"{self.mine / minutes:.1f} trials/min" if minutes else "")
+        self.bar.refresh()
+
+    def close(self) -> None:
+        """Close the bar."""
+        self.bar.close()
