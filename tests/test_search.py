@@ -360,7 +360,7 @@ def test_sweep_suite_scores_base_and_trained_at_its_ends(world, tmp_path):
 
 
 def test_suite_and_tasks_do_not_mix_in_sweep_and_localize(world):
-    for command in (["sweep", "--no-save"], ["localize"]):
+    for command in (["sweep", "--no-save"], ["localize", "--block-size", "2"]):
         argv = [
             *command,
             world["base"],

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from surgery.options import quiet_option
+
 HELP = """Search per-block interpolation profiles between BASE and TRAINED on the
 learning-forgetting frontier of a suite, and report them on items the search never saw.
 
@@ -117,7 +119,7 @@ def parse_duration(text: str | None) -> float | None:
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N items per unit.")
 @click.option("--max-length", type=click.IntRange(min=2), help="Longest sequence fed.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@quiet_option
 def search_command(inputs, suite, out, write, duration, quiet, **options) -> None:
     """Run a search, or write a point of a finished one (see HELP)."""
     if len(inputs) == 1:

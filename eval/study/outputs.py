@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from eval.study.formatting import ALL_DIRECTIONS
-from eval.study.results import read_samples
 from eval.tasks import KINDS
 from eval.translation_outputs import diagnostics_of_samples
 
@@ -34,20 +33,15 @@ def translation_outputs(runs: list[Any], cells: list[Any]) -> list[dict[str, Any
     task's directions (variant `all directions`) where it has several.
 
     Args:
-        runs: compare's `Run`s (folder, results, name); typed loosely, since compare imports
-            this module.
+        runs: compare's `Run`s (their `lines` of a unit, from a folder or memory); typed
+            loosely, since compare imports this module.
         cells: compare's `Cell`s of the base's results.
     """
     cells = [cell for cell in cells if is_translation(cell.kind) and cell.lang]
     rows = []
     for run in runs:
         lines = {
-            cell.key: [
-                line
-                for unit in cell.units
-                for line in read_samples(run.folder, run.results.unit(unit))
-            ]
-            for cell in cells
+            cell.key: [line for unit in cell.units for line in run.lines(unit)] for cell in cells
         }
         groups: dict[tuple, list[dict[str, Any]]] = {}
         for cell in cells:

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import torch
-from eval.demo.world import build_languages, sentences
+from demo.world import build_languages, sentences
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.support.tiny_models import make_tokenizer, save, vocab_size
