@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 import torch
-from demo.world import build_languages, sentences
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from demo.world import build_languages, sentences
 from tests.support.tiny_models import make_tokenizer, save, vocab_size
 
 LAYERS = 4
