@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.study.compare import Comparison, compare_runs
 from eval.study.memory import axis_name, write_run
+from eval.study.report import finite
 
 FORMAT = "surgery-search/1"
 FRONTIER = "frontier.json"
@@ -166,21 +166,10 @@ def _write_report(searcher: Any) -> dict[str, Any]:
         },
         "points": points,
     }
-    write_json(out / FRONTIER, _finite(document))
+    write_json(out / FRONTIER, finite(document))
     plot_frontier(document, out / "frontier.png")
     (out / "report.md").write_text(markdown(document), encoding="utf-8")
     return document
-
-
-def _finite(value: Any) -> Any:
-    """NaN and infinities as null (strict JSON)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def plot_frontier(document: dict[str, Any], path: Path) -> Path:

@@ -321,20 +321,20 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}"
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
     """JSON without NaN or infinities: a non-finite float becomes null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 
 def comparison_json(comparison: Comparison, bold: str = "significant") -> dict[str, Any]:
     """Everything in the comparison as one JSON-ready object."""
-    return _finite(
+    return finite(
         {
             "format": "surgery-compare/2",
             "base": comparison.base,
@@ -387,7 +387,7 @@ def write_report(comparison: Comparison, folder: Path, bold: str = "interval") -
     with (folder / "comparison.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
-        for row in _finite(comparison.rows):
+        for row in finite(comparison.rows):
             writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
     data = comparison_json(comparison, bold)
     text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
