@@ -151,9 +151,9 @@ def cli(debug: bool) -> None:
     """Checkpoint surgery for LLMs: undo, blend and localize what training changed.
 
     Streams safetensors checkpoints (local folders or Hub ids) tensor by tensor: revert layers
-    to a base, soup experts, interpolate, inspect and verify; measure drift, sweep alphas and
-    localize forgetting; train and evaluate; push results to the Hub. `surgery COMMAND --help`
-    shows examples.
+    to a base, soup experts, interpolate, inspect and verify; measure drift, sweep alphas,
+    localize forgetting and search layer profiles; train and evaluate; push results to the Hub.
+    `surgery COMMAND --help` shows examples.
     """
 
 
