@@ -58,6 +58,13 @@ def _argv(command: str, param: click.Parameter, target, base, trained, tmp_path)
         f"merge_method: linear\nmodels:\n  - model: {base}\n    parameters: {{weight: 1}}\n"
         f"  - model: {trained}\n    parameters: {{weight: 1}}\n"
     )
+    for lang in ("slk_Latn", "eng_Latn"):
+        (tmp_path / f"{lang}.txt").write_text("some text\n\nmore text\n")
+    suite = tmp_path / "suite.yml"
+    suite.write_text(
+        "families: {mine: {held_in: [slk_Latn]}}\nothers: [eng_Latn]\n"
+        'tasks: {ppl: {path: "{lang}.txt"}}\n'
+    )
     positional = {
         "revert": ["--layers", "0", base, trained],
         "soup": [base, trained],
@@ -71,6 +78,7 @@ def _argv(command: str, param: click.Parameter, target, base, trained, tmp_path)
         "train": [base, "--data", data, "--max-steps", "1"],
         "demo": [],
         "compare": [trained, "--base", base],
+        "search": [base, trained, "--suite", suite, "--trials", "8"],
     }[command]
     if isinstance(param, click.Argument):
         return [command, *positional, target]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from surgery.core.cli_paths import OutputFolder
 from surgery.options import quiet_option
 
 HELP = """Search per-block interpolation profiles between BASE and TRAINED on the
@@ -50,7 +51,7 @@ def parse_duration(text: str | None) -> float | None:
 @click.command("search", help=HELP, short_help="Search layer profiles on the frontier.")
 @click.argument("inputs", nargs=-1, required=True, metavar="BASE TRAINED | DIR")
 @click.option("--suite", type=click.Path(dir_okay=False, path_type=Path), help="Suite YAML.")
-@click.option("--out", "out", type=click.Path(path_type=Path), help="The search's folder.")
+@click.option("--out", "out", type=OutputFolder(path_type=Path), help="The search's folder.")
 @click.option(
     "--blocks",
     default="4",
