@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,11 @@ import torch
 from eval.errors import ModelError
 from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype, torch_dtype
 from surgery.core.errors import SurgeryError
+
+# transformers' loading sets and restores process-wide state (weight initialisation and tying
+# switches, logging): two threads loading at once (search workers in one process) can restore
+# each other's values and leave later models untied. One load at a time.
+_LOADING = threading.Lock()
 
 # Architectures whose name ends like this are decoders that predict the next token.
 _CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
@@ -117,7 +123,7 @@ def load_model(
     except (OSError, ValueError) as error:
         raise CheckpointError(f"cannot read a model config from {path}: {error}") from None
     _check_causal(path, config)
-    with _quiet_transformers(progress):
+    with _LOADING, _quiet_transformers(progress):
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 path, dtype=torch_dtype, trust_remote_code=False, use_safetensors=True
