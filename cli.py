@@ -56,13 +56,13 @@ from surgery.commands.drift import drift  # noqa: E402
 from surgery.core.cli_paths import OutputFolder  # noqa: E402
 from surgery.core.errors import SurgeryError  # noqa: E402
 from surgery.options import (  # noqa: E402
-    WriteOptions,
     extrapolate_option,
     finish,
     modules_option,
     quiet_option,
     stack_option,
     write_options,
+    wrote,
 )
 
 
@@ -343,7 +343,7 @@ def localize(
         force=force,
     )
     click.echo(format_localization(result))
-    finish(Path(out_dir), WriteOptions(quiet=quiet))
+    wrote(Path(out_dir), quiet)
 
 
 from demo.command import demo  # noqa: E402

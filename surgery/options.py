@@ -1,6 +1,6 @@
 """How a command writes its checkpoint: one frozen value, and the click options that build it.
 
-Every writing command (revert, soup, interpolate, merge, extract-lora, sweep, search's --write)
+Every command that writes checkpoints (revert, soup, interpolate, merge, extract-lora, sweep)
 takes the same options, declared once here. `write_options(...)` adds the ones a command has and
 hands the command one `WriteOptions` as its `write` argument; `surgery.api` takes that value as it
 is, so no command patches keyword arguments by hand.
@@ -157,10 +157,15 @@ base_trained_out = options(
 )
 
 
+def wrote(out: Path, quiet: bool) -> None:
+    """Say on stderr that a command wrote OUT, unless quiet."""
+    if not quiet:
+        click.echo(f"wrote {out}", err=True)
+
+
 def finish(out: Path, write: WriteOptions) -> None:
     """After a command wrote OUT: say so (unless quiet) and push it where --push-to says."""
-    if not write.quiet:
-        click.echo(f"wrote {out}", err=True)
+    wrote(out, write.quiet)
     if write.push_to:
         from surgery.hub.push import push
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from surgery.core.cli_paths import OutputFolder
-from surgery.options import WriteOptions, finish, force_option, quiet_option
+from surgery.options import force_option, quiet_option, wrote
 
 
 @click.command()
@@ -74,4 +74,4 @@ def compare(dirs, base, out, resamples, seed, jobs, force, quiet, bold):
         click.echo(f"warning: {warning}", err=True)
     for note in notes if not quiet else ():
         click.echo(note, err=True)
-    finish(out, WriteOptions(quiet=quiet))
+    wrote(out, quiet)
