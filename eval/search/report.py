@@ -185,7 +185,9 @@ def plot_frontier(document: dict[str, Any], path: Path) -> Path:
     figure, axes = plt.subplots(figsize=(7, 5))
     base = document["references"]["base"]["report"]
     trained = {"point": "TRAINED", "baseline": None, **document["references"]["trained"]}
-    for point in [*document["points"], trained]:
+    # The `trained` baseline is TRAINED itself: drawn once, as the reference.
+    points = [p for p in document["points"] if p["baseline"] != "trained"]
+    for point in [*points, trained]:
         x, xerr = _value_and_error(point["report"][forgetting["name"]])
         y, yerr = _value_and_error(point["report"][learning["name"]])
         kind = "trained" if point is trained else "baseline" if point["baseline"] else "point"
@@ -196,11 +198,12 @@ def plot_frontier(document: dict[str, Any], path: Path) -> Path:
         }
         marker, color = style[kind]
         axes.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=color, capsize=2, alpha=0.8)
-        label = {"trained": "TRAINED", "baseline": point["baseline"]}.get(
-            kind, f"#{point['point']}"
-        )
-        axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        # Frontier points sit close together: they are named in report.md, not on the plot.
+        label = {"trained": "TRAINED", "baseline": point["baseline"]}.get(kind)
+        if label:
+            axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     base_x, base_y = base[forgetting["name"]]["value"], base[learning["name"]]["value"]
+    axes.margins(x=0.12, y=0.08)  # room for the labels of the outermost points
     axes.scatter([base_x], [base_y], marker="*", s=120, color="tab:green", label="BASE", zorder=3)
     for objective, scale in ((forgetting, axes.set_xscale), (learning, axes.set_yscale)):
         if objective["metric"] in ("ppl", "word_perplexity", "byte_perplexity"):
