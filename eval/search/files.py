@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from eval.study.memory import PreparedSuite, prepare_suite
+from eval.study.results import replace_text
 from eval.study.suite import Unit
 
 
@@ -34,6 +34,4 @@ def prepare_half(options: Any, half: str, needed: list[Any]) -> PreparedSuite:
 
 def write_json(path: Path, data: Any) -> None:
     """Atomically replace `path` with `data` as indented JSON."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    replace_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")

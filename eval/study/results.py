@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -127,9 +128,11 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _replace(path: Path, text: str) -> None:
+def replace_text(path: Path, text: str) -> None:
+    """Atomically replace `path` with `text`. The partial file is named for this process and
+    thread, so two writers of one file (search workers) never rename each other's."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
+    partial = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
     partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)
 
@@ -145,14 +148,14 @@ def to_json(results: SuiteResults) -> str:
 
 def write_results(directory: Path, results: SuiteResults) -> None:
     """Write (atomically replace) ``directory/results.json``."""
-    _replace(Path(directory) / RESULTS_FILE, to_json(results))
+    replace_text(Path(directory) / RESULTS_FILE, to_json(results))
 
 
 def write_samples(directory: Path, unit_id: str, records: Iterable[dict[str, Any]]) -> str:
     """Write (atomically replace) a unit's samples file; returns its name relative to DIR."""
     name = samples_name(unit_id)
     lines = [json.dumps(_clean(r), ensure_ascii=False, allow_nan=False) + "\n" for r in records]
-    _replace(Path(directory) / name, "".join(lines))
+    replace_text(Path(directory) / name, "".join(lines))
     return name
 
 
