@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from surgery.api import revert, soup
+from surgery.core import threads
 from surgery.engine import shard_hash, writer
 from tests.support.checks import assert_valid_output
 
@@ -42,7 +43,7 @@ def test_revert_splits_by_size_when_a_trained_shard_is_too_large(families, tmp_p
 @pytest.fixture
 def in_flight(monkeypatch):
     """The most shard hashes alive at once (created, digest not yet taken), with two workers."""
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "_current", threads.ThreadPlan(2, 2))
     lock, alive, peak = threading.Lock(), [0], [0]
     init, digest = shard_hash.OrderedHash.__init__, shard_hash.OrderedHash.hexdigest
 

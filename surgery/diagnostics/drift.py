@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from surgery.core.layers import Stack, select_stack, stack_layer
+from surgery.core.threads import current_threads
 from surgery.engine.float_codec import CODEC_DTYPES, decode
 from surgery.engine.matching import match
 from surgery.engine.progress import byte_progress
@@ -160,7 +160,7 @@ def drift(
             tensor, theirs = tensor.rows(0, shared), theirs.rows(0, shared)
         pairs.append((theirs, tensor))
     bar = byte_progress(sum(t.nbytes for _, t in pairs), "drift", quiet)
-    workers = ThreadPoolExecutor(max(1, os.cpu_count() or 1))
+    workers = ThreadPoolExecutor(current_threads())
     with SourcePool(openers([base, trained])) as pool, bar, workers:
         pool.expect(pairs)  # each pair is read side by side, chunk by chunk
         # numpy's reductions release the GIL: tensors side by side use every core. In order, so

@@ -13,7 +13,6 @@ stack) average their layers' values, as the paper's `analyze_divergence.py` pool
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from surgery.core.layers import Stack, select_stack, stack_layer
+from surgery.core.threads import current_threads
 from surgery.diagnostics.drift import module_kind
 from surgery.engine.float_codec import CODEC_DTYPES, decode
 from surgery.engine.matching import match
@@ -203,7 +203,7 @@ def similarity(
     report.total = PairSums.zeros(len(experts))
     groups = _groups(base, experts, report)
     bar = byte_progress(sum(g[1].nbytes for g in groups), "similarity", quiet)
-    workers = ThreadPoolExecutor(max(1, os.cpu_count() or 1))
+    workers = ThreadPoolExecutor(current_threads())
     with SourcePool(openers([base, *experts])) as pool, bar, workers:
         pool.expect(groups)  # each group is read side by side, chunk by chunk
         # In order, so the report is the same whatever the number of cores.

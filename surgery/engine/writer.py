@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from surgery.core.dtypes import CONFIG_NAMES, bits, itemsize, torch_dtype
 from surgery.core.errors import OutputError
+from surgery.core.threads import current_threads
 from surgery.engine.allocator import keep_freed_memory
 from surgery.engine.file_space import reserve
 from surgery.engine.output_dir import staged_output
@@ -598,7 +599,7 @@ def _single_threaded_torch(plan: Plan) -> Iterator[int]:
 
     A plan of byte copies never imports torch (a revert starts in a fraction of a second).
     """
-    workers = max(1, os.cpu_count() or 1)
+    workers = current_threads()
     if not any(_needs_torch(t) for t in plan.tensors):  # copies, numpy blends and kernels
         yield workers
         return
