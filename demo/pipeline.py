@@ -98,7 +98,7 @@ class Stages:
 
 def _copain_lines(count: int, seed: int) -> list[str]:
     """Copain-style patterns for pretraining: runs of solved items of one task."""
-    from eval.copain import TASKS, make_items
+    from eval.kinds.copain import TASKS, make_items
 
     lines = []
     for task in TASKS:

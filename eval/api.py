@@ -22,9 +22,8 @@ from typing import Any
 import torch
 
 from eval.errors import TaskSpecError
-from eval.loading import load_task
 from eval.model_loading import load_model, model_context, model_device
-from eval.tasks import Settings, Task, TaskSpec, check_unique_names, parse_task
+from eval.tasks import Settings, Task, TaskSpec, check_unique_names, load_task, parse_task
 
 __all__ = ["evaluate", "load_model", "load_task", "load_tasks"]
 

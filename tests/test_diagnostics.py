@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from cli import cli
 from eval.api import evaluate, load_model
-from eval.perplexity import rate_metrics, ratio_stderr
+from eval.kinds.ppl import rate_metrics, ratio_stderr
 from eval.scorer import TaskScorer
 from surgery.core.errors import SurgeryError
 from surgery.diagnostics.drift import drift, module_kind

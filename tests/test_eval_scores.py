@@ -18,13 +18,16 @@ from cli import cli
 from eval import copain
 from eval.api import evaluate, load_model
 from eval.errors import ModelError
-from eval.loading import load_task
-from eval.multiple_choice import score_items
-from eval.perplexity import rolling_windows, window_loglikelihoods
-from eval.scoring import ChoiceRequest, choice_loglikelihoods
-from eval.tasks import Settings, parse_task
+from eval.kinds.flores import chrf
+from eval.kinds.mc import score_items
+from eval.scoring import (
+    ChoiceRequest,
+    choice_loglikelihoods,
+    rolling_windows,
+    window_loglikelihoods,
+)
+from eval.tasks import Settings, load_task, parse_task
 from eval.tokens import TextEncoder
-from eval.translation import chrf
 from surgery.core.errors import CheckpointError
 from tests.support import eval_reference as ref
 from tests.support import tiny_models

@@ -229,15 +229,15 @@ def test_suite_eval_equals_one_surgery_eval_per_unit(study):
 def test_interrupted_suite_eval_resumes_to_the_same_bytes(study, monkeypatch):
     study, base = study
     scored = []
-    real = runner._score_unit
+    real = runner.score_unit
 
-    def killed_after_five(model, tok, unit, tasks, options):
+    def killed_after_five(model, tok, unit, task, options):
         if len(scored) == 5:
             raise RuntimeError("killed")
         scored.append(unit.id)
-        return real(model, tok, unit, tasks, options)
+        return real(model, tok, unit, task, options)
 
-    monkeypatch.setattr(runner, "_score_unit", killed_after_five)
+    monkeypatch.setattr(runner, "score_unit", killed_after_five)
     out = study / "resumed"
     result = _eval(base, "--suite", study / "suite.yml", "-o", out, *ARGS)
     assert str(result.exception) == "killed"
@@ -245,16 +245,16 @@ def test_interrupted_suite_eval_resumes_to_the_same_bytes(study, monkeypatch):
     assert not partial.complete and [u.id for u in partial.units] == scored
     assert len(list((out / "samples").iterdir())) == 5
 
-    monkeypatch.setattr(runner, "_score_unit", real)
+    monkeypatch.setattr(runner, "score_unit", real)
     resumed = []
-    monkeypatch.setattr(runner, "_score_unit", lambda *a: resumed.append(a[2].id) or real(*a))
+    monkeypatch.setattr(runner, "score_unit", lambda *a: resumed.append(a[2].id) or real(*a))
     result = _eval(base, "--suite", study / "suite.yml", "-o", out, *ARGS)
     assert result.exit_code == 0, result.output
     assert len(resumed) == 17 - 5 and not set(resumed) & set(scored)
     assert _files(out) == _files(study / "out")
 
     # Finished: a third run loads no model and changes nothing.
-    monkeypatch.setattr(runner, "_score_unit", None)
+    monkeypatch.setattr(runner, "score_unit", None)
     assert _eval(base, "--suite", study / "suite.yml", "-o", out, *ARGS).exit_code == 0
     assert _files(out) == _files(study / "out")
 

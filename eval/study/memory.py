@@ -27,13 +27,12 @@ from eval.tasks import Task
 
 @dataclass(frozen=True)
 class PreparedSuite:
-    """A suite's units with their data read and their items chosen, ready to score any model.
+    """A suite's units with their data read (and their halves checked), ready to score any model.
 
     Attributes:
         suite: the normalized suite (results.json's ``suite``).
         units: the units scored, in plan order.
         tasks: unit id -> loaded task.
-        items: unit id -> the items scored (one half), or None for all.
         options: the eval settings.
         settings: results.json's ``settings`` (with the tokenizer's sha256).
     """
@@ -41,7 +40,6 @@ class PreparedSuite:
     suite: dict[str, Any]
     units: list[Unit]
     tasks: dict[str, Task]
-    items: dict[str, frozenset[int] | None]
     options: SuiteRun
     settings: dict[str, Any]
 
@@ -69,9 +67,8 @@ def prepare_suite(
     suite, units, missing, tasks = prepare(suite_path, options, wanted)
     if missing or not units:
         raise SuiteError(f"suite {suite_path}: no unit to score")
-    items = {unit.id: options.items(unit, tasks[unit.id]) for unit in units}
     digest = tokenizer_sha256(tokenizer_folder(str(tokenizer_of), options.tokenizer))
-    return PreparedSuite(suite, units, tasks, items, options, options.settings(digest))
+    return PreparedSuite(suite, units, tasks, options, options.settings(digest))
 
 
 def score_suite(
@@ -84,9 +81,7 @@ def score_suite(
     units, samples = [], {}
     for unit in tqdm(prepared.units, unit="unit", disable=not progress, leave=False):
         task = prepared.tasks[unit.id]
-        result, lines = score_unit(
-            model, tokenizer, unit, task, prepared.options, prepared.items[unit.id]
-        )
+        result, lines = score_unit(model, tokenizer, unit, task, prepared.options)
         units.append(result)
         samples[unit.id] = lines
     results = res.SuiteResults(

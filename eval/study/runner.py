@@ -146,7 +146,7 @@ def prepare(
         SuiteError: a bad suite.
         EvalDataError: missing data (without ``allow_missing``) or a malformed file.
     """
-    from eval.loading import load_task
+    from eval.tasks import load_task
 
     suite = load_suite(suite_path)
     units, missing, tasks = [], [], {}
@@ -260,7 +260,7 @@ def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: Suite
             progress=options.progress and rank == 0,
         )
         folder.header = replace(header, model=model_info(checkpoint, model))
-        _score(model, tok, todo, tasks, folder, options, rank, world)
+        _score_remaining(model, tok, todo, tasks, folder, options, rank, world)
     _finish_group(world)
     folder.save(complete=True)
     return directory / res.RESULTS_FILE if folder.writes else None
@@ -290,7 +290,7 @@ class _Folder:
             res.write_results(self.directory, results)
 
 
-def _score(
+def _score_remaining(
     model: Any,
     tok: Any,
     todo: list[Unit],
@@ -308,7 +308,7 @@ def _score(
         batch = todo[start : start + world]
         bar.set_postfix_str(batch[0].id)
         mine = batch[rank] if rank < len(batch) else None
-        scored = _score_unit(model, tok, mine, tasks, options) if mine else None
+        scored = score_unit(model, tok, mine, tasks[mine.id], options) if mine else None
         for result, samples in _gather(scored, world):
             folder.add(result, samples)
         folder.save()
@@ -316,24 +316,11 @@ def _score(
     bar.close()
 
 
-def _score_unit(
-    model: Any, tok: Any, unit: Unit, tasks: dict[str, Task], options: SuiteRun
-) -> tuple[res.UnitResult, list[dict[str, Any]]]:
-    """Score one unit; its samples are collected in memory (written by rank 0)."""
-    task = tasks[unit.id]
-    return score_unit(model, tok, unit, task, options, options.items(unit, task))
-
-
 def score_unit(
-    model: Any,
-    tok: Any,
-    unit: Unit,
-    task: Task,
-    options: SuiteRun,
-    items: frozenset[int] | None,
+    model: Any, tok: Any, unit: Unit, task: Task, options: SuiteRun
 ) -> tuple[res.UnitResult, list[dict[str, Any]]]:
-    """Score one unit's `items` (None: all) on a model in memory: its results.json entry and
-    its samples lines."""
+    """Score one unit on a model in memory (its half of the items when `options` names one):
+    its results.json entry and its samples lines."""
     from eval.api import evaluate
 
     records: list[dict[str, Any]] = []
@@ -347,7 +334,7 @@ def score_unit(
         max_length=options.max_length,
         progress=False,
         log_samples=records.append,
-        items=items,
+        items=options.items(unit, task),
     )
     scored = res.UnitResult(
         id=unit.id,
