@@ -15,7 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from cli import cli
-from eval import copain
+from eval.kinds import copain
 from eval.api import evaluate, load_model
 from eval.errors import ModelError
 from eval.kinds.flores import chrf
@@ -231,7 +231,7 @@ def test_copain_scores_exact_matches(monkeypatch, llama):
     def fake_generate(model, tokenizer, prompts, **kwargs):
         return [right.get(prompt, "?") for prompt in prompts]  # "?" is no task's answer
 
-    monkeypatch.setattr(copain, "generate_lines", fake_generate)
+    monkeypatch.setattr("eval.generation.generate_lines", fake_generate)
     metrics = _run(model, tok, [spec])
     assert metrics["copain/max/acc"] == 1.0 and metrics["copain/max/n"] == 6
     assert all(metrics[f"copain/{task}/acc"] == 0.0 for task in copain.TASKS if task != "max")
