@@ -1,4 +1,5 @@
-"""lm-evaluation-harness's task template keys, with lm-eval's meaning, for the generic kinds.
+"""lm-evaluation-harness's task template keys, with lm-eval's meaning, shared by the generic
+kinds (multiple_choice and exact_match): rendering them, and the task options that give them.
 
 A task names how a row becomes a prompt, its choices and its answer with lm-eval's keys:
 
