@@ -15,9 +15,9 @@ import torch
 from click.testing import CliRunner
 
 from cli import cli
-from eval.kinds import copain
 from eval.api import evaluate, load_model
 from eval.errors import ModelError
+from eval.kinds import copain
 from eval.kinds.flores import chrf
 from eval.kinds.mc import score_items
 from eval.scoring import (
