@@ -75,7 +75,8 @@ COMPARE_ARGS = ("--resamples", "200", "--seed", "3", "--jobs", "1", "-q")
 def _platform() -> dict[str, str]:
     """What the float digests depend on besides the code."""
     return {
-        "torch": torch.__version__,
+        # Without the build's local tag (+cpu, +cu128): their CPU kernels are one source.
+        "torch": torch.__version__.split("+")[0],
         "transformers": importlib.metadata.version("transformers"),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "machine": platform.machine(),
