@@ -39,24 +39,26 @@ def _settings(folder: Path) -> dict:
     return json.loads((folder / "results.json").read_text(encoding="utf-8"))["settings"]
 
 
-def _edit_settings(folder: Path, **changes) -> None:
-    """Rewrite results.json's settings; a None value removes the key (as older files lack it)."""
+def _edit_settings(folder: Path, change) -> None:
+    """Rewrite results.json with `change(settings)` applied."""
     path = folder / "results.json"
     data = json.loads(path.read_text(encoding="utf-8"))
-    for key, value in changes.items():
-        data["settings"].pop(key, None)
-        if value is not None:
-            data["settings"][key] = value
+    change(data["settings"])
     path.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n", encoding="utf-8")
 
 
 def _legacy(folder: Path) -> None:
     """results.json as written before the device and dtype were recorded."""
-    _edit_settings(folder, device=None)
-    path = folder / "results.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data["settings"]["eval_dtype"] = None
-    path.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+
+    def unrecorded(settings: dict) -> None:
+        del settings["device"]
+        settings["eval_dtype"] = None
+
+    _edit_settings(folder, unrecorded)
+
+
+def _on_gpu(folder: Path) -> None:
+    _edit_settings(folder, lambda settings: settings.update(device="cuda"))
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +159,7 @@ def test_a_resume_on_another_device_is_refused(study, tmp_path):
     root, llama = study
     folder = tmp_path / "gpu"
     shutil.copytree(root / "base", folder)
-    _edit_settings(folder, device="cuda")
+    _on_gpu(folder)
     before = _files(folder)
     result = run("eval", llama["base"], "--suite", root / "suite.yml", "-o", folder, *ARGS)
     assert result.exit_code == 2, result.output
@@ -183,7 +185,7 @@ def test_compare_records_devices_and_accepts_a_mix(study, tmp_path):
     root, _llama = study
     gpu = tmp_path / "gpu"
     shutil.copytree(root / "base", gpu)
-    _edit_settings(gpu, device="cuda")
+    _on_gpu(gpu)
     result = _compare(root / "base", gpu, tmp_path / "report")
     assert result.exit_code == 0, result.output
     assert "warning" not in result.stderr
