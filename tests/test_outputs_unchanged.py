@@ -68,7 +68,7 @@ tasks:
 root: data/
 """
 LANGS = ("ces_Latn", "slk_Latn", "deu_Latn", "nld_Latn")
-EVAL_ARGS = ("--limit", "2", "--batch-size", "4", "-q")
+EVAL_ARGS = ("--limit", "2", "-q")  # spellings no refactor renames
 COMPARE_ARGS = ("--resamples", "200", "--seed", "3", "--jobs", "1", "-q")
 
 
