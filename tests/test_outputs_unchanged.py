@@ -43,9 +43,9 @@ import yaml
 from click.testing import CliRunner
 
 from cli import cli
+from tests.support.suite_data import write_suite_data
 
 GOLDEN = Path(__file__).parent / "data" / "outputs_unchanged.json"
-DATA = Path(__file__).parent / "data" / "eval"
 REGEN = os.environ.get("SURGERY_REGEN_GOLDEN") == "1"
 
 # Fields a later version may add (results.json's settings, comparison.json's top level): dropped
@@ -81,39 +81,6 @@ def _platform() -> dict[str, str]:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "machine": platform.machine(),
     }
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-
-
-def _write_data(root: Path) -> None:
-    """Belebele, Global-PIQA, FLORES and MADLAD files for each language, marked by it."""
-    from eval.study.languages import MADLAD_CODES
-
-    english = (DATA / "flores/devtest/eng_Latn.devtest").read_text(encoding="utf-8").splitlines()
-    (root / "flores_plus/devtest").mkdir(parents=True)
-    (root / "flores_plus/devtest/eng_Latn.devtest").write_text("\n".join(english) + "\n")
-    for n, lang in enumerate(LANGS):
-        belebele = [
-            {**row, "flores_passage": f"{row['flores_passage']} ({lang})"}
-            for row in _jsonl(DATA / "belebele.jsonl")
-        ]
-        _write_jsonl(root / f"belebele/{lang}.jsonl", belebele)
-        piqa = [
-            {**row, "prompt": f"{lang}: {row['prompt']}"} for row in _jsonl(DATA / "piqa.jsonl")
-        ]
-        _write_jsonl(root / f"global_piqa/{lang}.jsonl", piqa)
-        lines = [f"{line[: 8 + n]} {lang}" for line in english]
-        (root / f"flores_plus/devtest/{lang}.devtest").write_text("\n".join(lines) + "\n")
-        lang2 = MADLAD_CODES[lang]
-        docs = [{"text": f"{lang} document {i}: the river runs to the sea."} for i in range(3)]
-        _write_jsonl(root / f"madlad/{lang2}/{lang2}_clean_0000.jsonl", docs)
 
 
 def _merge_configs(llama: dict, root: Path) -> dict[str, Path]:
@@ -219,7 +186,7 @@ def _digests(folder: Path, root: Path, roots: tuple[str, ...]) -> dict[str, str]
 
 def _run_all(families, root: Path) -> dict[str, dict[str, str]]:
     llama = families("llama")
-    _write_data(root / "data")
+    write_suite_data(root / "data", LANGS)
     (root / "suite.yml").write_text(SUITE, encoding="utf-8")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one rounding order, whatever the machine's cores

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from cli import cli
 from eval.study import results as res
 from eval.study.runner import SuiteRun
+from tests.support.suite_data import write_suite_data
 
-DATA = Path(__file__).parent / "data" / "eval"
 LANGS = ("ces_Latn", "deu_Latn")
 SUITE = """\
 families:
@@ -63,15 +63,10 @@ def _on_gpu(folder: Path) -> None:
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, families):
-    """Global-PIQA files for two languages, the suite, and `eval --suite` of the base (cpu, the
+    """The data of two languages, a suite of Global-PIQA, and `eval --suite` of the base (cpu, the
     default dtype) and of the trained model in bf16."""
     root = tmp_path_factory.mktemp("scored_in")
-    rows = [json.loads(line) for line in (DATA / "piqa.jsonl").read_text().splitlines()]
-    for lang in LANGS:
-        path = root / f"data/global_piqa/{lang}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps({**row, "prompt": f"{lang}: {row['prompt']}"}) for row in rows]
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_suite_data(root / "data", LANGS)
     (root / "suite.yml").write_text(SUITE, encoding="utf-8")
     llama = families("llama")
     suite = root / "suite.yml"
