@@ -19,6 +19,8 @@ from eval.errors import SuiteError
 from eval.study import results as res
 from eval.study import runner
 from eval.study.suite import PAPER_SUITE, load_suite, plan
+from tests.support.suite_data import read_jsonl as _jsonl
+from tests.support.suite_data import write_suite_data
 
 
 def _results(units=(), complete=False) -> res.SuiteResults:
@@ -69,7 +71,6 @@ def test_read_results_refuses_what_is_not_a_results_folder(tmp_path):
 # --- a suite on a tiny Llama ------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).parent / "data" / "eval"
 FAMILIES = {"slavic": ("ces_Latn", "szl_Latn"), "germanic": ("deu_Latn", "ltz_Latn")}
 LANGS = [lang for pair in FAMILIES.values() for lang in pair]
 # The families and language codes every suite of these tests shares; the tasks follow.
@@ -95,44 +96,11 @@ root: data/
 ARGS = ["--limit", "2", "--batch-size", "4", "-q"]
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-
-
-def _write_data(root: Path) -> None:
-    """Belebele, Global-PIQA, FLORES and MADLAD files for every language, text marked by it."""
-    from eval.study.languages import MADLAD_CODES
-
-    english = (DATA / "flores/devtest/eng_Latn.devtest").read_text(encoding="utf-8").splitlines()
-    (root / "flores_plus/devtest").mkdir(parents=True)
-    (root / "flores_plus/devtest/eng_Latn.devtest").write_text("\n".join(english) + "\n")
-    for n, lang in enumerate(LANGS):
-        belebele = [
-            {**row, "flores_passage": f"{row['flores_passage']} ({lang})"}
-            for row in _jsonl(DATA / "belebele.jsonl")
-        ]
-        _write_jsonl(root / f"belebele/{lang}.jsonl", belebele)
-        piqa = [
-            {**row, "prompt": f"{lang}: {row['prompt']}"} for row in _jsonl(DATA / "piqa.jsonl")
-        ]
-        _write_jsonl(root / f"global_piqa/{lang}.jsonl", piqa)
-        lines = [f"{line[: 8 + n]} {lang}" for line in english]
-        (root / f"flores_plus/devtest/{lang}.devtest").write_text("\n".join(lines) + "\n")
-        lang2 = MADLAD_CODES.get(lang, "szl")
-        docs = [{"text": f"{lang} document {i}: the river runs to the sea."} for i in range(3)]
-        _write_jsonl(root / f"madlad/data/{lang2}/{lang2}_clean_0000.jsonl", docs)
-
-
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, families):
     """Data, the suite, and one uninterrupted `eval --suite` of the tiny Llama into out/."""
     root = tmp_path_factory.mktemp("study")
-    _write_data(root / "data")
+    write_suite_data(root / "data", LANGS, madlad="madlad/data/{lang2}")
     (root / "suite.yml").write_text(SUITE, encoding="utf-8")
     base = families("llama")["base"]
     result = _eval(base, "--suite", root / "suite.yml", "-o", root / "out", *ARGS)

@@ -340,6 +340,7 @@ def comparison_json(comparison: Comparison, bold: str = "significant") -> dict[s
             "base": comparison.base,
             "models": comparison.models,
             "folders": comparison.folders,
+            "inputs": comparison.inputs,
             "bootstrap": {
                 "resamples": comparison.resamples,
                 "seed": comparison.seed,

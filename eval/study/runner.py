@@ -51,15 +51,23 @@ class SuiteRun:
 
     def settings(self, tokenizer_digest: str | None = None) -> dict[str, Any]:
         """results.json's ``settings``: what changes scores (a resumed run must match them),
-        with the sha256 of the tokenizer's files (`eval.study.tokenizer_id`); the half and its
-        split seed only when one half is scored."""
+        with the sha256 of the tokenizer's files (`eval.study.tokenizer_id`), the kind of
+        device and the dtype the model loads in (the default resolved: never None); the half
+        and its split seed only when one half is scored.
+
+        Raises:
+            ModelError: a bad device or dtype.
+        """
+        from eval.model_loading import device_type, dtype_name
+
         halves = {"half": self.half, "split_seed": self.split_seed} if self.half else {}
         return {
             "seed": self.seed,
             "limit": self.limit,
             "batch_size": self.batch_size,
             "max_length": self.max_length,
-            "eval_dtype": self.dtype,
+            res.DEVICE: device_type(self.device),
+            res.DTYPE: dtype_name(self.dtype, self.device),
             "fewshot_seeds": list(self.fewshot_seeds) or [None],
             SETTING: tokenizer_digest,
             **halves,
@@ -188,6 +196,9 @@ def model_info(checkpoint: str, model: Any | None = None) -> res.ModelInfo:
 def check_resumable(directory: Path, expected: res.SuiteResults) -> res.SuiteResults | None:
     """The results already in DIR if they were made by the same model, suite and settings.
 
+    A folder written before the dtype was recorded is of an unknown dtype: refused, as scores
+    in two dtypes would be mixed in one folder.
+
     Raises:
         SuiteError: DIR holds results of another model, suite or settings (named in one line).
     """
@@ -197,12 +208,14 @@ def check_resumable(directory: Path, expected: res.SuiteResults) -> res.SuiteRes
     for label, old, new in (
         ("model", found.model.path, expected.model.path),
         ("suite", found.suite_sha256, expected.suite_sha256),
-        # Before the other settings, so that the line names it rather than printing them all.
+        # Before the other settings, so that the line names them rather than printing them all.
         (
             "tokenizer",
             f"{SETTING} {found.settings.get(SETTING) or 'not recorded'}",
             f"{SETTING} {expected.settings.get(SETTING) or 'not recorded'}",
         ),
+        ("dtype", f"{res.DTYPE} {found.dtype}", f"{res.DTYPE} {expected.dtype}"),
+        ("device", f"{res.DEVICE} {found.device}", f"{res.DEVICE} {expected.device}"),
         ("settings", found.settings, expected.settings),
     ):
         if old != new:
