@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -67,7 +66,7 @@ def _record(trainer: SurgeryTrainer, plan: TrainPlan) -> dict:
     for strategy in plan.strategies:
         strategies.update(strategy.record(trainer))
     return {
-        "config": dataclasses.asdict(plan.config),
+        "config": plan.config.as_options(),
         "steps": trainer.state.global_step,
         "tokens": trainer.args.max_steps * trainer.tokens_per_step,
         "world_size": trainer.args.world_size,

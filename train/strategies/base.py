@@ -3,9 +3,9 @@
 A strategy is one module of this package (freeze.py, l2sp.py, ...): a frozen dataclass of its
 typed settings that subclasses `Strategy`. It declares
 - `name`: where the run's plan holds it (`plan.strategies.<name>`, None when not asked for);
-- `Options`: a dataclass of the `TrainConfig` fields it owns, each with its command-line option
-  (`train.fields.cli`); `after` places them among the general fields (their order in
-  `surgery train --help` and in the training record);
+- `Options`: the dataclass of its options, each field with its command-line option
+  (`train.fields.cli`); `TrainConfig` holds it in one field (`config.l2sp`), whose place among
+  the general fields is the options' place in `surgery train --help` and in the training record;
 and overrides the hooks it needs (each does nothing here), in the order of the recipe's steps
 (train/api.py):
 - `check` (before BASE is opened) and `plan` (against BASE's layers): its options checked and
@@ -51,7 +51,6 @@ class Strategy:
 
     name: ClassVar[str]
     Options: ClassVar[type]
-    after: ClassVar[str | None] = None
     # Works on the parameters themselves (reference copies, adapters): refused where DeepSpeed
     # or FSDP1 hide them.
     needs_parameters: ClassVar[bool] = False
