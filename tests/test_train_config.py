@@ -253,7 +253,7 @@ def test_report_to_and_precision_pass_through(llama, tmp_path):
     plan = tiny_config(
         llama, tmp_path / "out", [str(data)], report_to="tensorboard", warmup=0.1, grad_accum=3
     ).validate()
-    args = training_arguments(plan.config, plan.checkpoints_dir, plan.strategies.early_stopping)
+    args = training_arguments(plan.config, plan.checkpoints_dir, plan.strategies.arguments())
     assert args.report_to == ["tensorboard"]
     assert args.gradient_accumulation_steps == 3 and args.warmup_steps == 0.1
     assert args.output_dir == str(tmp_path / "out" / "checkpoints")

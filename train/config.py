@@ -19,19 +19,13 @@ from typing import TYPE_CHECKING
 
 from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype, torch_dtype
 from surgery.core.errors import OutputError, SurgeryError
-from surgery.core.layers import require_modules
 from surgery.core.modules import ModuleFilter, parse_module_filter
 from surgery.engine.output_dir import check_output
 from surgery.engine.output_paths import existing_output
 from train import strategies
 from train.errors import TrainConfigError
 from train.fields import cli, flatten, nest
-from train.limits import (
-    block_size,
-    check_attention_only,
-    require_attention_only_tensors,
-    require_narrowed_layers,
-)
+from train.limits import block_size, check_attention_only
 from train.sources import DataSource, normalize_shares, parse_data_source
 from train.strategies import Strategies
 from train.strategies.curriculum import CurriculumOptions
@@ -272,21 +266,13 @@ class TrainConfig:
 
         # From here on the request is resolved against BASE, by the engine's own parsers.
         layout = open_layout(self.base)
-        stack = layout.text_stack
-        modules = request.modules
-        chosen = strategies.choose(self, layout, modules, self.attention_only)
-        for strategy in chosen if modules is not None else ():
-            if strategy.named_layers:  # each named range must hold a tensor --modules selects
-                require_modules(modules, layout.tensors, stack, strategy.named_layers)
         # Never BASE or a local data source, never inside one or holding one (even with --force);
         # a new OUT inside another checkpoint only with --force (an existing OUT: judged above).
         output = request.output
         local = [Path(s.location) for s in request.sources if not s.hub]
         check_output(output, [layout.folder, *local], force=self.force or output.exists())
-        # What the parsers do not check (train/limits.py).
-        require_narrowed_layers(modules, chosen.named_layers)
-        if self.attention_only:
-            require_attention_only_tensors(layout.tensors, stack, chosen.frozen_layers)
+        # Each strategy's layers, checked against BASE's tensors (--modules, --attention-only).
+        chosen = strategies.choose(self, layout, request.modules, self.attention_only)
         block = block_size(self.block_size, layout.config)
         return TrainPlan(
             config=self,

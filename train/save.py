@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from train.checkpoint_io import to_base_layout, write_checkpoint
+from train.fields import flatten
 from train.outputs import carried_entries
 from train.sharding import full_state_dict
 
@@ -66,7 +67,7 @@ def _record(trainer: SurgeryTrainer, plan: TrainPlan) -> dict:
     for strategy in plan.strategies:
         strategies.update(strategy.record(trainer))
     return {
-        "config": plan.config.as_options(),
+        "config": flatten(plan.config),  # flat, by flag name, as `from_options` takes it
         "steps": trainer.state.global_step,
         "tokens": trainer.args.max_steps * trainer.tokens_per_step,
         "world_size": trainer.args.world_size,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from train.limits import require_narrowed_layers
 from train.strategies.base import Config, Strategies, Strategy
 from train.strategies.curriculum import Curriculum
 from train.strategies.drift import Drift
@@ -53,10 +54,14 @@ def check(config: Config, sources: tuple[DataSource, ...]) -> tuple[DataSource, 
 def choose(
     config: Config, layout: CheckpointLayout, modules: ModuleFilter | None, attention_only: bool
 ) -> Strategies:
-    """Every strategy's `plan`, in registry order, against BASE's layout.
+    """Every strategy's `plan`, in registry order, against BASE's layout (each checks the layers
+    it names against BASE's tensors).
 
     Returns:
         The strategies the options ask for.
+
+    Raises:
+        TrainConfigError: `--modules` and no strategy names layers for it to narrow.
     """
     names = frozenset(s.name for s in STRATEGIES)
     chosen = Strategies((), names, modules, attention_only)
@@ -64,4 +69,5 @@ def choose(
         planned = strategy.plan(config, layout, chosen)
         if planned is not None:
             chosen = chosen.adding(planned)
+    require_narrowed_layers(modules, chosen.named_layers)
     return chosen

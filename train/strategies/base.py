@@ -24,11 +24,12 @@ imported inside functions only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from surgery.core.layers import require_modules
 from train.fields import flag_of
 
 if TYPE_CHECKING:
@@ -188,9 +189,27 @@ class Strategies:
             raise AttributeError(f"no strategy named {name!r}")
         return next((s for s in self.chosen if s.name == name), None)
 
+    def arguments(self) -> dict:
+        """The chosen strategies' keywords for TrainingArguments (their `arguments`), merged in
+        registry order."""
+        merged: dict = {}
+        for strategy in self.chosen:
+            merged.update(strategy.arguments())
+        return merged
+
     def adding(self, strategy: Strategy) -> Strategies:
         """These strategies and `strategy` after them."""
         return replace(self, chosen=(*self.chosen, strategy))
+
+    def require_selected(self, layers: Sequence[int], layout: CheckpointLayout) -> None:
+        """Refuse layers a strategy's options name (its `named_layers`, checked by its `plan`)
+        where `--modules` selects no tensor of BASE.
+
+        Raises:
+            LayerSpecError: a named layer without a tensor that `--modules` selects.
+        """
+        if self.modules is not None and layers:
+            require_modules(self.modules, layout.tensors, layout.text_stack, layers)
 
     @property
     def named_layers(self) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from surgery.core.layers import parse_layer_spec
 from train.errors import TrainConfigError
 from train.fields import cli
+from train.limits import require_attention_only_tensors
 from train.strategies.base import Config, Strategies, Strategy
 
 if TYPE_CHECKING:
@@ -53,12 +54,16 @@ class Freeze(Strategy):
 
     @classmethod
     def plan(cls, config: Config, layout: CheckpointLayout, chosen: Strategies) -> Freeze | None:
-        """`--freeze`'s layers, checked against BASE's layer count."""
+        """`--freeze`'s layers, checked against BASE's layer count and tensors: each holds a
+        tensor `--modules` selects, and with `--attention-only` they hold MLP tensors."""
         options = config.freeze
         num_layers = layout.text_stack.num_layers
         layers = tuple(parse_layer_spec(options.layers, num_layers)) if options.layers else ()
         if not layers and not options.embeddings:
             return None
+        chosen.require_selected(layers, layout)
+        if chosen.attention_only and layers:  # the rule acts on these layers' MLPs
+            require_attention_only_tensors(layout.tensors, layout.text_stack, layers)
         return cls(layers=layers, embeddings=options.embeddings)
 
     @property

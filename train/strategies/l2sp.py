@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from surgery.core.layers import LayerValues, parse_layer_values
 from train.errors import TrainConfigError
 from train.fields import cli
+from train.limits import require_attention_only_tensors
 from train.sharding import all_reduce_sum, is_sharded, local
 from train.strategies.base import Config, Strategies, Strategy
 
@@ -110,11 +111,16 @@ class L2SPToBase(Strategy):
     def plan(
         cls, config: Config, layout: CheckpointLayout, chosen: Strategies
     ) -> L2SPToBase | None:
-        """The lambdas of `--l2sp`, checked against BASE's layer count."""
+        """The lambdas of `--l2sp`, checked against BASE's layer count and tensors: each range
+        holds a tensor `--modules` selects, and with `--attention-only` (and no `--freeze`
+        layers) the stack holds MLP tensors."""
         options = config.l2sp
         if not options.lambdas:
             return None
         values = parse_layer_values(options.lambdas, layout.text_stack.num_layers)
+        chosen.require_selected(tuple(values.per_layer), layout)
+        if chosen.attention_only and not chosen.frozen_layers:  # the rule acts on every layer
+            require_attention_only_tensors(layout.tensors, layout.text_stack, ())
         return cls(values=check_lambdas(values, options.lambdas), form=options.form)
 
     def value_for(self, layer: int | None) -> float | None:
