@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype, torch_dtype
-from surgery.core.errors import OutputError, SurgeryError
+from surgery.core.dtypes import compute_dtype, torch_dtype
+from surgery.core.errors import OutputError
 from surgery.core.modules import ModuleFilter, parse_module_filter
 from surgery.engine.output_dir import check_output
 from surgery.engine.output_paths import existing_output
@@ -351,11 +351,8 @@ class TrainConfig:
 
 def _training_dtype(text: str) -> str:
     """The safetensors name of a --dtype a model can train in (float32, bf16, ...)."""
-    try:
-        name = parse_dtype(text)
-    except SurgeryError:
-        name = ""
-    if name not in COMPUTE_DTYPES:
+    name = compute_dtype(text)
+    if name is None:
         raise TrainConfigError(f"--dtype {text!r}: choose float32, bfloat16, float16 or float64")
     return name
 
