@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from click.testing import CliRunner
@@ -13,6 +15,7 @@ from surgery.core.layers import layer_groups
 from tests.support.train_helpers import tiny_config, write_corpus
 from train.arguments import training_arguments
 from train.errors import TrainConfigError
+from train.fields import cli as option
 from train.sources import DataSource, normalize_shares, parse_data_source
 from train.strategies.curriculum import apply_mix_until
 from train.strategies.lora import parse_lora
@@ -390,3 +393,22 @@ def test_options_by_flag_name_build_the_strategies_groups():
     assert TrainConfig.from_options(**options) == config
     with pytest.raises(TypeError, match="no option 'l2sp_lambdas'"):
         TrainConfig.from_options(**flat, l2sp_lambdas="1")
+
+
+@dataclasses.dataclass
+class _Seeded:
+    seed: int = dataclasses.field(default=1, metadata=option("Another seed.", flag="--seed"))
+
+
+@dataclasses.dataclass
+class _TwiceSeeded:
+    seed: int = dataclasses.field(default=0, metadata=option("The seed."))
+    seeded: _Seeded = dataclasses.field(default_factory=_Seeded)
+
+
+def test_a_flag_named_twice_is_refused():
+    """A strategy's option whose flag another option has would share its command-line name."""
+    from train.fields import options_of
+
+    with pytest.raises(TypeError, match="options named twice: seed"):
+        options_of(_TwiceSeeded)

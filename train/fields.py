@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -92,17 +92,27 @@ def _group_key(field: dataclasses.Field) -> str:
     return flag_of(field.name, field.metadata).removeprefix("--no-").lstrip("-").replace("-", "_")
 
 
-def options_of(cls: type) -> Iterator[Option]:
-    """Every option of a config class in field order, each group's options in its place."""
+def options_of(cls: type) -> tuple[Option, ...]:
+    """Every option of a config class in field order, each group's options in its place.
+
+    Raises:
+        TypeError: two options of one flat name (a group's flag that another option has).
+    """
     hints = typing.get_type_hints(cls)
+    options: list[Option] = []
     for field in dataclasses.fields(cls):
         group = hints[field.name]
         if not dataclasses.is_dataclass(group):
-            yield Option(field.name, None, field, group)
+            options.append(Option(field.name, None, field, group))
             continue
         inner = typing.get_type_hints(group)
         for option in dataclasses.fields(group):
-            yield Option(_group_key(option), field.name, option, inner[option.name])
+            options.append(Option(_group_key(option), field.name, option, inner[option.name]))
+    keys = [option.key for option in options]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise TypeError(f"{cls.__name__}: options named twice: {', '.join(repeated)}")
+    return tuple(options)
 
 
 def flatten(config: Any) -> dict:
