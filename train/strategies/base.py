@@ -197,6 +197,15 @@ class Strategies:
             merged.update(strategy.arguments())
         return merged
 
+    def weights(
+        self, model: PreTrainedModel, state_dict: dict | None, main: bool
+    ) -> tuple[PreTrainedModel, dict | None]:
+        """The model and state dict to save, each chosen strategy's `weights` applied in
+        registry order (LoRA merges its adapters)."""
+        for strategy in self.chosen:
+            model, state_dict = strategy.weights(model, state_dict, main)
+        return model, state_dict
+
     def adding(self, strategy: Strategy) -> Strategies:
         """These strategies and `strategy` after them."""
         return replace(self, chosen=(*self.chosen, strategy))
