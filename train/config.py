@@ -3,11 +3,10 @@
 `TrainConfig` holds what a user asks for, as plain values (strings for specs, so the CLI and the
 Python API share one parser): the general options declared here, and each strategy's options in
 one field holding its option group, declared in the strategy's module (train/strategies/).
-`TrainConfig.validate()`
-checks everything that can be checked without loading weights (paths, budgets, specs against the
-checkpoint's layer count, data files) and returns a `TrainPlan`: typed values (the chosen
-strategies with their parsed settings, the module filter, the data sources, a torch dtype),
-parsed once, which each step of the recipe (train/api.py) is handed.
+`TrainConfig.validate()` checks everything that can be checked without loading weights (paths,
+budgets, specs against the checkpoint's layer count, data files) and returns a `TrainPlan`:
+typed values (the chosen strategies with their parsed settings, the module filter, the data
+sources, a torch dtype), parsed once, which each step of the recipe (train/api.py) is handed.
 """
 
 from __future__ import annotations
