@@ -81,7 +81,8 @@ class Strategy:
 
     @classmethod
     def plan(cls, config: Config, layout: CheckpointLayout, chosen: Strategies) -> Strategy | None:
-        """Parse the options against BASE's layers (no weights loaded).
+        """Parse the options against BASE's layers (no weights loaded), and check the layers
+        they name against BASE's tensors (`chosen.require_selected`).
 
         Args:
             config: the run's configuration.
