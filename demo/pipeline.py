@@ -156,7 +156,7 @@ def init_base(world: WorldFiles, size: Size, out: Path, seed: int) -> None:
 @dataclass(frozen=True)
 class TrainingRun:
     """One `surgery train` of the demo: the model it starts from (a folder under models/), its
-    data, steps, learning rate and strategy options (TrainConfig fields)."""
+    data, steps, learning rate and strategy options (by their `surgery train` names)."""
 
     start: str
     data: tuple[str, ...]
@@ -191,7 +191,7 @@ def train_config(models: Path, name: str, run: TrainingRun, seed: int):
     """The TrainConfig of a run (what `_train` trains and the report's command makes)."""
     from train.config import TrainConfig
 
-    return TrainConfig(
+    return TrainConfig.from_options(
         base=str(models / run.start),
         output=models / name,
         data=list(run.data),

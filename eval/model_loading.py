@@ -17,8 +17,7 @@ from typing import Any
 import torch
 
 from eval.errors import ModelError
-from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype, torch_dtype
-from surgery.core.errors import SurgeryError
+from surgery.core.dtypes import compute_dtype, torch_dtype
 
 # transformers' loading sets and restores process-wide state (weight initialisation and tying
 # switches, logging): two threads loading at once (search workers in one process) can restore
@@ -47,11 +46,8 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
         return dtype
     if dtype is None:
         return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
-    try:
-        name = parse_dtype(dtype)
-    except SurgeryError:
-        name = ""
-    if name not in COMPUTE_DTYPES:
+    name = compute_dtype(dtype)
+    if name is None:
         raise ModelError(f"unknown dtype {dtype!r}; use bf16, fp16 or fp32")
     return torch_dtype(name)
 

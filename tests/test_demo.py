@@ -135,8 +135,8 @@ def test_second_run_reuses_finished_stages(demo, capfd):
 
 
 def _plain(config) -> dict:
-    """A TrainConfig's fields, sequences as lists and paths as text (as a command line has them)."""
-    import dataclasses
+    """A TrainConfig's options, sequences as lists and paths as text (as a command line has
+    them)."""
     from pathlib import Path
 
     def plain(value):
@@ -144,7 +144,7 @@ def _plain(config) -> dict:
             return [plain(v) for v in value]
         return str(value) if isinstance(value, Path) else value
 
-    return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    return {key: plain(value) for key, value in config.as_options().items()}
 
 
 def test_report_commands_are_the_real_ones(tmp_path):
@@ -172,7 +172,8 @@ def test_report_commands_are_the_real_ones(tmp_path):
             options = {
                 k: v for k, v in params.items() if k not in ("dry_run", "gpus", "gpu_memory")
             }
-            config = TrainConfig(base=options.pop("base"), output=options.pop("out"), **options)
+            base, out = options.pop("base"), options.pop("out")
+            config = TrainConfig.from_options(base=base, output=out, **options)
             trains[Path(config.output).name] = _plain(config)
         elif words[1] == "revert":
             assert params["layers"] == QUICK.middle and params["base"] == str(models / "base")

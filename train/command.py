@@ -107,7 +107,7 @@ def build_train_command(evaluation: EvalHook | None = None) -> click.Command:
         if (options["eval_every"] is None) != (not tasks):
             raise click.UsageError("--eval-every N and -t/--task TASK go together")
         _setup_logging(not options["progress"])
-        config = TrainConfig(base=base, output=out, eval_tasks=tuple(tasks), **options)
+        config = TrainConfig.from_options(base=base, output=out, eval_tasks=tuple(tasks), **options)
         if dry_run:
             from train.memory_plan import plan_memory
 
