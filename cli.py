@@ -49,17 +49,22 @@ from pathlib import Path  # noqa: E402
 
 import click  # noqa: E402
 
-from eval.options import eval_options, with_suite_options  # noqa: E402
+from eval.options import check_halves, eval_options, suite_option  # noqa: E402
 from surgery import __version__  # noqa: E402
 from surgery.commands import checkpoints, reading  # noqa: E402
 from surgery.commands.drift import drift  # noqa: E402
 from surgery.core.cli_paths import OutputFolder  # noqa: E402
 from surgery.core.errors import SurgeryError  # noqa: E402
 from surgery.options import (  # noqa: E402
+    blocks_option,
     extrapolate_option,
     finish,
+    force_option,
+    given,
     modules_option,
+    out_option,
     quiet_option,
+    renamed,
     stack_option,
     write_options,
     wrote,
@@ -157,31 +162,31 @@ def cli(debug: bool) -> None:
     """
 
 
-def _scorer(tasks, eval_options, suite=None, trained=None):
+def _scorer(tasks, scoring, suite=None, trained=None):
     """The scorer sweep and localize receive (surgery never imports eval): the tasks (or the
     suite's units), parsed and their data read now, before any checkpoint is read, scored with
-    the eval options."""
-    if suite and suite["suite"]:
+    the scoring options."""
+    check_halves(suite, scoring)
+    if suite:
         if tasks:
             raise click.UsageError("--suite names the tasks; give --suite or -t/--task, not both")
         from eval.study.memory import SuiteScorer
 
-        return SuiteScorer.of(
-            suite["suite"], eval_options, trained, suite["half"], suite["split_seed"]
-        )
+        return SuiteScorer.of(suite, scoring, trained)
     from eval.scorer import TaskScorer
 
-    return TaskScorer.of(tasks, eval_options)
+    return TaskScorer.of(tasks, scoring)
 
 
 @cli.command()
 @click.option(
-    "--alpha",
+    "--alphas",
     "grid",
     default="0:1:0.1",
     show_default=True,
-    help="start:stop:step (stop included on the grid) or a list 0,0.5,1.",
+    help="The alphas: start:stop:step (stop included on the grid) or a list 0,0.5,1.",
 )
+@renamed("--alpha", "--alphas", "grid")
 @click.option("--layers", default=None, help="Blend only these layers; others from TRAINED.")
 @stack_option
 @modules_option
@@ -193,11 +198,12 @@ def _scorer(tasks, eval_options, suite=None, trained=None):
     help="How to score points [default: in memory when the model fits].",
 )
 @eval_options
-@with_suite_options
+@suite_option
+@out_option("Results folder: sweep.csv, sweep.json, sweep.png and the alpha-X.XX checkpoints.")
 @write_options("max_shard_size", "force", "quiet")
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
-@click.argument("out_dir", type=OutputFolder())
+@renamed("OUT_DIR", "-o/--out", "out", type=OutputFolder(path_type=Path))
 def sweep(
     grid,
     layers,
@@ -210,51 +216,55 @@ def sweep(
     write,
     base,
     trained,
-    out_dir,
-    eval_options,
+    out,
+    scoring,
     suite,
 ):
     """Interpolate BASE -> TRAINED at every alpha; save alpha-X.XX checkpoints and/or score them.
 
-    With -t/--task (or --suite), writes sweep.csv, sweep.json and sweep.png (each metric against
-    alpha) in OUT_DIR; alpha 0 is BASE and alpha 1 is TRAINED, bit for bit.
+    Writes into the folder -o/--out: a checkpoint per alpha (alpha-X.XX, unless --no-save) and,
+    with -t/--task (or --suite), sweep.csv, sweep.json and sweep.png (each metric against alpha);
+    alpha 0 is BASE and alpha 1 is TRAINED, bit for bit.
 
     \b
     Examples:
-      surgery sweep --alpha 0:1:0.25 base trained sweep/
-      surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ -t copain --no-save
-      surgery sweep --alpha 0,0.5,1 base trained sweep/ -t ppl:madlad/ -t belebele:b.jsonl
-      surgery sweep --alpha 0:1:0.25 base trained sweep/ --suite study.yml --no-save
+      surgery sweep --alphas 0:1:0.25 base trained -o sweep/
+      surgery sweep --alphas 0:1:0.1 --layers 9:28 base trained -o sweep/ -t copain --no-save
+      surgery sweep --alphas 0,0.5,1 base trained -o sweep/ -t ppl:madlad/ -t belebele:b.jsonl
+      surgery sweep --alphas 0:1:0.25 base trained -o sweep/ --suite study.yml --no-save
     """
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
 
-    scoring = bool(tasks) or bool(suite["suite"])
+    if out is None:
+        raise click.UsageError("give -o/--out DIR, the sweep's folder")
+    scoring_on = bool(tasks) or bool(suite)
     rows = run_sweep(
         base,
         trained,
-        out_dir,
+        out,
         parse_alpha_grid(grid),
         layers=layers,
         stack=stack,
         modules=modules,
-        scorer=_scorer(tasks, eval_options, suite, trained) if scoring else None,
+        scorer=_scorer(tasks, scoring, suite, trained) if scoring_on else None,
         save=not no_save,
         in_memory=in_memory,
         extrapolate=extrapolate,
         write=write,
     )
-    if scoring:
+    if scoring_on:
         from surgery.diagnostics.results import format_table, metric_names
 
         click.echo(format_table(rows, ["alpha", *metric_names(rows)]))
-    finish(Path(out_dir), write)
+    finish(Path(out), write)
 
 
 @cli.command()
+@blocks_option
 @click.option(
-    "--blocks", default=None, help="Comma-separated blocks, each a slice: 0:9,9:28,28:34."
+    "--block-width", type=int, default=None, help="Or consecutive blocks of this many layers."
 )
-@click.option("--block-size", type=int, default=None, help="Or consecutive blocks of this width.")
+@renamed("--block-size", "--block-width", "block_width", type=int)
 @click.option(
     "--window", type=int, default=None, help="Or overlapping windows of this width (e.g. 6)."
 )
@@ -274,32 +284,27 @@ def sweep(
 )
 @stack_option
 @modules_option
-@click.option(
-    "--out-dir",
-    default="localize",
-    show_default=True,
-    type=OutputFolder(),
-    help="Where localize.csv/.json/.png go.",
-)
-@click.option("--force", is_flag=True, help="Replace --out-dir if it exists (never an input).")
+@out_option("Results folder: localize.csv, localize.json and localize.png.", default="localize")
+@renamed("--out-dir", "-o/--out", "out", type=OutputFolder(path_type=Path))
+@force_option
 @eval_options
-@with_suite_options
+@suite_option
 @quiet_option
 @click.argument("base", type=click.Path())
 @click.argument("trained", type=click.Path())
 def localize(
     blocks,
-    block_size,
+    block_width,
     window,
     stride,
     boundaries,
     alphas,
     stack,
     modules,
-    out_dir,
+    out,
     force,
     tasks,
-    eval_options,
+    scoring,
     suite,
     quiet,
     base,
@@ -309,29 +314,32 @@ def localize(
 
     Recovery = (score - TRAINED's) / (BASE's - TRAINED's): 1 means reverting the block alone gives
     BASE's score. Prints a table and the best block per metric; writes a heatmap (with --window,
-    each metric's score against the window's centre). Windows and bands: docs/localization.md.
+    each metric's score against the window's centre) into -o/--out. Windows and bands:
+    docs/localization.md.
 
     \b
     Examples:
       surgery localize base trained --blocks 0:9,9:28,28:34 -t belebele:b.jsonl -t copain
-      surgery localize base trained --block-size 4 --alphas 0,0.5 -t ppl:madlad/
+      surgery localize base trained --block-width 4 --alphas 0,0.5 -t ppl:madlad/
       surgery localize base trained --window 6 --stride 1 -t belebele:b.jsonl
       surgery localize base trained --boundaries "9,6;6,6;12,6" -t ppl:madlad/
-      surgery localize base trained --blocks 0:9,9:28,28:34 --suite study.yml
+      surgery localize base trained --blocks 0:9,9:28,28:34 --suite study.yml -o localize/
     """
     from surgery.diagnostics.blocks import parse_block_plan
     from surgery.diagnostics.localize import format_localization, run_localize
     from surgery.diagnostics.sweep import parse_alpha_grid
 
-    if not tasks and not suite["suite"]:
+    if not tasks and not suite:
         raise click.UsageError("localize needs at least one -t/--task, or --suite")
-    parse_block_plan(blocks, block_size, window, stride, boundaries)  # before any data is read
+    if not given("blocks") and any(v is not None for v in (block_width, window, boundaries)):
+        blocks = None  # the default --blocks gives way to another way of forming blocks
+    parse_block_plan(blocks, block_width, window, stride, boundaries)  # before any data is read
     result = run_localize(
         base,
         trained,
-        _scorer(tasks, eval_options, suite, trained),
+        _scorer(tasks, scoring, suite, trained),
         blocks=blocks,
-        block_size=block_size,
+        block_size=block_width,
         window=window,
         stride=stride,
         boundaries=boundaries,
@@ -339,11 +347,11 @@ def localize(
         stack=stack,
         modules=modules,
         quiet=quiet,
-        out_dir=out_dir,
+        out_dir=out,
         force=force,
     )
     click.echo(format_localization(result))
-    wrote(Path(out_dir), quiet)
+    wrote(Path(out), quiet)
 
 
 from demo.command import demo  # noqa: E402
@@ -358,15 +366,25 @@ cli.add_command(search_command, "search")
 cli.add_command(eval_command, "eval")
 
 
-from eval.options import task_option  # noqa: E402
+from eval.options import scoring_options, task_option  # noqa: E402
+from surgery.options import options  # noqa: E402
 from train.command import EvalHook, build_train_command  # noqa: E402
 
+# train's periodic eval: -t/--task and the scoring options that apply to a model already on its
+# device, under --eval-* names (train has its own --batch-size and --seed).
+_train_eval_options = options(
+    task_option,
+    scoring_options(
+        "batch_size", "limit", "seed", "max_length", prefix="eval-", dest="eval_scoring"
+    ),
+)
 
-def _train_scorer(tasks):
+
+def _train_scorer(tasks, scoring):
     """`score(model, tokenizer)` for `train --eval-every`, built here because train never
     imports eval: the eval wrapper's tasks, parsed and their data read now (a typo fails before
-    training), scored with `surgery eval`'s defaults on the model as it trains."""
-    scorer = _scorer(tasks, None)
+    training), scored with the --eval-* options on the model as it trains."""
+    scorer = _scorer(tasks, scoring)
 
     def score(model, tokenizer) -> dict[str, float]:
         metrics = scorer(model, tokenizer, progress=False)
@@ -376,7 +394,7 @@ def _train_scorer(tasks):
     return score
 
 
-cli.add_command(build_train_command(EvalHook(task_option, _train_scorer)), "train")
+cli.add_command(build_train_command(EvalHook(_train_eval_options, _train_scorer)), "train")
 
 
 def main() -> None:

@@ -157,7 +157,10 @@ class TrainConfig:
     )
     dtype: str = field(
         default="float32",
-        metadata=cli("Weights dtype while training; the checkpoint is saved in BASE's dtype."),
+        metadata=cli(
+            "Weights dtype while training; the checkpoint is saved in BASE's dtype.",
+            flag="--train-dtype",
+        ),
     )
     mixed_precision: str = field(
         default="no", metadata=cli("Autocast compute dtype.", choices=MIXED_PRECISION)
@@ -272,7 +275,8 @@ class TrainConfig:
 
     def _check_request(self) -> _Request:
         """What can be checked before BASE is opened: numbers, OUT, data, each strategy's options
-        that need no layer count (their `check`), `--modules` and `--dtype`, parsed once here."""
+        that need no layer count (their `check`), `--modules` and `--train-dtype`, parsed once
+        here."""
         self._check_numbers()
         output = Path(self.output)
         resume_from = _check_output(output, self.resume, self.force)
@@ -332,13 +336,15 @@ class TrainConfig:
 
 
 def _training_dtype(text: str) -> str:
-    """The safetensors name of a --dtype a model can train in (float32, bf16, ...)."""
+    """The safetensors name of a --train-dtype a model can train in (float32, bf16, ...)."""
     try:
         name = parse_dtype(text)
     except SurgeryError:
         name = ""
     if name not in COMPUTE_DTYPES:
-        raise TrainConfigError(f"--dtype {text!r}: choose float32, bfloat16, float16 or float64")
+        raise TrainConfigError(
+            f"--train-dtype {text!r}: choose float32, bfloat16, float16 or float64"
+        )
     return name
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.search.objectives import Budget, Measures, Objective, parse_budget, parse_objectives
+from eval.search.settings import SearchOptions
 from eval.search.space import Baseline, Space, baselines, paper_band, parse_blocks
 from eval.study.compare import compare_runs
 from eval.study.memory import PreparedSuite, score_suite, summary
@@ -29,32 +30,6 @@ from surgery.core.errors import OutputError, SurgeryError
 from surgery.core.layers import parse_layer_spec, select_stack
 
 SETTINGS_FILE = "search.json"  # DIR's record of the search's settings: DIR is this search's
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """What `surgery search` is given (validated by `check`)."""
-
-    base: str
-    trained: str
-    suite: Path
-    out: Path
-    blocks: str = "4"
-    embeddings: bool = False
-    step: float = 0.05
-    measure: str | None = None
-    objectives: str | None = None
-    budgets: tuple[str, ...] = ()
-    trials: int = 50
-    time: float | None = None  # seconds
-    seed: int = 0
-    split_seed: int = 0
-    baseline_layers: str | None = None
-    uniform: tuple[float, ...] = (0.25, 0.5, 0.75)
-    storage: str | None = None
-    resamples: int = 2000
-    eval: SuiteRun = field(default_factory=SuiteRun)
-    quiet: bool = False
 
 
 @dataclass
@@ -111,6 +86,8 @@ def check(options: SearchOptions) -> Checked:
     from surgery.api import warn_if_swapped
     from surgery.hub.resolve import open_input
 
+    if not (options.base and options.trained) or options.suite is None or options.out is None:
+        raise SurgeryError("a search needs BASE, TRAINED, a suite and an output folder")
     if options.trials < 1:
         raise SurgeryError(f"--trials must be at least 1, not {options.trials}")
     if options.time is not None and options.time <= 0:
