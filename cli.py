@@ -166,7 +166,6 @@ def _scorer(tasks, scoring, suite=None, trained=None):
     """The scorer sweep and localize receive (surgery never imports eval): the tasks (or the
     suite's units), parsed and their data read now, before any checkpoint is read, scored with
     the scoring options."""
-    check_halves(suite, scoring)
     if suite:
         if tasks:
             raise click.UsageError("--suite names the tasks; give --suite or -t/--task, not both")
@@ -235,6 +234,7 @@ def sweep(
     """
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
 
+    check_halves(suite, scoring)
     if out is None:
         raise click.UsageError("give -o/--out DIR, the sweep's folder")
     scoring_on = bool(tasks) or bool(suite)
@@ -329,6 +329,7 @@ def localize(
     from surgery.diagnostics.localize import format_localization, run_localize
     from surgery.diagnostics.sweep import parse_alpha_grid
 
+    check_halves(suite, scoring)
     if not tasks and not suite:
         raise click.UsageError("localize needs at least one -t/--task, or --suite")
     if not given("blocks") and any(v is not None for v in (block_width, window, boundaries)):

@@ -86,7 +86,7 @@ suite_option = click.option(
 
 # Each field's click option: (flag without prefix, keyword arguments).
 _FIELDS: dict[str, tuple[str, dict[str, Any]]] = {
-    "device": ("--device", {"help": DEVICE_HELP}),
+    "device": ("--device", {"default": None, "help": DEVICE_HELP}),
     "dtype": (
         "--eval-dtype",
         {"help": "Dtype the model is scored in: bf16, fp16 or fp32 [fp32 on cpu, bf16 otherwise]."},
@@ -148,7 +148,9 @@ def _flag(name: str, prefix: str) -> str:
     return flag if flag.startswith("--" + prefix) else "--" + prefix + flag[2:]
 
 
-def scoring_options(*names: str, prefix: str = "", dest: str = "scoring") -> Callable:
+def scoring_options(
+    *names: str, prefix: str = "", dest: str = "scoring", old_spellings: bool = False
+) -> Callable:
     """The click options of `ScoringOptions`' fields `names` (all when none is named), under
     `--PREFIX...` names, collapsed into one `ScoringOptions` argument `dest` of the command
     (the fields not chosen keep their defaults).
@@ -157,6 +159,7 @@ def scoring_options(*names: str, prefix: str = "", dest: str = "scoring") -> Cal
         names: fields of `ScoringOptions`.
         prefix: put before each flag (`eval-`: `--eval-batch-size`).
         dest: the command's argument that receives the value.
+        old_spellings: also take `--dtype` for `--eval-dtype` (eval, sweep and localize did).
     """
     chosen = names or tuple(_FIELDS)
     keys = {name: prefix.replace("-", "_") + name for name in chosen}
@@ -170,7 +173,7 @@ def scoring_options(*names: str, prefix: str = "", dest: str = "scoring") -> Cal
         wrapper = collapsed
         for name in reversed(chosen):
             wrapper = click.option(_flag(name, prefix), keys[name], **_FIELDS[name][1])(wrapper)
-        if "dtype" in chosen and not prefix:
+        if old_spellings:
             # eval's --dtype until this release: the dtype a model is scored in.
             wrapper = renamed("--dtype", "--eval-dtype", "dtype")(wrapper)
         return wrapper
@@ -181,7 +184,7 @@ def scoring_options(*names: str, prefix: str = "", dest: str = "scoring") -> Cal
 def eval_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """-t/--task (the command gets ``tasks``) and every scoring option (``scoring``), for the
     commands that score models they hold or blend (eval, sweep, localize)."""
-    for decorator in reversed((*tasks_options, scoring_options())):
+    for decorator in reversed((*tasks_options, scoring_options(old_spellings=True))):
         command = decorator(command)
     return command
 

@@ -207,17 +207,17 @@ def finish(out: Path, write: WriteOptions) -> None:
 class RenamedOption(click.Option):
     """A hidden old spelling of an option, kept for one release (see `renamed`)."""
 
-    def __init__(self, *args: Any, renamed_to: str, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, renamed_from: str, renamed_to: str, **kwargs: Any) -> None:
         super().__init__(*args, hidden=True, **kwargs)
-        self.renamed_to = renamed_to
+        self.renamed_from, self.renamed_to = renamed_from, renamed_to
 
 
 class RenamedArgument(click.Argument):
     """A trailing positional kept for one release: optional and left out of the usage line."""
 
-    def __init__(self, *args: Any, renamed_to: str, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, renamed_from: str, renamed_to: str, **kwargs: Any) -> None:
         super().__init__(*args, required=False, **kwargs)
-        self.renamed_to = renamed_to
+        self.renamed_from, self.renamed_to = renamed_from, renamed_to
 
     def get_usage_pieces(self, ctx: click.Context) -> list[str]:
         return []
@@ -253,9 +253,10 @@ def renamed(old: str, new: str, dest: str, **attrs: Any) -> Callable[[Callable],
                 kwargs[dest] = value
             return command(*args, **kwargs)
 
+        names = {"renamed_from": old, "renamed_to": new}
         if positional:
-            return click.argument(key, cls=RenamedArgument, renamed_to=new, **attrs)(wrapper)
-        return click.option(old, key, cls=RenamedOption, renamed_to=new, **attrs)(wrapper)
+            return click.argument(key, cls=RenamedArgument, **names, **attrs)(wrapper)
+        return click.option(old, key, cls=RenamedOption, **names, **attrs)(wrapper)
 
     return decorate
 

@@ -9,7 +9,7 @@ import click
 
 from surgery.core.cli_paths import OutputFile
 from surgery.core.errors import SurgeryError
-from surgery.options import download_option, quiet_option, stack_option
+from surgery.options import download_option, force_option, quiet_option, renamed, stack_option
 
 
 @click.command()
@@ -27,8 +27,9 @@ from surgery.options import download_option, quiet_option, stack_option
     "(.png, .pdf or .svg).",
 )
 @click.option(
-    "--json", "json_path", type=OutputFile(), help="Several experts: every matrix as JSON."
+    "--json-file", "json_path", type=OutputFile(), help="Several experts: every matrix as JSON."
 )
+@renamed("--json", "--json-file", "json_path", type=OutputFile())
 @click.option(
     "--pair-plot",
     type=OutputFile(),
@@ -38,7 +39,7 @@ from surgery.options import download_option, quiet_option, stack_option
     "--pair", default=None, help="The pair of --pair-plot: two labels or positions (default 0,1)."
 )
 @click.option("--labels", default=None, help="Several experts: their names, comma-separated.")
-@click.option("--force", is_flag=True, help="Replace existing output files (never an input).")
+@force_option
 @quiet_option
 @download_option
 @click.argument("base", type=click.Path())
@@ -58,7 +59,7 @@ def drift(
     Examples:
       surgery drift base trained
       surgery drift base trained --csv drift.csv --plot drift.png
-      surgery drift base slavic germanic indic --json sim.json --plot regions.png
+      surgery drift base slavic germanic indic --json-file sim.json --plot regions.png
       surgery drift base slavic germanic indic --pair-plot pair.png --pair slavic,indic
     """
     from surgery.engine.output_paths import check_output_files
@@ -66,7 +67,7 @@ def drift(
     # Before any input is read: a bad output path costs nothing and writes nothing.
     check_output_files([csv_path, plot, json_path, pair_plot], [base, *experts], force)
     several = len(experts) > 1
-    extra = {"--json": json_path, "--pair-plot": pair_plot, "--pair": pair, "--labels": labels}
+    extra = {"--json-file": json_path, "--pair-plot": pair_plot, "--pair": pair, "--labels": labels}
     given = [name for name, value in extra.items() if value is not None]
     if given and not several:
         raise click.UsageError(f"{', '.join(given)}: only with two or more TRAINED models")
