@@ -188,7 +188,6 @@ def test_two_workers_share_one_search(world, tmp_path):
         step=0.25,
         trials=14,
         quiet=True,
-        eval=SuiteRun(progress=False),
     )
     errors: list[BaseException] = []
     ran: dict[int, int] = {}  # thread -> trials it scored
@@ -203,7 +202,7 @@ def test_two_workers_share_one_search(world, tmp_path):
 
     def work() -> None:
         try:
-            run_search(options)
+            run_search(options, SuiteRun(progress=False))
         except BaseException as error:  # reported below, in the test's thread
             errors.append(error)
 

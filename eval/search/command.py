@@ -164,19 +164,10 @@ def search_command(inputs, suite, out, search, write, scoring, quiet) -> None:
     from eval.search.run import run_search
     from eval.study.scoring import suite_run
 
-    scoring = scoring.resolved()
-    searcher = run_search(
-        replace(
-            search,
-            base=inputs[0],
-            trained=inputs[1],
-            suite=Path(suite),
-            out=out,
-            split_seed=scoring.split_seed,
-            eval=suite_run(scoring, progress=False),
-            quiet=quiet,
-        )
+    search = replace(
+        search, base=inputs[0], trained=inputs[1], suite=Path(suite), out=out, quiet=quiet
     )
+    searcher = run_search(search, suite_run(scoring.resolved(), progress=False))
     document = write_report(searcher)
     click.echo(format_frontier(document))
     if write is not None:

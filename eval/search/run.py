@@ -77,8 +77,9 @@ def _sha(value: Any) -> str:
     return suite_sha256(value)
 
 
-def check(options: SearchOptions) -> Checked:
-    """Every check that needs no model (see the module docstring).
+def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
+    """Every check that needs no model (see the module docstring); `scoring`: how the models
+    are scored (the split seed of the halves included).
 
     Raises:
         SurgeryError, SuiteError, EvalDataError, TaskSpecError, LayerSpecError, OutputError.
@@ -115,7 +116,7 @@ def check(options: SearchOptions) -> Checked:
         )
     check_folder(options.out, [base.path, trained.path])
     needed = [*objectives, *(b.objective for b in budgets)]
-    search = prepare_half(options, "search", needed)
+    search = prepare_half(options, scoring, "search", needed)
     checked = Checked(options, space, objectives, budgets, points, base, trained, stack, search)
     _check_resume(options.out, checked.settings())
     return checked
@@ -149,14 +150,14 @@ def _check_resume(out: Path, settings: dict[str, Any]) -> None:
         raise OutputError(f"{out} holds another search ({key} differs); choose another folder")
 
 
-def run_search(options: SearchOptions) -> Searcher:
+def run_search(options: SearchOptions, scoring: SuiteRun) -> Searcher:
     """Run (or resume, or join) a search: its trials, in DIR's storage (`eval.search.report`
     then writes the frontier and its report).
 
     Returns:
         The searcher, its models still loaded (to score the report half).
     """
-    checked = check(options)
+    checked = check(options, scoring)
     out = options.out
     out.mkdir(parents=True, exist_ok=True)
     settings = checked.settings()

@@ -1,12 +1,11 @@
-"""What `surgery search` is given, as one typed value (click only at import, with the suite's run
-settings: `surgery --help` stays fast)."""
+"""What `surgery search` is given, as one typed value (no import beyond the standard library:
+`surgery --help` stays fast). How the models are scored travels beside it, as the suite's run
+settings (`eval.study.runner.SuiteRun`, built from `eval.options.ScoringOptions`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-from eval.study.runner import SuiteRun
 
 
 @dataclass(frozen=True)
@@ -14,8 +13,7 @@ class SearchOptions:
     """What `surgery search` is given (validated by `eval.search.run.check`).
 
     The command line builds the search's own options first (`eval.search.command`), then adds
-    BASE, TRAINED, the suite, the folder and the scoring options; a search without them is
-    refused by `check`.
+    BASE, TRAINED, the suite and the folder; a search without them is refused by `check`.
     """
 
     base: str = ""
@@ -31,10 +29,8 @@ class SearchOptions:
     trials: int = 50
     time: float | None = None  # seconds
     seed: int = 0
-    split_seed: int = 0
     baseline_layers: str | None = None
     uniform: tuple[float, ...] = (0.25, 0.5, 0.75)
     storage: str | None = None
     resamples: int = 2000
-    eval: SuiteRun = field(default_factory=SuiteRun)
     quiet: bool = False
