@@ -140,27 +140,17 @@ def eval_command(
     for spec in inputs:
         check_input(spec)  # a mistyped folder fails now, before torch, the data or the network
     check_output_files([out, log_samples], inputs, force)
-    from eval.api import evaluate, load_tasks
-    from eval.model_loading import load_model
+    from eval.api import score_checkpoint
 
-    scoring = scoring.resolved()
-    loaded = load_tasks(list(tasks))
-    model, tok = load_model(
-        checkpoint, scoring.device, scoring.dtype, tokenizer=tokenizer, progress=not quiet
-    )
-    result = evaluate(
-        model,
-        tok,
-        loaded,
-        batch_size=scoring.batch_size,
-        limit=scoring.limit,
-        seed=scoring.seed,
-        max_length=scoring.max_length,
+    result = score_checkpoint(
+        checkpoint,
+        tasks,
+        scoring,
+        tokenizer=tokenizer,
         progress=not quiet,
         log_samples=log_samples,
         prefix_cache=not no_prefix_cache,
     )
-    result["config"]["model"] = checkpoint
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

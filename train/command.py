@@ -61,7 +61,7 @@ def build_train_command(evaluation: EvalHook | None = None) -> click.Command:
         The click command.
     """
 
-    @click.command(context_settings={"show_default": True})
+    @click.command("train", context_settings={"show_default": True})
     @click.argument("base")
     @click.argument("out", type=OutputFolder(file_okay=False))
     @config_options
