@@ -82,7 +82,7 @@ def sweep(
     """
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
 
-    check_halves(suite, scoring)
+    check_halves(scoring, bool(suite))
     if out is None:
         raise click.UsageError("give -o/--out DIR, the sweep's folder")
     scoring_on = bool(tasks) or bool(suite)
@@ -177,7 +177,7 @@ def localize(
     from surgery.diagnostics.localize import format_localization, run_localize
     from surgery.diagnostics.sweep import parse_alpha_grid
 
-    check_halves(suite, scoring)
+    check_halves(scoring, bool(suite))
     if not tasks and not suite:
         raise click.UsageError("localize needs at least one -t/--task, or --suite")
     if not given("blocks") and any(v is not None for v in (block_width, window, boundaries)):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -16,9 +15,6 @@ from eval.options import ScoringOptions, check_halves, eval_options, suite_optio
 from eval.tasks import kinds_help
 from surgery.core.cli_paths import OutputFile
 from surgery.options import force_option, given, quiet_option
-
-if TYPE_CHECKING:
-    from eval.study.runner import SuiteRun
 
 HELP = """Score CHECKPOINT (a causal LM folder) on one or more tasks.
 
@@ -115,8 +111,11 @@ def eval_command(
         _check_suite_options(tasks, out, log_samples)
         check_input(checkpoint)
         check_resumable_folder(out)  # a results folder a rerun continues, never in a checkpoint
-        check_halves(suite, scoring)
+        check_halves(scoring, with_suite=True)
+        from eval.study.results import read_results
+        from eval.study.runner import run_suite
         from eval.study.scoring import suite_run
+        from eval.study.summary import suite_table
 
         run = suite_run(
             scoring.resolved(),
@@ -126,7 +125,10 @@ def eval_command(
             progress=not quiet,
             warn=lambda line: click.echo(f"warning: {line}", err=True),
         )
-        _run_suite(checkpoint, Path(suite), out, run)
+        written = run_suite(checkpoint, Path(suite), out, run)
+        if written is not None:
+            click.echo(suite_table(read_results(written.parent)))
+            click.echo(f"wrote {written}")
         return
     if fewshot_seeds or allow_missing or scoring.half or given("split_seed"):
         raise click.UsageError(
@@ -185,18 +187,6 @@ def _check_suite_options(tasks: tuple[str, ...], out: Path | None, log: Path | N
         raise click.UsageError(f"-o {out}: a file; --suite writes a results folder")
     if log is not None:
         raise click.UsageError("--suite writes every unit's samples under DIR/samples/")
-
-
-def _run_suite(checkpoint: str, suite: Path, out: Path, run: SuiteRun) -> None:
-    from eval.study.runner import run_suite
-
-    written = run_suite(checkpoint, suite, out, run)
-    if written is not None:
-        from eval.study.results import read_results
-        from eval.study.summary import suite_table
-
-        click.echo(suite_table(read_results(written.parent)))
-        click.echo(f"wrote {written}")
 
 
 def format_table(metrics: dict[str, float | int]) -> str:

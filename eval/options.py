@@ -189,7 +189,7 @@ def eval_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def check_halves(suite: object, scoring: ScoringOptions) -> None:
+def check_halves(scoring: ScoringOptions, with_suite: bool) -> None:
     """Refuse --half without --suite (and --split-seed given without --half).
 
     Raises:
@@ -197,7 +197,7 @@ def check_halves(suite: object, scoring: ScoringOptions) -> None:
     """
     from surgery.options import given
 
-    if scoring.half and not suite:
+    if scoring.half and not with_suite:
         raise click.UsageError("--half goes with --suite")
     if given("split_seed") and scoring.half is None:
         raise click.UsageError("--split-seed goes with --half")
