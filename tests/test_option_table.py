@@ -212,3 +212,19 @@ def test_devices_resolve_in_one_place():
         if p.name == "device"
     }
     assert values == {None}
+
+
+def test_train_eval_takes_the_scoring_declaration_under_eval_names():
+    from diagnose.scorers import TRAIN_EVAL
+    from eval.options import ScoringOptions
+
+    @click.command()
+    @TRAIN_EVAL.options
+    def echo(tasks, eval_scoring):
+        click.echo(repr((tasks, eval_scoring)))
+
+    argv = ["-t", "copain", "--eval-batch-size", "3", "--eval-seed", "2", "--eval-limit", "5"]
+    result = CliRunner().invoke(echo, argv)
+    assert result.exit_code == 0, result.output
+    expected = ScoringOptions(batch_size=3, seed=2, limit=5)
+    assert result.stdout.strip() == repr((("copain",), expected))
