@@ -228,3 +228,17 @@ def test_train_eval_takes_the_scoring_declaration_under_eval_names():
     assert result.exit_code == 0, result.output
     expected = ScoringOptions(batch_size=3, seed=2, limit=5)
     assert result.stdout.strip() == repr((("copain",), expected))
+
+
+@pytest.mark.parametrize("text", ["4", "1", "7", "0:3,3:10,10:12"])
+def test_blocks_mean_the_same_in_localize_and_search(text):
+    from eval.search.space import parse_blocks
+    from surgery.diagnostics.blocks import parse_block_plan
+
+    for layers in (7, 12, 34):
+        if text[0].isdigit() and ":" not in text and int(text) > layers:
+            continue
+        if ":" in text and layers != 12:
+            continue  # slices name one stack
+        localize = [(b.layers[0], b.layers[-1] + 1) for b in parse_block_plan(text).resolve(layers)]
+        assert localize == list(parse_blocks(text, layers)), (text, layers)
