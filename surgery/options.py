@@ -1,9 +1,11 @@
-"""How a command writes its checkpoint: one frozen value, and the click options that build it.
+"""The options shared by commands, each declared once, and the helpers that shape them.
 
 Every command that writes checkpoints (revert, soup, interpolate, merge, extract-lora, sweep)
-takes the same options, declared once here. `write_options(...)` adds the ones a command has and
-hands the command one `WriteOptions` as its `write` argument; `surgery.api` takes that value as it
-is, so no command patches keyword arguments by hand.
+takes the same write options: `write_options(...)` adds the ones a command has and hands the
+command one `WriteOptions` as its `write` argument; `surgery.api` takes that value as it is.
+`collapse` does the same for any frozen dataclass (search's options). `-q/--quiet`, `--force`,
+`--device`, `--blocks` and `-o/--out` are declared here once (their meanings:
+`surgery.option_table`). `renamed` keeps an old spelling for one release, with one note.
 """
 
 from __future__ import annotations
