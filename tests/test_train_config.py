@@ -138,7 +138,7 @@ def test_validate_resolves_specs(llama, tmp_path):
         ({"max_steps": None}, TrainConfigError, "exactly one budget"),
         ({"ema": 1.0}, TrainConfigError, "in \\(0, 1\\)"),
         ({"lora": "r=4", "ema": 0.9}, TrainConfigError, "baseline on its own"),
-        ({"dtype": "int8"}, TrainConfigError, "--dtype"),
+        ({"dtype": "int8"}, TrainConfigError, "--train-dtype"),
         ({"block_size": 4096}, TrainConfigError, "exceeds the model's context"),
         ({"batch_size": 0}, TrainConfigError, "--batch-size must be positive"),
         ({"eval_every": 0, "eval_tasks": ["copain"]}, TrainConfigError, "--eval-every must be"),
@@ -159,7 +159,7 @@ def test_specs_that_need_no_layer_count_are_refused_before_base_is_opened(tmp_pa
     missing = tmp_path / "no-such-base"
     with pytest.raises(LayerSpecError, match="not a valid regex"):
         tiny_config(missing, tmp_path / "out", [str(data)], freeze="0", modules="(").validate()
-    with pytest.raises(TrainConfigError, match="--dtype"):
+    with pytest.raises(TrainConfigError, match="--train-dtype"):
         tiny_config(missing, tmp_path / "out", [str(data)], dtype="int8").validate()
 
 

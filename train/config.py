@@ -163,7 +163,10 @@ class TrainConfig:
     lora: LoRAOptions = field(default_factory=LoRAOptions)
     dtype: str = field(
         default="float32",
-        metadata=cli("Weights dtype while training; the checkpoint is saved in BASE's dtype."),
+        metadata=cli(
+            "Weights dtype while training; the checkpoint is saved in BASE's dtype.",
+            flag="--train-dtype",
+        ),
     )
     mixed_precision: str = field(
         default="no", metadata=cli("Autocast compute dtype.", choices=MIXED_PRECISION)
@@ -287,7 +290,8 @@ class TrainConfig:
 
     def _check_request(self) -> _Request:
         """What can be checked before BASE is opened: numbers, OUT, data, each strategy's options
-        that need no layer count (their `check`), `--modules` and `--dtype`, parsed once here."""
+        that need no layer count (their `check`), `--modules` and `--train-dtype`, parsed once
+        here."""
         self._check_numbers()
         output = Path(self.output)
         resume_from = _check_output(output, self.resume, self.force)
@@ -349,10 +353,12 @@ class TrainConfig:
 
 
 def _training_dtype(text: str) -> str:
-    """The safetensors name of a --dtype a model can train in (float32, bf16, ...)."""
+    """The safetensors name of a --train-dtype a model can train in (float32, bf16, ...)."""
     name = compute_dtype(text)
     if name is None:
-        raise TrainConfigError(f"--dtype {text!r}: choose float32, bfloat16, float16 or float64")
+        raise TrainConfigError(
+            f"--train-dtype {text!r}: choose float32, bfloat16, float16 or float64"
+        )
     return name
 
 

@@ -3,7 +3,7 @@
 The model is built on the meta device (shapes, no storage), frozen and wrapped as the run would
 be, and its parameters counted. Per GPU:
 
-- weights: every parameter in the training dtype (`--dtype`, float32 by default);
+- weights: every parameter in the training dtype (`--train-dtype`, float32 by default);
 - gradients: trained parameters, same dtype; optimizer: AdamW's two moments per trained one;
   with several GPUs DDP adds its gradient buckets (another copy of the gradients);
 - L2-SP reference: trained parameters with lambda > 0; EMA anchor: every trained parameter;
@@ -301,7 +301,7 @@ def plan_memory(cfg: TrainConfig, gpus: int, gpu_memory: int) -> MemoryPlan:
     counts = count_parameters(model, cfg)
     element = _DTYPE_BYTES.get(cfg.dtype.lower())
     if element is None:
-        raise TrainConfigError(f"--dtype {cfg.dtype!r}: choose float32, bfloat16 or float16")
+        raise TrainConfigError(f"--train-dtype {cfg.dtype!r}: choose float32, bfloat16 or float16")
     text = config.get("text_config") or config
     base_bf16 = str(text.get("torch_dtype", text.get("dtype", config.get("dtype")))) in (
         "bfloat16",

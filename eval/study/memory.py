@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from eval.options import ScoringOptions
 from eval.study import results as res
 from eval.study.compare import Comparison, Run, compare_runs
 from eval.study.runner import SuiteRun, prepare, score_unit
@@ -139,20 +140,17 @@ class SuiteScorer:
 
     @classmethod
     def of(
-        cls,
-        suite_path: str | Path,
-        options: dict[str, Any],
-        tokenizer_of: str | Path,
-        half: str | None = None,
-        split_seed: int = 0,
+        cls, suite_path: str | Path, options: ScoringOptions, tokenizer_of: str | Path
     ) -> SuiteScorer:
         """The suite's units read and halved now, before any model loads.
 
         Args:
-            options: the eval options (`eval.options.EVAL_KEYS`).
+            options: how the models are scored (its half and split seed included).
             tokenizer_of: the checkpoint whose tokenizer scores (TRAINED).
         """
-        settings = SuiteRun(**options, half=half, split_seed=split_seed, progress=False)
+        from eval.study.scoring import suite_run
+
+        settings = suite_run(options.resolved(), progress=False)
         return cls(prepare_suite(Path(suite_path), settings, tokenizer_of))
 
     def __init__(self, prepared: PreparedSuite) -> None:
