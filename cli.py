@@ -1,69 +1,34 @@
 """The `surgery` command line: one click group; each subcommand parses, validates, delegates.
 
 Errors the user can fix (`SurgeryError`) become one line on stderr and exit code 2; `--debug`
-(or SURGERY_DEBUG=1) shows the traceback instead.
+(or SURGERY_DEBUG=1) shows the traceback instead. Every command is registered from `COMMANDS`
+(docs/architecture.md says where each lives).
 """
 
 from __future__ import annotations
 
-import signal
+# First: for the `surgery` command it installs the signal handlers before the imports below.
+from surgery.interrupts import Interrupted, install_signal_handlers
+
+# isort: split
+import os
 import sys
 
+import click
 
-class Interrupted(SystemExit):
-    """SIGINT, SIGTERM or SIGHUP, raised where the main thread is, so every `finally` and
-    `except BaseException` (the staging folder's cleanup) runs; exits with code 2."""
+from demo.command import demo
+from diagnose.command import localize, sweep
+from diagnose.scorers import TRAIN_EVAL
+from eval.command import eval_command
+from eval.search.command import search_command
+from eval.study.command import compare
+from surgery import __version__
+from surgery.commands import checkpoints, reading
+from surgery.commands.drift import drift
+from surgery.core.errors import SurgeryError
+from train.command import build_train_command
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(2)
-        self.signame = signal.Signals(signum).name
-
-
-_interrupted = False
-
-
-def _on_signal(signum: int, frame: object) -> None:
-    # The first signal unwinds the run; later ones are ignored so that cleanup finishes.
-    global _interrupted
-    if not _interrupted:
-        _interrupted = True
-        stop = Interrupted(signum)
-        # Said here, not where it is caught: a signal during the imports is never caught.
-        sys.stderr.write(f"\nerror: interrupted by {stop.signame}; no partial output is left\n")
-        raise stop
-
-
-def install_signal_handlers() -> None:
-    """Make SIGINT, SIGTERM and SIGHUP raise `Interrupted` (the `surgery` command only: a
-    program importing this module keeps its own handlers)."""
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _on_signal)
-
-
-# Installed before the heavy imports below, so an early Ctrl-C exits quietly (code 2).
-if __name__ == "__main__" or sys.argv[0].rsplit("/", 1)[-1] == "surgery":
-    install_signal_handlers()
-
-import os  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import click  # noqa: E402
-
-from eval.options import eval_options, with_suite_options  # noqa: E402
-from surgery import __version__  # noqa: E402
-from surgery.commands import checkpoints, reading  # noqa: E402
-from surgery.commands.drift import drift  # noqa: E402
-from surgery.core.cli_paths import OutputFolder  # noqa: E402
-from surgery.core.errors import SurgeryError  # noqa: E402
-from surgery.options import (  # noqa: E402
-    extrapolate_option,
-    finish,
-    modules_option,
-    quiet_option,
-    stack_option,
-    write_options,
-    wrote,
-)
+__all__ = ["COMMANDS", "Interrupted", "cli", "install_signal_handlers", "main"]
 
 
 def _one_line(text: str) -> str:
@@ -157,226 +122,21 @@ def cli(debug: bool) -> None:
     """
 
 
-def _scorer(tasks, eval_options, suite=None, trained=None):
-    """The scorer sweep and localize receive (surgery never imports eval): the tasks (or the
-    suite's units), parsed and their data read now, before any checkpoint is read, scored with
-    the eval options."""
-    if suite and suite["suite"]:
-        if tasks:
-            raise click.UsageError("--suite names the tasks; give --suite or -t/--task, not both")
-        from eval.study.memory import SuiteScorer
-
-        return SuiteScorer.of(
-            suite["suite"], eval_options, trained, suite["half"], suite["split_seed"]
-        )
-    from eval.scorer import TaskScorer
-
-    return TaskScorer.of(tasks, eval_options)
-
-
-@cli.command()
-@click.option(
-    "--alpha",
-    "grid",
-    default="0:1:0.1",
-    show_default=True,
-    help="start:stop:step (stop included on the grid) or a list 0,0.5,1.",
-)
-@click.option("--layers", default=None, help="Blend only these layers; others from TRAINED.")
-@stack_option
-@modules_option
-@extrapolate_option
-@click.option("--no-save", is_flag=True, help="Do not keep a checkpoint per alpha (needs -t).")
-@click.option(
-    "--in-memory/--write-and-reload",
-    default=None,
-    help="How to score points [default: in memory when the model fits].",
-)
-@eval_options
-@with_suite_options
-@write_options("max_shard_size", "force", "quiet")
-@click.argument("base", type=click.Path())
-@click.argument("trained", type=click.Path())
-@click.argument("out_dir", type=OutputFolder())
-def sweep(
-    grid,
-    layers,
-    stack,
-    modules,
-    extrapolate,
-    no_save,
-    in_memory,
-    tasks,
-    write,
-    base,
-    trained,
-    out_dir,
-    eval_options,
-    suite,
-):
-    """Interpolate BASE -> TRAINED at every alpha; save alpha-X.XX checkpoints and/or score them.
-
-    With -t/--task (or --suite), writes sweep.csv, sweep.json and sweep.png (each metric against
-    alpha) in OUT_DIR; alpha 0 is BASE and alpha 1 is TRAINED, bit for bit.
-
-    \b
-    Examples:
-      surgery sweep --alpha 0:1:0.25 base trained sweep/
-      surgery sweep --alpha 0:1:0.1 --layers 9:28 base trained sweep/ -t copain --no-save
-      surgery sweep --alpha 0,0.5,1 base trained sweep/ -t ppl:madlad/ -t belebele:b.jsonl
-      surgery sweep --alpha 0:1:0.25 base trained sweep/ --suite study.yml --no-save
-    """
-    from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
-
-    scoring = bool(tasks) or bool(suite["suite"])
-    rows = run_sweep(
-        base,
-        trained,
-        out_dir,
-        parse_alpha_grid(grid),
-        layers=layers,
-        stack=stack,
-        modules=modules,
-        scorer=_scorer(tasks, eval_options, suite, trained) if scoring else None,
-        save=not no_save,
-        in_memory=in_memory,
-        extrapolate=extrapolate,
-        write=write,
-    )
-    if scoring:
-        from surgery.diagnostics.results import format_table, metric_names
-
-        click.echo(format_table(rows, ["alpha", *metric_names(rows)]))
-    finish(Path(out_dir), write)
-
-
-@cli.command()
-@click.option(
-    "--blocks", default=None, help="Comma-separated blocks, each a slice: 0:9,9:28,28:34."
-)
-@click.option("--block-size", type=int, default=None, help="Or consecutive blocks of this width.")
-@click.option(
-    "--window", type=int, default=None, help="Or overlapping windows of this width (e.g. 6)."
-)
-@click.option(
-    "--stride", type=int, default=None, help="Step between windows' first layers [default: 1]."
-)
-@click.option(
-    "--boundaries",
-    default=None,
-    help="Or bands given as FIRST,LAST;...: keep the first F and last L layers, revert the rest.",
-)
-@click.option(
-    "--alphas",
-    default="0",
-    show_default=True,
-    help="Blend of each block toward TRAINED while scoring (0 = full revert), e.g. 0,0.5.",
-)
-@stack_option
-@modules_option
-@click.option(
-    "--out-dir",
-    default="localize",
-    show_default=True,
-    type=OutputFolder(),
-    help="Where localize.csv/.json/.png go.",
-)
-@click.option("--force", is_flag=True, help="Replace --out-dir if it exists (never an input).")
-@eval_options
-@with_suite_options
-@quiet_option
-@click.argument("base", type=click.Path())
-@click.argument("trained", type=click.Path())
-def localize(
-    blocks,
-    block_size,
-    window,
-    stride,
-    boundaries,
-    alphas,
-    stack,
-    modules,
-    out_dir,
-    force,
-    tasks,
-    eval_options,
-    suite,
-    quiet,
-    base,
-    trained,
-):
-    """Revert one block of layers at a time to BASE and score: which block carries each metric?
-
-    Recovery = (score - TRAINED's) / (BASE's - TRAINED's): 1 means reverting the block alone gives
-    BASE's score. Prints a table and the best block per metric; writes a heatmap (with --window,
-    each metric's score against the window's centre). Windows and bands: docs/localization.md.
-
-    \b
-    Examples:
-      surgery localize base trained --blocks 0:9,9:28,28:34 -t belebele:b.jsonl -t copain
-      surgery localize base trained --block-size 4 --alphas 0,0.5 -t ppl:madlad/
-      surgery localize base trained --window 6 --stride 1 -t belebele:b.jsonl
-      surgery localize base trained --boundaries "9,6;6,6;12,6" -t ppl:madlad/
-      surgery localize base trained --blocks 0:9,9:28,28:34 --suite study.yml
-    """
-    from surgery.diagnostics.blocks import parse_block_plan
-    from surgery.diagnostics.localize import format_localization, run_localize
-    from surgery.diagnostics.sweep import parse_alpha_grid
-
-    if not tasks and not suite["suite"]:
-        raise click.UsageError("localize needs at least one -t/--task, or --suite")
-    parse_block_plan(blocks, block_size, window, stride, boundaries)  # before any data is read
-    result = run_localize(
-        base,
-        trained,
-        _scorer(tasks, eval_options, suite, trained),
-        blocks=blocks,
-        block_size=block_size,
-        window=window,
-        stride=stride,
-        boundaries=boundaries,
-        alphas=parse_alpha_grid(alphas),
-        stack=stack,
-        modules=modules,
-        quiet=quiet,
-        out_dir=out_dir,
-        force=force,
-    )
-    click.echo(format_localization(result))
-    wrote(Path(out_dir), quiet)
-
-
-from demo.command import demo  # noqa: E402
-from eval.command import eval_command  # noqa: E402
-from eval.search.command import search_command  # noqa: E402
-from eval.study.command import compare  # noqa: E402
-
-for command in [*checkpoints.COMMANDS, *reading.COMMANDS, drift, compare, demo]:
+# Every command, once; `SECTIONS` groups them in --help.
+COMMANDS = [
+    *checkpoints.COMMANDS,
+    *reading.COMMANDS,
+    drift,
+    sweep,
+    localize,
+    search_command,
+    build_train_command(TRAIN_EVAL),
+    eval_command,
+    compare,
+    demo,
+]
+for command in COMMANDS:
     cli.add_command(command)
-cli.add_command(search_command, "search")
-
-cli.add_command(eval_command, "eval")
-
-
-from eval.options import task_option  # noqa: E402
-from train.command import EvalHook, build_train_command  # noqa: E402
-
-
-def _train_scorer(tasks):
-    """`score(model, tokenizer)` for `train --eval-every`, built here because train never
-    imports eval: the eval wrapper's tasks, parsed and their data read now (a typo fails before
-    training), scored with `surgery eval`'s defaults on the model as it trains."""
-    scorer = _scorer(tasks, None)
-
-    def score(model, tokenizer) -> dict[str, float]:
-        metrics = scorer(model, tokenizer, progress=False)
-        # Scores only: item and token counts do not change during a run.
-        return {name: value for name, value in metrics.items() if isinstance(value, float)}
-
-    return score
-
-
-cli.add_command(build_train_command(EvalHook(task_option, _train_scorer)), "train")
 
 
 def main() -> None:

@@ -149,11 +149,10 @@ def _shared_fraction(folder: Path, shots: int) -> tuple[int, int, float]:
     from transformers import AutoTokenizer
 
     from bench.fetch_smollm2 import smollm2
-    from eval.loading import load_task
-    from eval.multiple_choice import TARGET_DELIMITER
+    from eval.kinds.templates import TARGET_DELIMITER
     from eval.prefix_cache import shared_prefix
     from eval.scoring import make_request
-    from eval.tasks import parse_task
+    from eval.tasks import load_task, parse_task
     from eval.tokens import TextEncoder
 
     task = load_task(parse_task(f"belebele:{folder / 'belebele.jsonl'}:shots={shots}"))

@@ -41,11 +41,14 @@ from transformers import TrainerCallback  # noqa: E402
 from tests.support import tiny_models  # noqa: E402
 from train.api import train  # noqa: E402
 from train.config import TrainConfig  # noqa: E402
+from train.strategies.drift import DriftOptions  # noqa: E402
+from train.strategies.ema import EMAOptions  # noqa: E402
+from train.strategies.l2sp import L2SPOptions  # noqa: E402
 
 VARIANTS = {
     "plain": {},
-    "l2sp": {"l2sp": "1:-1=0.05,*=0.001"},
-    "ema": {"ema": 0.92, "ema_every": 1},
+    "l2sp": {"l2sp": L2SPOptions(lambdas="1:-1=0.05,*=0.001")},
+    "ema": {"ema": EMAOptions(alpha=0.92, every=1)},
 }
 
 
@@ -119,7 +122,7 @@ def main() -> None:
                     learning_rate=1e-4,
                     logging_steps=10**6,
                     progress=False,
-                    drift=False,
+                    drift=DriftOptions(log=False),
                     **options,
                 )
                 train(config, callbacks=[timer])
@@ -145,8 +148,8 @@ def main() -> None:
 
 MEMORY_VARIANTS = {
     "plain": {},
-    "l2sp": {"l2sp": "*=0.01"},
-    "ema": {"ema": 0.92},
+    "l2sp": {"l2sp": L2SPOptions(lambdas="*=0.01")},
+    "ema": {"ema": EMAOptions(alpha=0.92)},
 }
 MODES = ("single", "ddp", "fsdp")
 
@@ -165,7 +168,7 @@ def memory_config(
         learning_rate=1e-4,
         logging_steps=10**6,
         progress=False,
-        drift=False,
+        drift=DriftOptions(log=False),
         fsdp="full_shard auto_wrap" if mode == "fsdp" else None,
         **MEMORY_VARIANTS[variant],
     )

@@ -151,7 +151,7 @@ def write_choices(path: Path, rows: int = 8) -> Path:
 
 
 def strategies(sizes: Sizes) -> dict:
-    """--freeze, --l2sp and --ema, as TrainConfig fields (the same flags for torchrun)."""
+    """--freeze, --l2sp and --ema, by their command-line names (the same flags for torchrun)."""
     return {
         "freeze": "1:2",
         "l2sp": f"2:{sizes.layers}=0.05,*=0.001",
@@ -260,7 +260,7 @@ def check_bf16(setup: Setup, fp32: Path) -> list[Row]:
     bf16 = quietly(
         setup.root / "train.log",
         train,
-        TrainConfig(
+        TrainConfig.from_options(
             base=str(setup.base),
             output=setup.root / "bf16",
             data=[str(setup.corpus)],
@@ -454,7 +454,7 @@ def run_checks(setup: Setup) -> list[Row]:
     from train.api import train
     from train.config import TrainConfig
 
-    config = TrainConfig(
+    config = TrainConfig.from_options(
         base=str(setup.base),
         output=setup.root / "fp32",
         data=[str(setup.corpus)],

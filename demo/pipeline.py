@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demo.world import FAMILIES, WorldFiles, build_languages, write_suite, write_world
+from surgery.core.devices import resolve_device
 from surgery.engine.output_paths import check_resumable_folder
 from train.options import command_line
 
@@ -98,7 +99,7 @@ class Stages:
 
 def _copain_lines(count: int, seed: int) -> list[str]:
     """Copain-style patterns for pretraining: runs of solved items of one task."""
-    from eval.copain import TASKS, make_items
+    from eval.kinds.copain import TASKS, make_items
 
     lines = []
     for task in TASKS:
@@ -156,7 +157,7 @@ def init_base(world: WorldFiles, size: Size, out: Path, seed: int) -> None:
 @dataclass(frozen=True)
 class TrainingRun:
     """One `surgery train` of the demo: the model it starts from (a folder under models/), its
-    data, steps, learning rate and strategy options (TrainConfig fields)."""
+    data, steps, learning rate and strategy options (by their `surgery train` names)."""
 
     start: str
     data: tuple[str, ...]
@@ -191,7 +192,7 @@ def train_config(models: Path, name: str, run: TrainingRun, seed: int):
     """The TrainConfig of a run (what `_train` trains and the report's command makes)."""
     from train.config import TrainConfig
 
-    return TrainConfig(
+    return TrainConfig.from_options(
         base=str(models / run.start),
         output=models / name,
         data=list(run.data),
@@ -439,7 +440,7 @@ def run_demo(
     _quiet_libraries()
     size = QUICK if quick else FULL
     models, scores_dir = out / "models", out / "scores"
-    device = device or _default_device()
+    device = resolve_device(device)
     stages = Stages(total=4 + len(FAMILIES) * 2 + 3 + 3 + 1 + 1)
     world_root = out / "data"
     (out / "scores").mkdir(parents=True, exist_ok=True)
@@ -505,12 +506,6 @@ def _quiet_libraries() -> None:
     logging.getLogger("train").setLevel(logging.ERROR)
 
 
-def _default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def _make_world(root: Path, size: Size, seed: int) -> None:
     write_world(
         root,
@@ -551,6 +546,7 @@ def _surgery(stages: Stages, models: Path, size: Size) -> None:
 
 def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device: str) -> None:
     """Drift and an interpolation sweep of the first family's expert."""
+    from eval.options import ScoringOptions
     from eval.scorer import TaskScorer
     from surgery.diagnostics.drift import drift, plot_drift
     from surgery.diagnostics.sweep import parse_alpha_grid, run_sweep
@@ -569,7 +565,7 @@ def _diagnostics(out: Path, models: Path, world: WorldFiles, size: Size, device:
         expert,
         out / "expert_sweep",
         parse_alpha_grid(size.sweep_alphas),
-        scorer=TaskScorer.of(tasks, {"device": device}),
+        scorer=TaskScorer.of(tasks, ScoringOptions(device=device)),
         save=False,
         in_memory=True,
         force=True,

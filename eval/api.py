@@ -22,11 +22,11 @@ from typing import Any
 import torch
 
 from eval.errors import TaskSpecError
-from eval.loading import load_task
 from eval.model_loading import load_model, model_context, model_device
-from eval.tasks import Settings, Task, TaskSpec, check_unique_names, parse_task
+from eval.options import ScoringOptions
+from eval.tasks import Settings, Task, TaskSpec, check_unique_names, load_task, parse_task
 
-__all__ = ["evaluate", "load_model", "load_task", "load_tasks"]
+__all__ = ["evaluate", "load_model", "load_task", "load_tasks", "score_checkpoint"]
 
 # Used when neither --max-length nor the model's config says how long a sequence may be.
 FALLBACK_MAX_LENGTH = 2048
@@ -124,6 +124,45 @@ def evaluate(
         )
         metrics, task_configs = _run_tasks(model, tokenizer, loaded, settings)
     return {"metrics": metrics, "config": _run_config(model, tokenizer, settings, task_configs)}
+
+
+def score_checkpoint(
+    checkpoint: str,
+    tasks: Sequence[str],
+    scoring: ScoringOptions,
+    *,
+    tokenizer: str | None = None,
+    progress: bool = True,
+    log_samples: str | Path | None = None,
+    prefix_cache: bool = True,
+) -> dict[str, Any]:
+    """`surgery eval CHECKPOINT -t ...`: read the tasks' data, load the checkpoint on the
+    scoring options' device and dtype, and score it; `evaluate`'s result, its config naming the
+    checkpoint as given.
+
+    Raises:
+        TaskSpecError, EvalDataError: bad tasks or data (before the model loads).
+        ModelError: the checkpoint, the device or the dtype.
+    """
+    scoring = scoring.resolved()
+    loaded = load_tasks(list(tasks))
+    model, tok = load_model(
+        checkpoint, scoring.device, scoring.dtype, tokenizer=tokenizer, progress=progress
+    )
+    result = evaluate(
+        model,
+        tok,
+        loaded,
+        batch_size=scoring.batch_size,
+        limit=scoring.limit,
+        seed=scoring.seed,
+        max_length=scoring.max_length,
+        progress=progress,
+        log_samples=log_samples,
+        prefix_cache=prefix_cache,
+    )
+    result["config"]["model"] = checkpoint
+    return result
 
 
 def _run_tasks(

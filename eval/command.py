@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
-from eval.options import eval_options
+from eval.options import ScoringOptions, check_halves, eval_options, suite_option
 from eval.tasks import kinds_help
 from surgery.core.cli_paths import OutputFile
-from surgery.options import quiet_option
+from surgery.options import force_option, given, quiet_option
 
 HELP = """Score CHECKPOINT (a causal LM folder) on one or more tasks.
 
@@ -60,13 +59,9 @@ to continue an interrupted run; under torchrun the units are shared out across r
     "-o",
     "--out",
     type=OutputFile(path_type=Path, dir_okay=True),
-    help="JSON file (with --suite: the results folder).",
+    help="Where results go: a JSON file (with --suite: the results folder).",
 )
-@click.option(
-    "--suite",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Suite YAML: families, languages and tasks, instead of -t.",
-)
+@suite_option
 @click.option(
     "--fewshot-seeds",
     callback=lambda _ctx, _param, value: parse_seeds(value),
@@ -78,30 +73,13 @@ to continue an interrupted run; under torchrun the units are shared out across r
     is_flag=True,
     help="With --suite: skip units whose data is missing (listed in results.json).",
 )
-@click.option(
-    "--half",
-    type=click.Choice(["search", "report"]),
-    help="With --suite: score one half of each unit's items, split once by --split-seed "
-    "(items that serve as few-shot demonstrations are in neither): the halves `surgery search` "
-    "chooses and reports on.",
-)
-@click.option(
-    "--split-seed",
-    type=int,
-    default=None,
-    help="With --half: the seed that splits the items [default: 0].",
-)
 @click.option("--tokenizer", help="Tokenizer folder, if not in CHECKPOINT.")
 @click.option(
     "--log-samples",
     type=OutputFile(path_type=Path),
     help="JSONL file: one line per scored item (context, choices, log-likelihoods, prediction).",
 )
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Replace existing -o/--log-samples files, or write them inside a checkpoint folder.",
-)
+@force_option
 @click.option(
     "--no-prefix-cache",
     is_flag=True,
@@ -112,18 +90,16 @@ to continue an interrupted run; under torchrun the units are shared out across r
 def eval_command(
     checkpoint: str,
     tasks: tuple[str, ...],
-    eval_options: dict[str, Any],
+    scoring: ScoringOptions,
     out: Path | None,
     tokenizer: str | None,
     log_samples: Path | None,
     force: bool,
     no_prefix_cache: bool,
     quiet: bool,
-    suite: Path | None,
+    suite: str | None,
     fewshot_seeds: tuple[int, ...],
     allow_missing: bool,
-    half: str | None,
-    split_seed: int | None,
 ) -> None:
     """Run the tasks (see HELP)."""
     from surgery.engine.output_paths import check_output_files, check_resumable_folder
@@ -135,22 +111,26 @@ def eval_command(
         _check_suite_options(tasks, out, log_samples)
         check_input(checkpoint)
         check_resumable_folder(out)  # a results folder a rerun continues, never in a checkpoint
-        if split_seed is not None and half is None:
-            raise click.UsageError("--split-seed goes with --half")
-        halves = {"half": half, "split_seed": split_seed or 0}
-        _run_suite(
-            checkpoint,
-            suite,
-            out,
-            eval_options,
-            tokenizer,
-            quiet,
-            fewshot_seeds,
-            allow_missing,
-            halves,
+        check_halves(scoring, with_suite=True)
+        from eval.study.results import read_results
+        from eval.study.runner import run_suite
+        from eval.study.scoring import suite_run
+        from eval.study.summary import suite_table
+
+        run = suite_run(
+            scoring.resolved(),
+            fewshot_seeds=fewshot_seeds,
+            allow_missing=allow_missing,
+            tokenizer=tokenizer,
+            progress=not quiet,
+            warn=lambda line: click.echo(f"warning: {line}", err=True),
         )
+        written = run_suite(checkpoint, Path(suite), out, run)
+        if written is not None:
+            click.echo(suite_table(read_results(written.parent)))
+            click.echo(f"wrote {written}")
         return
-    if fewshot_seeds or allow_missing or half or split_seed is not None:
+    if fewshot_seeds or allow_missing or scoring.half or given("split_seed"):
         raise click.UsageError(
             "--fewshot-seeds, --allow-missing, --half and --split-seed go with --suite"
         )
@@ -162,23 +142,17 @@ def eval_command(
     for spec in inputs:
         check_input(spec)  # a mistyped folder fails now, before torch, the data or the network
     check_output_files([out, log_samples], inputs, force)
-    from eval.api import evaluate, load_tasks
-    from eval.model_loading import load_model
+    from eval.api import score_checkpoint
 
-    options = dict(eval_options)
-    device, dtype = options.pop("device"), options.pop("dtype")
-    loaded = load_tasks(list(tasks))
-    model, tok = load_model(checkpoint, device, dtype, tokenizer=tokenizer, progress=not quiet)
-    result = evaluate(
-        model,
-        tok,
-        loaded,
+    result = score_checkpoint(
+        checkpoint,
+        tasks,
+        scoring,
+        tokenizer=tokenizer,
         progress=not quiet,
         log_samples=log_samples,
         prefix_cache=not no_prefix_cache,
-        **options,
     )
-    result["config"]["model"] = checkpoint
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -213,37 +187,6 @@ def _check_suite_options(tasks: tuple[str, ...], out: Path | None, log: Path | N
         raise click.UsageError(f"-o {out}: a file; --suite writes a results folder")
     if log is not None:
         raise click.UsageError("--suite writes every unit's samples under DIR/samples/")
-
-
-def _run_suite(
-    checkpoint: str,
-    suite: Path,
-    out: Path,
-    eval_options: dict[str, Any],
-    tokenizer: str | None,
-    quiet: bool,
-    fewshot_seeds: tuple[int, ...],
-    allow_missing: bool,
-    halves: dict[str, Any],
-) -> None:
-    from eval.study.runner import SuiteRun, run_suite
-
-    options = SuiteRun(
-        **eval_options,
-        fewshot_seeds=fewshot_seeds,
-        allow_missing=allow_missing,
-        tokenizer=tokenizer,
-        progress=not quiet,
-        warn=lambda line: click.echo(f"warning: {line}", err=True),
-        **halves,
-    )
-    written = run_suite(checkpoint, suite, out, options)
-    if written is not None:
-        from eval.study.results import read_results
-        from eval.study.summary import suite_table
-
-        click.echo(suite_table(read_results(written.parent)))
-        click.echo(f"wrote {written}")
 
 
 def format_table(metrics: dict[str, float | int]) -> str:

@@ -1,4 +1,5 @@
-"""Greedy generation that stops at the end of the line, batched (translation and Copain).
+"""Greedy generation, batched: to the end of the line (flores, copain) or a stop string
+(exact_match).
 
 Each generation says why it stopped (`STOPS`): its line ended, the model's EOS, or the token
 limit. Where the line ends, and how the scored line is cut, is the `postprocess` rule: our

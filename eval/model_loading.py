@@ -17,8 +17,7 @@ from typing import Any
 import torch
 
 from eval.errors import ModelError
-from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype, torch_dtype
-from surgery.core.errors import SurgeryError
+from surgery.core.dtypes import compute_dtype, torch_dtype
 
 # transformers' loading sets and restores process-wide state (weight initialisation and tying
 # switches, logging): two threads loading at once (search workers in one process) can restore
@@ -47,21 +46,37 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
         return dtype
     if dtype is None:
         return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
-    try:
-        name = parse_dtype(dtype)
-    except SurgeryError:
-        name = ""
-    if name not in COMPUTE_DTYPES:
+    name = compute_dtype(dtype)
+    if name is None:
         raise ModelError(f"unknown dtype {dtype!r}; use bf16, fp16 or fp32")
     return torch_dtype(name)
 
 
-def check_device(device: str) -> None:
-    """Raise `ModelError` if `device` does not parse or its accelerator is not present."""
+def dtype_name(dtype: str | torch.dtype | None, device: str) -> str:
+    """The name of the dtype `load_model` loads weights in for these arguments (``float32``,
+    ``bfloat16``, ``float16``): what results record, never None.
+
+    Raises:
+        ModelError: a bad device or dtype name.
+    """
+    return str(resolve_dtype(dtype, device_type(device))).removeprefix("torch.")
+
+
+def device_type(device: str) -> str:
+    """The kind of device results record: ``cpu``, ``cuda`` (for ``cuda:1`` too), ``mps``, ...
+
+    Raises:
+        ModelError: `device` does not parse.
+    """
     try:
-        kind = torch.device(device).type
+        return torch.device(device).type
     except RuntimeError as error:
         raise ModelError(f"bad device {device!r}: {error}") from None
+
+
+def check_device(device: str) -> None:
+    """Raise `ModelError` if `device` does not parse or its accelerator is not present."""
+    kind = device_type(device)
     if kind == "cuda" and not torch.cuda.is_available():
         raise ModelError(f"device {device!r} asked for, but torch sees no CUDA device")
 

@@ -1,6 +1,8 @@
-"""Log-likelihood of continuations after a shared context: one context forward per item.
+"""Log-likelihoods from the model, lm-evaluation-harness's two requests: of continuations
+after a context (multiple choice), and of a document in rolling windows (perplexity).
 
-For a multiple-choice item with context C and choices K1..Kn, the naive way runs n forwards of
+Continuations after a shared context take one context forward per item. For a multiple-choice
+item with context C and choices K1..Kn, the naive way runs n forwards of
 C+Ki. Here C runs once (a batch of items, left-padded), its KV cache is repeated once per
 choice, and only the choice tokens run a second forward against that cache. The last context
 position already predicts each choice's first token, so one-token choices (Belebele's " A".." D")
@@ -8,6 +10,11 @@ need no second forward at all. Contexts that start with the same tokens (few-sho
 demonstrations) run that prefix once per call and every batch of them starts from its KV cache
 (eval.prefix_cache). tests/test_eval_scores.py checks the result against per-choice
 forward passes on Llama and Gemma-3 (sliding-window layers included).
+
+A document is scored as lm-eval's ``loglikelihood_rolling`` scores it: cut into windows by
+lm-eval's rule (`rolling_windows`), every token predicted once. The logits of a batch of windows
+are never all held at once: windows are run in slices of positions (`LOGITS_BUDGET` bytes of
+float32 logits per slice), the later slices attending to the earlier ones through the KV cache.
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from eval.errors import EvalDataError
 from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
 from eval.prefix_cache import SharedPrefix, encode_shared_prefix
 from eval.tokens import TextEncoder
+
+# Most bytes of float32 logits one forward slice of rolling windows may hold.
+LOGITS_BUDGET = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -201,3 +211,155 @@ def _score_tails(
     logprobs = torch.log_softmax(out.logits.float(), dim=-1)
     picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [rows, tail length]
     return (picked.double() * tail_mask).sum(-1)
+
+
+def rolling_windows(
+    tokens: list[int], prefix: int | None, max_length: int
+) -> list[tuple[list[int], list[int]]]:
+    """lm-eval's ``get_rolling_token_windows(context_len=1)`` + ``make_disjoint_window``.
+
+    Args:
+        tokens: the document's token ids (every one is predicted).
+        prefix: the token the first window starts with (None: the first token is only context).
+        max_length: most input tokens per window.
+
+    Returns:
+        `(context, continuation)` pairs: the model reads ``(context + continuation)[:-1]`` and
+        scores every continuation token.
+    """
+    if prefix is None:  # nothing to condition the first token on: it is context only
+        if len(tokens) < 2:
+            return []
+        head, tokens = [tokens[0]], tokens[1:]
+    else:
+        head = [prefix]
+    pairs = []
+    first = min(max_length, len(tokens))
+    pairs.append((head + tokens[: first - 1], tokens[:first]))
+    predicted = first
+    while predicted < len(tokens):
+        size = min(len(tokens) - predicted, max_length)
+        end = predicted + size
+        pairs.append((tokens[max(0, end - max_length - 1) : end - 1], tokens[end - size : end]))
+        predicted = end
+    # make_disjoint_window: the context stops where the continuation starts.
+    return [(context[: len(context) - (len(cont) - 1)], cont) for context, cont in pairs]
+
+
+def windows(ids: list[int], max_length: int) -> list[tuple[list[int], list[int]]]:
+    """Rolling windows of a sequence whose first id is the prefix (as `rolling_windows`)."""
+    return rolling_windows(ids[1:], ids[0], max_length)
+
+
+@torch.no_grad()
+def window_loglikelihoods(
+    model: Any,
+    pairs: list[tuple[list[int], list[int]]],
+    *,
+    batch_size: int = 8,
+    budget: int | None = None,
+    progress: bool = False,
+    desc: str = "perplexity",
+) -> list[float]:
+    """Summed log-probability of each window's continuation after its context.
+
+    Args:
+        model: a causal LM in eval mode.
+        pairs: `(context, continuation)` windows, inputs at most the model's length.
+        batch_size: windows per forward.
+        budget: most bytes of float32 logits per forward slice (default `LOGITS_BUDGET`).
+        progress: show a progress bar.
+        desc: its label.
+
+    Returns:
+        One float per window, in order.
+    """
+    order = sorted(range(len(pairs)), key=lambda i: -len(pairs[i][0]) - len(pairs[i][1]))
+    results = [0.0] * len(pairs)
+    device = model_device(model)
+    vocab = output_size(model)
+    starts = range(0, len(order), batch_size)
+    for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
+        indices = order[start : start + batch_size]
+        rows = [pairs[i][0] + pairs[i][1] for i in indices]
+        ids, mask = right_pad([row[:-1] for row in rows], device)
+        targets, _ = right_pad([row[1:] for row in rows], device)
+        # Scored positions: the last len(continuation) inputs of each row.
+        scored = torch.zeros_like(mask)
+        for r, i in enumerate(indices):
+            width = len(rows[r]) - 1
+            scored[r, width - len(pairs[i][1]) : width] = 1
+        width = max(1, (budget or LOGITS_BUDGET) // (4 * vocab * len(indices)))
+        totals = _sliced_logprobs(model, ids, mask, targets, scored, width)
+        for r, i in enumerate(indices):
+            results[i] = totals[r]
+    return results
+
+
+def _sliced_logprobs(
+    model: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    targets: torch.Tensor,
+    scored: torch.Tensor,
+    width: int,
+) -> list[float]:
+    """Sum of log p(target) over scored positions, `width` positions per forward."""
+    totals = torch.zeros(ids.shape[0], dtype=torch.float64, device=ids.device)
+    cache = None
+    for start in range(0, ids.shape[1], width):
+        stop = min(start + width, ids.shape[1])
+        kwargs: dict[str, Any] = {}
+        if cache is not None:
+            kwargs[cache_argument(model)] = cache
+        positions = torch.arange(start, stop, device=ids.device).expand(ids.shape[0], -1)
+        out = model(
+            input_ids=ids[:, start:stop],
+            attention_mask=mask[:, :stop],
+            position_ids=positions,
+            use_cache=stop < ids.shape[1],
+            **kwargs,
+        )
+        if stop < ids.shape[1]:
+            cache = getattr(out, "cache", None)
+            if cache is None:
+                cache = out.past_key_values
+        logprobs = torch.log_softmax(out.logits.float(), dim=-1)  # [rows, width, vocab]
+        del out
+        picked = logprobs.gather(-1, targets[:, start:stop].unsqueeze(-1)).squeeze(-1)
+        totals += (picked.double() * scored[:, start:stop]).sum(-1)
+    return totals.tolist()
+
+
+def output_size(model: Any) -> int:
+    """Rows of the output embedding: the width of one position's logits."""
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    config = getattr(model.config, "text_config", None) or model.config
+    return int(config.vocab_size)
+
+
+def document_loglikelihoods(
+    model: Any,
+    encoder: TextEncoder,
+    documents: list[str],
+    max_length: int,
+    *,
+    batch_size: int = 8,
+    budget: int | None = None,
+    progress: bool = False,
+    desc: str = "perplexity",
+) -> list[tuple[float, int]]:
+    """Each document's rolling log-likelihood (natural log) and number of scored tokens."""
+    per_doc = [rolling_windows(encoder(doc), encoder.prefix_id, max_length) for doc in documents]
+    flat = [pair for pairs in per_doc for pair in pairs]
+    scores = window_loglikelihoods(
+        model, flat, batch_size=batch_size, budget=budget, progress=progress, desc=desc
+    )
+    result, at = [], 0
+    for pairs in per_doc:
+        total = sum(scores[at : at + len(pairs)])
+        result.append((total, sum(len(cont) for _, cont in pairs)))
+        at += len(pairs)
+    return result

@@ -1,13 +1,13 @@
-"""Task strings and the registry of task kinds, shared by `surgery eval` and every command that
-scores a model.
+"""Task strings, shared by `surgery eval` and every command that scores a model: parsing them,
+listing the kinds, and loading a task.
 
 Grammar: ``KIND[:ARGUMENT][:KEY=VALUE[,KEY=VALUE...]]``
 
-Each kind is declared once, in its own module of `eval.kinds` (registered in `KINDS`): its name,
-what its argument is (a file, a folder, or nothing), a one-line summary and its options with
-defaults and help. Parsing, the task list in ``surgery eval --help`` (`kinds_help`) and the task
-list in docs/evaluation.md (`kinds_markdown`) all come from it. The code that reads each kind's
-data is named by its kind and imported by `eval.loading`.
+Each kind is one module of `eval.kinds` (registered in `KINDS`): its name, what its argument is
+(a file, a folder, or nothing), a one-line summary, its options with defaults and help, and its
+loader. Parsing, the task list in ``surgery eval --help`` (`kinds_help`), the task list in
+docs/evaluation.md (`kinds_markdown`) and `load_task` all come from it. `TaskSpec`, `Settings`
+and the `Task` protocol are defined with the kinds (`eval.kinds.base`) and used from here.
 
 Every kind takes ``name`` (default: the kind), the prefix of its metric names; two tasks of one
 kind in one run need different names.  The last ``:``-separated part is read as options only
@@ -21,15 +21,31 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from eval.errors import TaskSpecError
 from eval.kinds import KINDS, REQUIRED, Kind, Option
+from eval.kinds.base import HalvableTask, Settings, Task, TaskSpec
 from eval.kinds.base import name as _name
 from surgery.hub.datasets import DatasetRef, is_dataset_ref, parse_dataset_ref
+
+__all__ = [
+    "KINDS",
+    "REQUIRED",
+    "HalvableTask",
+    "Settings",
+    "Task",
+    "TaskSpec",
+    "argument",
+    "build_spec",
+    "check_unique_names",
+    "kinds_help",
+    "kinds_markdown",
+    "load_task",
+    "parse_task",
+]
 
 _OPTION_RE = re.compile(r"^\w+=")
 
@@ -63,74 +79,6 @@ def kinds_markdown() -> str:
         "- Every task also takes `name=NAME`, the prefix of its metric names (default: the kind)."
     )
     return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """A parsed task string: kind, path (or None) and options with defaults filled in."""
-
-    kind: str
-    path: Path | None
-    options: dict[str, Any] = field(default_factory=dict)
-    text: str = ""
-    dataset: DatasetRef | None = None  # a Hub dataset instead of a path (``hub:ID...``)
-
-    @property
-    def name(self) -> str:
-        """Prefix of this task's metric names, e.g. `belebele` in `belebele/acc`."""
-        return self.options["name"]
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Run-wide settings every task reads (resolved by `eval.api.evaluate`)."""
-
-    batch_size: int = 8
-    limit: int | None = None
-    seed: int = 0
-    max_length: int = 2048  # longest sequence fed to the model, prompt plus answer
-    progress: bool = True
-    # Multiple choice: run the contexts' shared token prefix once (eval.prefix_cache).
-    prefix_cache: bool = True
-    # Called with one JSON-able dict per scored item (--log-samples), or None.
-    log: Callable[[dict[str, Any]], None] | None = None
-    # Score only these items (indices among the first `limit`), e.g. one half of a suite's
-    # items (`eval.study.halves`); None scores them all. Prompts and demonstrations are those
-    # of the whole run, so an item scores the same in a half as in the whole.
-    items: frozenset[int] | None = None
-
-    def keep(self, count: int) -> list[int]:
-        """The indices among the first `count` items that are scored."""
-        if self.items is None:
-            return list(range(count))
-        return [index for index in range(count) if index in self.items]
-
-
-class Task(Protocol):
-    """A task with its data read, ready to score any model."""
-
-    spec: TaskSpec
-
-    def config(self) -> dict[str, Any]:
-        """The task's settings, for the output's `config`."""
-        ...
-
-    def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
-        """Score the model.  Returns `(metrics named relative to the task, extra config)`."""
-        ...
-
-
-class HalvableTask(Task, Protocol):
-    """A task whose items can be split into halves (`eval.study.halves`)."""
-
-    def half_items(self, limit: int | None, seed: int) -> list[int]:
-        """The indices of the items (among the first `limit`) that may go into a half: those
-        that serve as no demonstration in the prompt of another.
-
-        Raises:
-            TaskSpecError: the task draws its demonstrations from the items it scores.
-        """
-        ...
 
 
 def parse_task(text: str) -> TaskSpec:
@@ -203,6 +151,22 @@ def build_spec(
     if not kind.needs_path and path is not None:
         raise TaskSpecError(f"task {text!r}: {kind.name} takes no path, only options")
     return TaskSpec(kind.name, path, _convert_options(text, kind, given), text, dataset)
+
+
+def load_task(spec: TaskSpec) -> Task:
+    """Read a task's data files through its kind's loader (no model needed), so bad data fails
+    before a model loads.
+
+    Args:
+        spec: a parsed task string (`parse_task`).
+
+    Returns:
+        The task, ready to score any model.
+
+    Raises:
+        EvalDataError: a data file is missing or malformed.
+    """
+    return KINDS[spec.kind].loader(spec)
 
 
 def check_unique_names(specs: Sequence[TaskSpec]) -> None:

@@ -11,7 +11,6 @@ disk come with openers of byte sources, and plans.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +25,7 @@ from surgery.engine.plan import Plan
 from surgery.engine.progress import notice
 from surgery.engine.reader import CARD_NAME, MERGEKIT_CONFIG_NAME, TRAIN_RECORD, Checkpoint
 from surgery.engine.writer import execute, rereads_remote
-from surgery.hub.lineage import base_role
+from surgery.hub.lineage import base_role, trained_from
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_inputs
 from surgery.mergekit_config import read_config, render_config
@@ -90,18 +89,6 @@ def card_file(plan: Plan, out: Path) -> dict[str, str]:
     return files
 
 
-def _trained_from(checkpoint: Checkpoint) -> str | None:
-    """The BASE a `surgery train` output was trained from, as its training record names it."""
-    record = checkpoint.folder / TRAIN_RECORD if checkpoint.folder is not None else None
-    if record is None or not record.is_file():
-        return None
-    try:
-        base = json.loads(record.read_text()).get("config", {}).get("base")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return base if isinstance(base, str) else None
-
-
 def _same(spec: str | None, checkpoint: Checkpoint | None) -> bool:
     if spec is None or checkpoint is None:
         return False
@@ -113,8 +100,8 @@ def _same(spec: str | None, checkpoint: Checkpoint | None) -> bool:
 def warn_if_swapped(base: Checkpoint, trained: Checkpoint) -> str | None:
     """Warn (one line on stderr) when BASE is a training output of TRAINED or of TRAINED's base:
     BASE and TRAINED were most likely given in the wrong order. Returns the warning."""
-    origin = _trained_from(base)
-    trained_origin = _trained_from(trained)
+    origin = trained_from(base.folder)
+    trained_origin = trained_from(trained.folder)
     if origin is None:
         return None
     if not (_same(origin, trained) or (trained_origin and origin == trained_origin)):

@@ -1,9 +1,11 @@
-"""How a command writes its checkpoint: one frozen value, and the click options that build it.
+"""The options shared by commands, each declared once, and the helpers that shape them.
 
 Every command that writes checkpoints (revert, soup, interpolate, merge, extract-lora, sweep)
-takes the same options, declared once here. `write_options(...)` adds the ones a command has and
-hands the command one `WriteOptions` as its `write` argument; `surgery.api` takes that value as it
-is, so no command patches keyword arguments by hand.
+takes the same write options: `write_options(...)` adds the ones a command has and hands the
+command one `WriteOptions` as its `write` argument; `surgery.api` takes that value as it is.
+`collapse` does the same for any frozen dataclass (search's options). `-q/--quiet`, `--force`,
+`--device`, `--blocks` and `-o/--out` are declared here once (their meanings:
+`surgery.option_table`). `renamed` keeps an old spelling for one release, with one note.
 """
 
 from __future__ import annotations
@@ -69,9 +71,13 @@ def _repo_id(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value
 
 
+# -q/--quiet and --force mean the same in every command that has them (`train` declares its own
+# from TrainConfig's fields, with the same meaning: see surgery.option_table).
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 force_option = click.option(
-    "--force", is_flag=True, help="Replace OUT if it exists (never an input)."
+    "--force",
+    is_flag=True,
+    help="Replace an output that exists (OUT, -o/--out or an output file); never an input.",
 )
 download_option = click.option(
     "--download",
@@ -107,17 +113,23 @@ _OPTIONS = {
 def write_options(*names: str) -> Callable[[Callable], Callable]:
     """The click options `names` (fields of `WriteOptions`; all of them when none is named),
     collapsed into one `write: WriteOptions` argument of the command."""
-    chosen = names or tuple(_OPTIONS)
+    return collapse(WriteOptions, "write", *(_OPTIONS[name] for name in names or _OPTIONS))
+
+
+def collapse(cls: type, dest: str, *decorators: Callable) -> Callable[[Callable], Callable]:
+    """Click options (`decorators`) whose parameters are fields of the dataclass `cls`, handed to
+    the command as one `cls` value, its argument `dest` (the fields not given keep their
+    defaults): options that travel together reach the code as one typed value."""
+    probe = options(*decorators)(lambda: None)
+    names = [param.name for param in probe.__click_params__]
 
     def decorate(command: Callable) -> Callable:
         @functools.wraps(command)
         def collapsed(*args: Any, **kwargs: Any) -> Any:
-            values = {name: kwargs.pop(name) for name in chosen}
-            return command(*args, write=WriteOptions(**values), **kwargs)
+            values = {name: kwargs.pop(name) for name in names}
+            return command(*args, **{dest: cls(**values)}, **kwargs)
 
-        for name in reversed(chosen):
-            collapsed = _OPTIONS[name](collapsed)
-        return collapsed
+        return options(*decorators)(collapsed)
 
     return decorate
 
@@ -149,6 +161,27 @@ extrapolate_option = click.option(
     is_flag=True,
     help="Allow alphas outside [0, 1] (extrapolate beyond BASE or TRAINED).",
 )
+# Every command that scores or trains: one default rule (surgery.core.devices.resolve_device).
+DEVICE_HELP = "cpu, cuda, cuda:1, mps, ... [default: cuda when present, else cpu]."
+device_option = click.option("--device", default=None, help=DEVICE_HELP)
+
+# Localize's and search's blocks of layers, one declaration (N equal blocks, or slices).
+blocks_option = click.option(
+    "--blocks",
+    default="4",
+    show_default=True,
+    help="N contiguous blocks of the stack as equal as possible (numpy's array_split), or "
+    "slices: 0:9,9:28,28:34.",
+)
+
+
+def out_option(help: str, **attrs: Any) -> Callable[[Callable], Callable]:
+    """`-o/--out`: the folder of results, reports and figures of a command that writes one (its
+    help says what goes there, checkpoints included)."""
+    attrs.setdefault("type", OutputFolder(path_type=Path))
+    return click.option("-o", "--out", "out", help=help, **attrs)
+
+
 # BASE TRAINED OUT, the arguments of revert, interpolate and extract-lora.
 base_trained_out = options(
     click.argument("base", type=click.Path()),
@@ -171,3 +204,66 @@ def finish(out: Path, write: WriteOptions) -> None:
 
         url = push(out, write.push_to, echo=lambda message: click.echo(message, err=True))
         click.echo(f"pushed {out} to {url}", err=True)
+
+
+class RenamedOption(click.Option):
+    """A hidden old spelling of an option, kept for one release (see `renamed`)."""
+
+    def __init__(self, *args: Any, renamed_from: str, renamed_to: str, **kwargs: Any) -> None:
+        super().__init__(*args, hidden=True, **kwargs)
+        self.renamed_from, self.renamed_to = renamed_from, renamed_to
+
+
+class RenamedArgument(click.Argument):
+    """A trailing positional kept for one release: optional and left out of the usage line."""
+
+    def __init__(self, *args: Any, renamed_from: str, renamed_to: str, **kwargs: Any) -> None:
+        super().__init__(*args, required=False, **kwargs)
+        self.renamed_from, self.renamed_to = renamed_from, renamed_to
+
+    def get_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return []
+
+
+def renamed(old: str, new: str, dest: str, **attrs: Any) -> Callable[[Callable], Callable]:
+    """Keep the old spelling `old` of the option `new` (whose parameter is `dest`) working for
+    one release, hidden from --help: when given, its value goes to `dest` and one note line on
+    stderr names the new spelling. `old` is an option (`--out-dir`) or, in capitals, a trailing
+    positional (`OUT_DIR`). A multiple option's values join the new option's.
+
+    Raises:
+        click.UsageError: (when the command runs) both spellings given.
+    """
+    key = "renamed_" + old.lstrip("-").replace("-", "_").lower()
+    positional = not old.startswith("-")
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            value = kwargs.pop(key)
+            if value is None or value == ():
+                return command(*args, **kwargs)
+            shown = f"the positional {old}" if positional else old
+            click.echo(
+                f"note: {shown} is now {new}; the old spelling goes in the next release", err=True
+            )
+            if isinstance(value, tuple):
+                kwargs[dest] = (*kwargs[dest], *value)
+            elif given(dest):
+                raise click.UsageError(f"{shown} is {new}; give it once")
+            else:
+                kwargs[dest] = value
+            return command(*args, **kwargs)
+
+        names = {"renamed_from": old, "renamed_to": new}
+        if positional:
+            return click.argument(key, cls=RenamedArgument, **names, **attrs)(wrapper)
+        return click.option(old, key, cls=RenamedOption, **names, **attrs)(wrapper)
+
+    return decorate
+
+
+def given(name: str) -> bool:
+    """Whether the running command's parameter `name` was given (not its default)."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (None, click.core.ParameterSource.DEFAULT)

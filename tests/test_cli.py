@@ -224,12 +224,17 @@ def test_verify_values_flags_nan(tmp_path):
         ["interpolate", "--alpha", "1.5"],
         ["interpolate", "--alpha", "-0.2"],
         ["interpolate", "--alpha", "2:4=0.3,*=2"],
-        ["sweep", "--alpha", "0:1.5:0.5"],
+        ["sweep", "--alphas", "0:1.5:0.5", "-o", "{out}"],
     ],
 )
 def test_alphas_outside_0_1_need_extrapolate(llama, tmp_path, command):
     base, trained = llama
-    result = run(*command, "-q", base, trained, tmp_path / "out")
+    out = str(tmp_path / "out")
+    # sweep names its folder with -o; the others take OUT last.
+    args = (
+        [a.format(out=out) for a in command] + [base, trained] + ([] if "-o" in command else [out])
+    )
+    result = run(*args, "-q")
     assert_refused(result, "outside [0, 1]", tmp_path)
 
 
@@ -273,10 +278,15 @@ def test_outputs_never_carry_the_training_record_of_an_input(llama, tmp_path):
     commands = {
         "rev": ["revert", "--layers", "0:1"],
         "int": ["interpolate", "--alpha", "0.5"],
-        "sweep": ["sweep", "--alpha", "0,1"],
+        "sweep": ["sweep", "--alphas", "0,1", "-o"],
     }
     for out, command in commands.items():
-        result = run(*command, "-q", base, trained, tmp_path / out)
+        where = (
+            [tmp_path / out, base, trained]
+            if command[-1] == "-o"
+            else [base, trained, tmp_path / out]
+        )
+        result = run(*command, *where, "-q")
         assert result.exit_code == 0, result.output
     written = [p.relative_to(tmp_path) for p in tmp_path.rglob("surgery_train.json")]
     assert written == [trained.relative_to(tmp_path) / "surgery_train.json"]

@@ -479,7 +479,7 @@ def _drop_unit(d):
     [
         (_shots, "suite.tasks.belebele.options.shots is 5, not 2"),
         (_limit, "settings.limit is 10, not null"),
-        (_dtype, 'settings.eval_dtype is "bf16", not null'),
+        (_dtype, 'settings.eval_dtype is "bf16", not "float32"'),
         (_data, "read other data"),
         (_incomplete, "incomplete results"),
         (_drop_unit, "is only in the base"),

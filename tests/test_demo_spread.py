@@ -65,9 +65,9 @@ def test_seeds_option_runs_consecutive_seeds_from_seed(tmp_path, monkeypatch):
 
     calls = []
     monkeypatch.setattr(spread, "run_seeds", lambda out, **kw: calls.append(kw))
-    args = ["demo", "--quick", "--seed", "3", "--seeds", "2", str(tmp_path / "o")]
+    args = ["demo", "--quick", "--seed", "3", "--seeds", "2", "-o", str(tmp_path / "o")]
     result = CliRunner().invoke(cli.cli, args)
     assert result.exit_code == 0, result.output
     assert calls == [{"quick": True, "seeds": [3, 4], "device": None}]
-    refused = CliRunner().invoke(cli.cli, ["demo", "--seeds", "1", str(tmp_path / "p")])
+    refused = CliRunner().invoke(cli.cli, ["demo", "--seeds", "1", "-o", str(tmp_path / "p")])
     assert refused.exit_code == 2

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from cli import cli
 from eval.api import evaluate, load_model
-from eval.perplexity import rate_metrics, ratio_stderr
+from eval.kinds.ppl import rate_metrics, ratio_stderr
 from eval.scorer import TaskScorer
 from surgery.core.errors import SurgeryError
 from surgery.diagnostics.drift import drift, module_kind
@@ -192,18 +192,27 @@ def test_sweep_without_eval_writes_checkpoints_only(families, tmp_path):
         cli,
         [
             "sweep",
-            "--alpha",
+            "--alphas",
             "0,1",
             "-q",
             str(paths["base"]),
             str(paths["trained"]),
+            "-o",
             str(tmp_path / "s"),
         ],
     )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["alpha-0.00", "alpha-1.00"]
     nothing = CliRunner().invoke(
-        cli, ["sweep", "--no-save", str(paths["base"]), str(paths["trained"]), str(tmp_path / "t")]
+        cli,
+        [
+            "sweep",
+            "--no-save",
+            str(paths["base"]),
+            str(paths["trained"]),
+            "-o",
+            str(tmp_path / "t"),
+        ],
     )
     assert nothing.exit_code == 2 and "nothing to do" in nothing.stderr
     assert not (tmp_path / "t").exists()
@@ -337,13 +346,13 @@ def test_localize_cli_and_block_size(one_block_changed, tmp_path):
     args = [
         "localize",
         "-q",
-        "--block-size",
+        "--block-width",
         "2",
-        "--eval",
+        "-t",
         TASKS[0],
         str(base),
         str(trained),
-        "--out-dir",
+        "-o",
         str(tmp_path / "loc"),
     ]
     result = CliRunner().invoke(cli, args)

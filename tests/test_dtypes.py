@@ -19,7 +19,14 @@ from click.testing import CliRunner
 from safetensors import safe_open
 
 from cli import cli
-from surgery.core.dtypes import DTYPES, FLOAT_DTYPES, itemsize, nbytes, torch_dtype
+from surgery.core.dtypes import (
+    DTYPES,
+    FLOAT_DTYPES,
+    compute_dtype,
+    itemsize,
+    nbytes,
+    torch_dtype,
+)
 from surgery.core.errors import CheckpointError, MismatchError, SurgeryError
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.reader import open_checkpoint, read_shard
@@ -193,3 +200,12 @@ def test_non_float_tensors_are_copied_never_averaged(tmp_path):
     copies = [t for t in plan_soup([a, a]).tensors if t.dtype not in FLOAT_DTYPES]
     assert copies and all(t.is_copy for t in copies)
     assert {t.dtype for t in copies} >= {"C64", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4", "F6_E3M2"}
+
+
+def test_compute_dtype_names_what_a_model_runs_in():
+    """One parse for eval's and train's dtypes: the float dtypes a model computes in, by any of
+    their names; anything else (an 8-bit float, an int, a typo) is None for the caller to
+    refuse."""
+    names = {"bf16": "BF16", "bfloat16": "BF16", "FP16": "F16", " float32 ": "F32", "f64": "F64"}
+    assert {text: compute_dtype(text) for text in names} == names
+    assert [compute_dtype(t) for t in ("F8_E4M3", "int8", "I32", "float8", "")] == [None] * 5

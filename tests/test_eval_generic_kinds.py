@@ -20,8 +20,7 @@ import torch
 
 from eval.api import evaluate
 from eval.errors import EvalDataError, TaskSpecError
-from eval.loading import load_task
-from eval.tasks import build_spec, parse_task
+from eval.tasks import build_spec, load_task, parse_task
 from tests.support import tiny_models
 from tests.support.lmeval_runner import run_lm_eval, write_custom_yaml, write_jsonl
 from tests.test_eval_lmeval_parity import MAX_LENGTH, _same_accuracy, _table, _tokenizer

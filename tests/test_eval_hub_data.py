@@ -428,7 +428,7 @@ def test_a_flores_language_the_card_names_but_the_cache_lacks_is_no_missing_unit
     """Offline the file list is the cache's: a language FLORES+'s card names whose file was not
     fetched is an error saying so, not a language the dataset lacks (which a suite may skip)."""
     from eval.errors import EvalDataError, MissingDataError
-    from eval.translation import _no_file
+    from eval.kinds.flores import _no_file
 
     card = (repos / "flores/README.md").read_text(encoding="utf-8")
     files = ["README.md", "devtest/eng_Latn.parquet"]

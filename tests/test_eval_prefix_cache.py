@@ -18,11 +18,11 @@ from click.testing import CliRunner
 
 from cli import cli
 from eval.api import evaluate
-from eval.loading import load_task
-from eval.multiple_choice import TARGET_DELIMITER, score_items
+from eval.kinds.mc import score_items
+from eval.kinds.templates import TARGET_DELIMITER
 from eval.prefix_cache import encode_shared_prefix, shared_prefix
 from eval.scoring import ChoiceRequest, choice_loglikelihoods, make_request
-from eval.tasks import Settings, parse_task
+from eval.tasks import Settings, load_task, parse_task
 from eval.tokens import TextEncoder
 from tests.support import eval_reference as ref
 from tests.support import tiny_models

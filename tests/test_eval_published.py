@@ -9,11 +9,11 @@ from click.testing import CliRunner
 
 from cli import cli
 from eval.errors import EvalDataError
-from eval.loading import load_task
-from eval.multiple_choice import read_belebele, read_piqa
-from eval.perplexity import language_files, read_documents
+from eval.kinds.belebele import read_belebele
+from eval.kinds.piqa import read_piqa
+from eval.kinds.ppl import language_files, read_documents
 from eval.published import data_files
-from eval.tasks import parse_task
+from eval.tasks import load_task, parse_task
 from tests.support import published
 
 DATA = Path(__file__).parent / "data" / "eval"

@@ -15,16 +15,19 @@ import torch
 from click.testing import CliRunner
 
 from cli import cli
-from eval import copain
 from eval.api import evaluate, load_model
 from eval.errors import ModelError
-from eval.loading import load_task
-from eval.multiple_choice import score_items
-from eval.perplexity import rolling_windows, window_loglikelihoods
-from eval.scoring import ChoiceRequest, choice_loglikelihoods
-from eval.tasks import Settings, parse_task
+from eval.kinds import copain
+from eval.kinds.flores import chrf
+from eval.kinds.mc import score_items
+from eval.scoring import (
+    ChoiceRequest,
+    choice_loglikelihoods,
+    rolling_windows,
+    window_loglikelihoods,
+)
+from eval.tasks import Settings, load_task, parse_task
 from eval.tokens import TextEncoder
-from eval.translation import chrf
 from surgery.core.errors import CheckpointError
 from tests.support import eval_reference as ref
 from tests.support import tiny_models
@@ -228,7 +231,7 @@ def test_copain_scores_exact_matches(monkeypatch, llama):
     def fake_generate(model, tokenizer, prompts, **kwargs):
         return [right.get(prompt, "?") for prompt in prompts]  # "?" is no task's answer
 
-    monkeypatch.setattr(copain, "generate_lines", fake_generate)
+    monkeypatch.setattr("eval.generation.generate_lines", fake_generate)
     metrics = _run(model, tok, [spec])
     assert metrics["copain/max/acc"] == 1.0 and metrics["copain/max/n"] == 6
     assert all(metrics[f"copain/{task}/acc"] == 0.0 for task in copain.TASKS if task != "max")

@@ -19,6 +19,8 @@ from eval.errors import SuiteError
 from eval.study import results as res
 from eval.study import runner
 from eval.study.suite import PAPER_SUITE, load_suite, plan
+from tests.support.suite_data import read_jsonl as _jsonl
+from tests.support.suite_data import write_suite_data
 
 
 def _results(units=(), complete=False) -> res.SuiteResults:
@@ -69,7 +71,6 @@ def test_read_results_refuses_what_is_not_a_results_folder(tmp_path):
 # --- a suite on a tiny Llama ------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).parent / "data" / "eval"
 FAMILIES = {"slavic": ("ces_Latn", "szl_Latn"), "germanic": ("deu_Latn", "ltz_Latn")}
 LANGS = [lang for pair in FAMILIES.values() for lang in pair]
 # The families and language codes every suite of these tests shares; the tasks follow.
@@ -95,44 +96,11 @@ root: data/
 ARGS = ["--limit", "2", "--batch-size", "4", "-q"]
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-
-
-def _write_data(root: Path) -> None:
-    """Belebele, Global-PIQA, FLORES and MADLAD files for every language, text marked by it."""
-    from eval.study.languages import MADLAD_CODES
-
-    english = (DATA / "flores/devtest/eng_Latn.devtest").read_text(encoding="utf-8").splitlines()
-    (root / "flores_plus/devtest").mkdir(parents=True)
-    (root / "flores_plus/devtest/eng_Latn.devtest").write_text("\n".join(english) + "\n")
-    for n, lang in enumerate(LANGS):
-        belebele = [
-            {**row, "flores_passage": f"{row['flores_passage']} ({lang})"}
-            for row in _jsonl(DATA / "belebele.jsonl")
-        ]
-        _write_jsonl(root / f"belebele/{lang}.jsonl", belebele)
-        piqa = [
-            {**row, "prompt": f"{lang}: {row['prompt']}"} for row in _jsonl(DATA / "piqa.jsonl")
-        ]
-        _write_jsonl(root / f"global_piqa/{lang}.jsonl", piqa)
-        lines = [f"{line[: 8 + n]} {lang}" for line in english]
-        (root / f"flores_plus/devtest/{lang}.devtest").write_text("\n".join(lines) + "\n")
-        lang2 = MADLAD_CODES.get(lang, "szl")
-        docs = [{"text": f"{lang} document {i}: the river runs to the sea."} for i in range(3)]
-        _write_jsonl(root / f"madlad/data/{lang2}/{lang2}_clean_0000.jsonl", docs)
-
-
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, families):
     """Data, the suite, and one uninterrupted `eval --suite` of the tiny Llama into out/."""
     root = tmp_path_factory.mktemp("study")
-    _write_data(root / "data")
+    write_suite_data(root / "data", LANGS, madlad="madlad/data/{lang2}")
     (root / "suite.yml").write_text(SUITE, encoding="utf-8")
     base = families("llama")["base"]
     result = _eval(base, "--suite", root / "suite.yml", "-o", root / "out", *ARGS)
@@ -229,15 +197,15 @@ def test_suite_eval_equals_one_surgery_eval_per_unit(study):
 def test_interrupted_suite_eval_resumes_to_the_same_bytes(study, monkeypatch):
     study, base = study
     scored = []
-    real = runner._score_unit
+    real = runner.score_unit
 
-    def killed_after_five(model, tok, unit, tasks, options):
+    def killed_after_five(model, tok, unit, task, options):
         if len(scored) == 5:
             raise RuntimeError("killed")
         scored.append(unit.id)
-        return real(model, tok, unit, tasks, options)
+        return real(model, tok, unit, task, options)
 
-    monkeypatch.setattr(runner, "_score_unit", killed_after_five)
+    monkeypatch.setattr(runner, "score_unit", killed_after_five)
     out = study / "resumed"
     result = _eval(base, "--suite", study / "suite.yml", "-o", out, *ARGS)
     assert str(result.exception) == "killed"
@@ -245,16 +213,16 @@ def test_interrupted_suite_eval_resumes_to_the_same_bytes(study, monkeypatch):
     assert not partial.complete and [u.id for u in partial.units] == scored
     assert len(list((out / "samples").iterdir())) == 5
 
-    monkeypatch.setattr(runner, "_score_unit", real)
+    monkeypatch.setattr(runner, "score_unit", real)
     resumed = []
-    monkeypatch.setattr(runner, "_score_unit", lambda *a: resumed.append(a[2].id) or real(*a))
+    monkeypatch.setattr(runner, "score_unit", lambda *a: resumed.append(a[2].id) or real(*a))
     result = _eval(base, "--suite", study / "suite.yml", "-o", out, *ARGS)
     assert result.exit_code == 0, result.output
     assert len(resumed) == 17 - 5 and not set(resumed) & set(scored)
     assert _files(out) == _files(study / "out")
 
     # Finished: a third run loads no model and changes nothing.
-    monkeypatch.setattr(runner, "_score_unit", None)
+    monkeypatch.setattr(runner, "score_unit", None)
     assert _eval(base, "--suite", study / "suite.yml", "-o", out, *ARGS).exit_code == 0
     assert _files(out) == _files(study / "out")
 

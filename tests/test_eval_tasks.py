@@ -14,14 +14,16 @@ from click.testing import CliRunner
 from cli import cli
 from eval.api import load_tasks
 from eval.command import format_table
-from eval.copain import TASKS, CopainTask, build_prompts, make_items
 from eval.errors import EvalDataError, TaskSpecError
-from eval.loading import load_task
-from eval.multiple_choice import build_contexts, read_belebele, read_piqa
-from eval.perplexity import language_files, read_documents, windows
-from eval.shots import choose_shots
-from eval.tasks import Settings, check_unique_names, parse_task
-from eval.translation import align, find_language_file
+from eval.kinds.belebele import read_belebele
+from eval.kinds.copain import TASKS, CopainTask, build_prompts, make_items
+from eval.kinds.flores import align, find_language_file
+from eval.kinds.mc import build_contexts
+from eval.kinds.piqa import read_piqa
+from eval.kinds.ppl import language_files, read_documents
+from eval.kinds.shots import choose_shots
+from eval.scoring import windows
+from eval.tasks import Settings, check_unique_names, load_task, parse_task
 
 DATA = Path(__file__).parent / "data" / "eval"
 BAD = DATA / "bad"

@@ -143,7 +143,7 @@ def test_boundary_perplexities_equal_revert_then_eval(families, tmp_path):
     boundaries = ";".join(f"{first},{last}" for first, last in pairs)
     out = tmp_path / "loc"
     result = run(
-        "localize", "-q", "--boundaries", boundaries, "-t", PPL, "--out-dir", out,
+        "localize", "-q", "--boundaries", boundaries, "-t", PPL, "-o", out,
         paths["base"], paths["trained"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -183,7 +183,7 @@ def test_impossible_ones_exit_2_before_any_model_loads(
 
     monkeypatch.setattr(TaskScorer, "load", no_loading)
     out = tmp_path / "loc"
-    args = ["localize", *options, "-t", PPL, "--out-dir", out, paths["base"], paths["trained"]]
+    args = ["localize", *options, "-t", PPL, "-o", out, paths["base"], paths["trained"]]
     result = run(*args)
     assert result.exit_code == 2, result.output
     (line,) = result.stderr.strip().splitlines()

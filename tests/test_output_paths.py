@@ -41,11 +41,12 @@ def _run(*args):
 
 
 def _output_params() -> list[tuple[str, click.Parameter]]:
+    # An old spelling kept for a release (`renamed_to`) writes where its new spelling does.
     return [
         (name, param)
         for name, command in cli.commands.items()
         for param in command.params
-        if isinstance(param.type, OutputFile | OutputFolder)
+        if isinstance(param.type, OutputFile | OutputFolder) and not hasattr(param, "renamed_to")
     ]
 
 
@@ -71,7 +72,7 @@ def _argv(command: str, param: click.Parameter, target, base, trained, tmp_path)
         "interpolate": ["--alpha", "0.5", base, trained],
         "merge": [config],
         "extract-lora": ["--rank", "2", base, trained],
-        "sweep": ["--alpha", "0,1", base, trained],
+        "sweep": ["--alphas", "0,1", base, trained],
         "localize": [base, trained, "-t", "copain", "--blocks", "0:1"],
         "drift": [base, trained],
         "eval": [trained, "-t", "copain"],

@@ -30,7 +30,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
 
 
 def _search(world, out: Path, *extra: str):
-    argv = ["search", world["base"], world["trained"], "--suite", world["suite"], "--out", out]
+    argv = ["search", world["base"], world["trained"], "--suite", world["suite"], "-o", out]
     return CliRunner().invoke(cli, [*map(str, argv), *SEARCH, *extra])
 
 
@@ -188,7 +188,6 @@ def test_two_workers_share_one_search(world, tmp_path):
         step=0.25,
         trials=14,
         quiet=True,
-        eval=SuiteRun(progress=False),
     )
     errors: list[BaseException] = []
     ran: dict[int, int] = {}  # thread -> trials it scored
@@ -203,7 +202,7 @@ def test_two_workers_share_one_search(world, tmp_path):
 
     def work() -> None:
         try:
-            run_search(options)
+            run_search(options, SuiteRun(progress=False))
         except BaseException as error:  # reported below, in the test's thread
             errors.append(error)
 
@@ -244,7 +243,7 @@ def test_bad_input_is_one_line_before_any_model_loads(world, tmp_path, monkeypat
 
     monkeypatch.setattr(eval.model_loading, "load_model", _no_model)
     out = tmp_path / "bad"
-    argv = ["search", world["base"], world["trained"], "--suite", world["suite"], "--out", out]
+    argv = ["search", world["base"], world["trained"], "--suite", world["suite"], "-o", out]
     result = CliRunner().invoke(cli, [*map(str, argv), "-q", *extra])
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and message in result.output, result.output
@@ -287,7 +286,7 @@ def test_a_search_killed_by_sigkill_resumes_to_n_trials(world, tmp_path):
     import time
 
     out = tmp_path / "sigkill"
-    argv = ["search", world["base"], world["trained"], "--suite", world["suite"], "--out", out]
+    argv = ["search", world["base"], world["trained"], "--suite", world["suite"], "-o", out]
     code = "import sys; from cli import main; sys.argv[0] = 'surgery'; main()"
     command = [sys.executable, "-c", code, *map(str, argv), *SEARCH, "--trials", "40"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -320,7 +319,7 @@ def test_localize_suite_scores_a_reverted_block_as_eval_and_compare_do(world, tm
     runner = CliRunner()
     out = tmp_path / "localize"
     argv = ["localize", world["base"], world["trained"], "--blocks", "0:2,2:4"]
-    argv += ["--suite", world["suite"], "--out-dir", out, "-q"]
+    argv += ["--suite", world["suite"], "-o", out, "-q"]
     result = runner.invoke(cli, list(map(str, argv)))
     assert result.exit_code == 0, result.output
     rows = {r["block"]: r for r in json.loads((out / "localize.json").read_text())["rows"]}
@@ -345,27 +344,28 @@ def test_localize_suite_scores_a_reverted_block_as_eval_and_compare_do(world, tm
 
 
 def test_sweep_suite_scores_base_and_trained_at_its_ends(world, tmp_path):
+    from eval.options import ScoringOptions
     from eval.study.memory import SuiteScorer
 
     out = tmp_path / "sweep"
-    argv = ["sweep", "--alpha", "0,1", world["base"], world["trained"], out, "--no-save"]
+    argv = ["sweep", "--alphas", "0,1", world["base"], world["trained"], "-o", out, "--no-save"]
     argv += ["--suite", world["suite"], "--half", "report", "-q"]
     result = CliRunner().invoke(cli, list(map(str, argv)))
     assert result.exit_code == 0, result.output
     rows = json.loads((out / "sweep.json").read_text())["rows"]
-    scorer = SuiteScorer.of(world["suite"], {}, world["trained"], "report")
+    scorer = SuiteScorer.of(world["suite"], ScoringOptions(half="report"), world["trained"])
     for row, end in zip(rows, ("base", "trained"), strict=True):
         expected = scorer(*scorer.load(world[end]))
         assert {k: v for k, v in row.items() if k != "alpha"} == expected
 
 
 def test_suite_and_tasks_do_not_mix_in_sweep_and_localize(world):
-    for command in (["sweep", "--no-save"], ["localize", "--block-size", "2"]):
+    for command in (["sweep", "--no-save"], ["localize", "--block-width", "2"]):
         argv = [
             *command,
             world["base"],
             world["trained"],
-            *(["x"] if command[0] == "sweep" else []),
+            *(["-o", "x"] if command[0] == "sweep" else []),
         ]
         argv += ["--suite", world["suite"], "-t", "copain"]
         result = CliRunner().invoke(cli, list(map(str, argv)))

@@ -144,7 +144,7 @@ def test_drift_command_with_experts_writes_tables_json_csv_and_heatmaps(perturbe
     files = {name: tmp_path / name for name in ("s.csv", "s.json", "r.png", "p.png")}
     result = run(
         "drift", "-q", base, *experts, "--labels", "sk,cs,pl", "--csv", files["s.csv"],
-        "--json", files["s.json"], "--plot", files["r.png"], "--pair-plot", files["p.png"],
+        "--json-file", files["s.json"], "--plot", files["r.png"], "--pair-plot", files["p.png"],
         "--pair", "cs,pl",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -175,7 +175,7 @@ def test_single_expert_drift_output_is_unchanged(families, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--json", "{out}"], "--json: only with two or more TRAINED models"),
+        (["--json-file", "{out}"], "--json-file: only with two or more TRAINED models"),
         (["--labels", "a,b"], "give 3 distinct names"),
         (["--pair", "a,z", "--labels", "a,b,c"], "'z' is not one of a, b, c"),
         (["--pair-plot", "{out}.txt"], "give a file name ending in .png"),
@@ -185,7 +185,7 @@ def test_drift_refuses_bad_similarity_options_before_reading(families, tmp_path,
     paths = families("llama")
     out = tmp_path / "out"
     inputs = [paths["base"], paths["trained"]]
-    if "--json" not in args:
+    if "--json-file" not in args:
         inputs += paths["experts"][:2]
     result = run("drift", *inputs, *[a.format(out=out) for a in args])
     assert result.exit_code == 2, result.output

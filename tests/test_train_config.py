@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from click.testing import CliRunner
@@ -13,6 +15,7 @@ from surgery.core.layers import layer_groups
 from tests.support.train_helpers import tiny_config, write_corpus
 from train.arguments import training_arguments
 from train.errors import TrainConfigError
+from train.fields import cli as option
 from train.sources import DataSource, normalize_shares, parse_data_source
 from train.strategies.curriculum import apply_mix_until
 from train.strategies.lora import parse_lora
@@ -135,7 +138,7 @@ def test_validate_resolves_specs(llama, tmp_path):
         ({"max_steps": None}, TrainConfigError, "exactly one budget"),
         ({"ema": 1.0}, TrainConfigError, "in \\(0, 1\\)"),
         ({"lora": "r=4", "ema": 0.9}, TrainConfigError, "baseline on its own"),
-        ({"dtype": "int8"}, TrainConfigError, "--dtype"),
+        ({"dtype": "int8"}, TrainConfigError, "--train-dtype"),
         ({"block_size": 4096}, TrainConfigError, "exceeds the model's context"),
         ({"batch_size": 0}, TrainConfigError, "--batch-size must be positive"),
         ({"eval_every": 0, "eval_tasks": ["copain"]}, TrainConfigError, "--eval-every must be"),
@@ -156,7 +159,7 @@ def test_specs_that_need_no_layer_count_are_refused_before_base_is_opened(tmp_pa
     missing = tmp_path / "no-such-base"
     with pytest.raises(LayerSpecError, match="not a valid regex"):
         tiny_config(missing, tmp_path / "out", [str(data)], freeze="0", modules="(").validate()
-    with pytest.raises(TrainConfigError, match="--dtype"):
+    with pytest.raises(TrainConfigError, match="--train-dtype"):
         tiny_config(missing, tmp_path / "out", [str(data)], dtype="int8").validate()
 
 
@@ -253,7 +256,7 @@ def test_report_to_and_precision_pass_through(llama, tmp_path):
     plan = tiny_config(
         llama, tmp_path / "out", [str(data)], report_to="tensorboard", warmup=0.1, grad_accum=3
     ).validate()
-    args = training_arguments(plan.config, plan.checkpoints_dir, plan.strategies.early_stopping)
+    args = training_arguments(plan.config, plan.checkpoints_dir, plan.strategies.arguments())
     assert args.report_to == ["tensorboard"]
     assert args.gradient_accumulation_steps == 3 and args.warmup_steps == 0.1
     assert args.output_dir == str(tmp_path / "out" / "checkpoints")
@@ -283,11 +286,11 @@ def test_cli_reports_errors_in_one_line(llama, tmp_path):
 
 
 def test_cli_options_are_generated_from_the_config_fields(monkeypatch, tmp_path):
-    """Every TrainConfig field has its option; values arrive typed in the config."""
-    import dataclasses
-
+    """Every TrainConfig field, and every field of a strategy's option group, has its option,
+    in field order; values arrive typed in the config, in their groups."""
     import train.api
     from train.config import TrainConfig
+    from train.fields import flag_of, options_of
 
     captured = {}
 
@@ -298,11 +301,16 @@ def test_cli_options_are_generated_from_the_config_fields(monkeypatch, tmp_path)
     monkeypatch.setattr(train.api, "train", fake_train)
     runner = CliRunner()
     help_text = runner.invoke(cli, ["train", "--help"]).output
-    for field in dataclasses.fields(TrainConfig):
-        spec = field.metadata["cli"]
-        if not spec["argument"] and not spec["hidden"]:
-            flag = spec["flag"] or "--" + field.name.replace("_", "-")
-            assert flag.split("/")[-1] in help_text, field.name
+    flags = [
+        flag_of(option.key, option.field.metadata)
+        for option in options_of(TrainConfig)
+        if not option.field.metadata["cli"]["argument"]
+        and not option.field.metadata["cli"]["hidden"]
+    ]
+    assert {"--l2sp", "--l2sp-form", "--no-drift", "--mix-until", "--patience"} <= set(flags)
+    options = help_text[help_text.index("Options:") :]
+    places = [options.find(f" {flag} ") for flag in flags]
+    assert -1 not in places and places == sorted(places), flags
     args = [
         "train",
         "b",
@@ -330,8 +338,8 @@ def test_cli_options_are_generated_from_the_config_fields(monkeypatch, tmp_path)
     assert result.exit_code == 0, result.output
     config = captured["config"]
     assert config.data == ("x.txt", "y.txt:2") and config.learning_rate == 0.5
-    assert config.max_steps == 3 and config.max_tokens is None and config.ema == 0.9
-    assert config.drift is False and config.progress is False and config.shuffle_buffer == 0
+    assert config.max_steps == 3 and config.max_tokens is None and config.ema.alpha == 0.9
+    assert config.drift.log is False and config.progress is False and config.shuffle_buffer == 0
     assert config.fsdp == "full_shard auto_wrap" and config.mixed_precision == "bf16"
     assert config.batch_size == 8 and config.save_total_limit == 2  # the fields' defaults
     bad = runner.invoke(cli, ["train", "b", "o", "--data", "x", "--mixed-precision", "fp8"])
@@ -359,3 +367,48 @@ def test_cli_eval_every_errors_are_one_line_and_come_first(llama, tmp_path):
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
         assert not out.exists()
+
+
+def test_options_by_flag_name_build_the_strategies_groups():
+    """`from_options` takes the command line's flat names; `as_options` gives them back, in the
+    order of `--help`, as the training record holds them."""
+    from train.config import TrainConfig
+    from train.strategies.drift import DriftOptions
+    from train.strategies.l2sp import L2SPOptions
+
+    flat = dict(base="b", output="o", data=["x.txt"], l2sp="1:3=0.1", l2sp_form="half")
+    config = TrainConfig.from_options(**flat, drift=False, max_steps=2)
+    nested = TrainConfig(
+        base="b",
+        output="o",
+        data=["x.txt"],
+        max_steps=2,
+        l2sp=L2SPOptions(lambdas="1:3=0.1", form="half"),
+        drift=DriftOptions(log=False),
+    )
+    assert config == nested and config.ema.alpha is None and config.drift.groups is None
+    options = config.as_options()
+    assert list(options)[:6] == ["base", "output", "data", "max_steps", "max_tokens", "mix_until"]
+    assert options["l2sp_form"] == "half" and options["drift"] is False
+    assert TrainConfig.from_options(**options) == config
+    with pytest.raises(TypeError, match="no option 'l2sp_lambdas'"):
+        TrainConfig.from_options(**flat, l2sp_lambdas="1")
+
+
+@dataclasses.dataclass
+class _Seeded:
+    seed: int = dataclasses.field(default=1, metadata=option("Another seed.", flag="--seed"))
+
+
+@dataclasses.dataclass
+class _TwiceSeeded:
+    seed: int = dataclasses.field(default=0, metadata=option("The seed."))
+    seeded: _Seeded = dataclasses.field(default_factory=_Seeded)
+
+
+def test_a_flag_named_twice_is_refused():
+    """A strategy's option whose flag another option has would share its command-line name."""
+    from train.fields import options_of
+
+    with pytest.raises(TypeError, match="options named twice: seed"):
+        options_of(_TwiceSeeded)

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from cli import cli
 from train.config import TrainConfig
 from train.memory_plan import count_parameters, meta_model, plan_memory, read_config
+from train.strategies.l2sp import L2SPOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +87,7 @@ def test_dry_run_gemma3_4b_l2sp_fits_fsdp_not_ddp(tmp_path):
             base=str(base),
             output=out,
             data=(),
-            l2sp="9:28=0.05,*=0.001",
+            l2sp=L2SPOptions(lambdas="9:28=0.05,*=0.001"),
             batch_size=4,
             block_size=1024,
         ),
@@ -130,7 +131,7 @@ def test_plan_counts_what_a_real_run_trains(families, tmp_path, options):
     base = families("llama")["base"]
     corpus = tmp_path / "c.txt"
     corpus.write_text("hello world\n")
-    config = TrainConfig(
+    config = TrainConfig.from_options(
         base=str(base), output=tmp_path / "o", data=[str(corpus)], max_steps=1, **options
     )
     folder, raw = read_config(str(base))

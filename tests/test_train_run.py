@@ -23,6 +23,8 @@ from tests.support.train_helpers import (
 from train.api import strategies, train
 from train.config import TrainConfig
 from train.errors import TrainConfigError
+from train.strategies.curriculum import CurriculumOptions
+from train.strategies.l2sp import L2SPOptions
 
 
 @pytest.fixture
@@ -291,7 +293,13 @@ def test_cli_mix_curriculum_and_token_budget(families, tmp_path):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert result.stdout.count("saved ") == 1 and f"saved {out}" in result.stdout
-    config = TrainConfig(base="b", output="o", data=[], mix_until=["0.5"], l2sp="1:3=0.1")
+    config = TrainConfig(
+        base="b",
+        output="o",
+        data=[],
+        curriculum=CurriculumOptions(limits=["0.5"]),
+        l2sp=L2SPOptions(lambdas="1:3=0.1"),
+    )
     assert strategies(config) == ("strategies: --l2sp 1:3=0.1, --l2sp-form sum, --mix-until 0.5")
     record = json.loads((out / "surgery_train.json").read_text())
     assert record["steps"] == 3 and record["tokens"] == 96

@@ -22,7 +22,7 @@ from eval.generation import (
     has_line_break,
     reference_line,
 )
-from eval.translation_outputs import DIAGNOSTICS, QUANTILES, STOP_RATES, output_diagnostics
+from eval.kinds.translation_outputs import DIAGNOSTICS, QUANTILES, STOP_RATES, output_diagnostics
 from surgery.diagnostics.metric_kinds import OUTPUT_RATES
 from surgery.diagnostics.results import metric_names
 from tests.support.tiny_models import build_model, make_tokenizer

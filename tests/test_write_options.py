@@ -15,9 +15,15 @@ from surgery.engine.ops.merge.registry import METHODS
 from surgery.options import WriteOptions
 
 ROOT = Path(__file__).resolve().parents[1]
+# surgery/option_table.py names every option (its meaning) and declares none.
 SOURCES = [
     ROOT / "cli.py",
-    *(p for d in ("surgery", "eval", "train", "demo") for p in (ROOT / d).rglob("*.py")),
+    *(
+        p
+        for d in ("surgery", "eval", "train", "demo", "diagnose")
+        for p in (ROOT / d).rglob("*.py")
+        if p != ROOT / "surgery" / "option_table.py"
+    ),
 ]
 
 

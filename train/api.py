@@ -64,8 +64,9 @@ def train(
 
     if (config.eval_every is None) != (score is None):
         raise TrainConfigError("eval_every and a score function go together: give both or neither")
+    chosen = strategies(config)  # the line is said once BASE and the options check out
     plan = config.validate()
-    logger.info("%s", strategies(config))
+    logger.info("%s", chosen)
     with kept_on_failure(plan.checkpoints_dir, plan.output):
         discard_old_checkpoints(plan.checkpoints_dir, plan.discard_checkpoints)
         set_seed(config.seed)

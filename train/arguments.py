@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from train.errors import TrainConfigError
 
@@ -12,21 +13,20 @@ if TYPE_CHECKING:
     from transformers import TrainingArguments
 
     from train.config import TrainConfig
-    from train.strategies import Strategy
 
 logger = logging.getLogger(__name__)
 
 
 def training_arguments(
-    cfg: TrainConfig, checkpoints_dir: Path, *strategies: Strategy | None
+    cfg: TrainConfig, checkpoints_dir: Path, overrides: Mapping[str, Any] | None = None
 ) -> TrainingArguments:
     """transformers TrainingArguments for the run (max_steps is set once the world is known).
 
     Args:
         cfg: the run's configuration (its general options).
         checkpoints_dir: where the Trainer keeps its resumable checkpoints.
-        strategies: the run's strategies, whose `arguments` override the general ones (None:
-            a strategy the run does not use).
+        overrides: the strategies' keywords (`Strategies.arguments`), over the general ones
+            (early stopping saves at its scored steps instead of every `--save-steps`).
     """
     import torch
     from transformers import TrainingArguments
@@ -57,19 +57,9 @@ def training_arguments(
         use_cpu=not has_accelerator,
         dataloader_num_workers=0,
         **_fsdp_arguments(cfg.fsdp, cfg.fsdp_config),
-        **_strategy_arguments(cfg.save_steps, strategies),
+        **{"save_steps": cfg.save_steps, **(overrides or {})},
         **cfg.extra_args,
     )
-
-
-def _strategy_arguments(save_steps: int, strategies: tuple[Strategy | None, ...]) -> dict:
-    """`--save-steps`, then each strategy's keywords over it (early stopping saves at its scored
-    steps instead)."""
-    arguments = {"save_steps": save_steps}
-    for strategy in strategies:
-        if strategy is not None:
-            arguments.update(strategy.arguments())
-    return arguments
 
 
 def _fsdp_arguments(fsdp: str | None, fsdp_config: str | None) -> dict:

@@ -31,7 +31,8 @@ def assemble(
     from train.trainer import SurgeryTrainer
 
     cfg, sources, block = plan.config, plan.sources, plan.block_size
-    args = training_arguments(cfg, plan.checkpoints_dir, *plan.strategies)
+    overrides = plan.strategies.arguments()
+    args = training_arguments(cfg, plan.checkpoints_dir, overrides)
     single_device_instead_of_data_parallel(args)
     if cfg.fsdp and args.world_size == 1:
         logger.warning("--fsdp with one process: nothing to shard; start it with torchrun")

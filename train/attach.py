@@ -1,7 +1,7 @@
 """The recipe's fourth step: the strategies' hooks and the evaluation callbacks, on the Trainer.
 
 Strategies that hold copies of the weights as they sit on their devices (L2-SP, drift, EMA)
-create them when they are bound to the model: now, or under FSDP by `trainer.bind_strategies`
+create them when they are bound to the model (`trainer.when_bound`): at once, or under FSDP
 once FSDP has sharded the model (then each holds this rank's shards).
 """
 
@@ -47,10 +47,8 @@ def attach(
     strategies = plan.strategies
     _check_distributed(trainer, strategies)
     own: list[TrainerCallback] = []
-    for strategy in strategies:
+    for strategy in strategies:  # each bound now, or under FSDP after sharding
         own += strategy.attach(trainer, layers, strategies, plan.resume_from)
-    if not trainer.is_fsdp_enabled:
-        trainer.bind_strategies()  # else after sharding, in create_scheduler
     if not plan.config.keep_checkpoints and not trainer.args.load_best_model_at_end:
         # (When the best step is reloaded at the end, the last one may be it: keep its save.)
         own.append(SkipFinalCheckpoint())

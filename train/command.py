@@ -11,11 +11,12 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from surgery.core.cli_paths import OutputFolder
+from surgery.options import renamed
 from train.options import SIZE, config_options
 
 if TYPE_CHECKING:
@@ -27,14 +28,16 @@ class EvalHook:
     """What `surgery train --eval-every` takes from the eval wrapper.
 
     Attributes:
-        task_option: a click decorator adding the eval wrapper's `-t/--task` option (its value
-            arrives as `tasks`), so train spells it as eval, sweep and localize do.
-        make_scorer: `make_scorer(tasks) -> score(model, tokenizer)`; checks the task strings and
-            reads their data when called, so a typo fails before training starts.
+        options: a click decorator adding the eval wrapper's `-t/--task` option (its value
+            arrives as `tasks`) and its scoring options under `--eval-*` names (their value
+            arrives whole as `eval_scoring`), so train spells them as eval, sweep and localize do
+            without colliding with its own --batch-size and --seed.
+        make_scorer: `make_scorer(tasks, eval_scoring) -> score(model, tokenizer)`; checks the
+            task strings and reads their data when called, so a typo fails before training.
     """
 
-    task_option: Callable[[click.Command], click.Command]
-    make_scorer: Callable[[Sequence[str]], Scorer]
+    options: Callable[[Callable], Callable]
+    make_scorer: Callable[[Sequence[str], Any], Scorer]
 
 
 def _setup_logging(quiet: bool) -> None:
@@ -58,7 +61,7 @@ def build_train_command(evaluation: EvalHook | None = None) -> click.Command:
         The click command.
     """
 
-    @click.command(context_settings={"show_default": True})
+    @click.command("train", context_settings={"show_default": True})
     @click.argument("base")
     @click.argument("out", type=OutputFolder(file_okay=False))
     @config_options
@@ -77,6 +80,7 @@ def build_train_command(evaluation: EvalHook | None = None) -> click.Command:
         gpus: int,
         gpu_memory: int,
         tasks: Sequence[str] = (),
+        eval_scoring: Any = None,
         **options,
     ) -> None:
         """Continual pretraining of BASE (folder or Hub id), saved to OUT in BASE's layout.
@@ -107,7 +111,7 @@ def build_train_command(evaluation: EvalHook | None = None) -> click.Command:
         if (options["eval_every"] is None) != (not tasks):
             raise click.UsageError("--eval-every N and -t/--task TASK go together")
         _setup_logging(not options["progress"])
-        config = TrainConfig(base=base, output=out, eval_tasks=tuple(tasks), **options)
+        config = TrainConfig.from_options(base=base, output=out, eval_tasks=tuple(tasks), **options)
         if dry_run:
             from train.memory_plan import plan_memory
 
@@ -116,11 +120,15 @@ def build_train_command(evaluation: EvalHook | None = None) -> click.Command:
         from train.api import train
 
         # The tasks' strings and data are checked now, before any weight is loaded.
-        score = evaluation.make_scorer(tuple(tasks)) if tasks and evaluation else None
+        score = evaluation.make_scorer(tuple(tasks), eval_scoring) if tasks and evaluation else None
         path = train(config, score=score)
         if os.environ.get("RANK", "0") == "0":
             click.echo(f"saved {path}")
 
+    # The old spelling of --train-dtype, until the next release (it means a written dtype now).
+    train_command.callback = renamed("--dtype", "--train-dtype", "dtype")(train_command.callback)
     if evaluation is not None:
-        train_command = evaluation.task_option(train_command)  # click appends it to the params
+        train_command.callback = evaluation.options(train_command.callback)
+    # click appends the parameters these add to the command's own.
+    train_command.params += getattr(train_command.callback, "__click_params__", [])[::-1]
     return train_command

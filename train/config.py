@@ -1,12 +1,12 @@
 """The training configuration: one dataclass, validated once, into a resolved plan.
 
 `TrainConfig` holds what a user asks for, as plain values (strings for specs, so the CLI and the
-Python API share one parser): the general options declared here, and each strategy's options,
-declared in its module (train/strategies/) and added by `with_options`. `TrainConfig.validate()`
-checks everything that can be checked without loading weights (paths, budgets, specs against the
-checkpoint's layer count, data files) and returns a `TrainPlan`: typed values (the chosen
-strategies with their parsed settings, the module filter, the data sources, a torch dtype),
-parsed once, which each step of the recipe (train/api.py) is handed.
+Python API share one parser): the general options declared here, and each strategy's options in
+one field holding its option group, declared in the strategy's module (train/strategies/).
+`TrainConfig.validate()` checks everything that can be checked without loading weights (paths,
+budgets, specs against the checkpoint's layer count, data files) and returns a `TrainPlan`:
+typed values (the chosen strategies with their parsed settings, the module filter, the data
+sources, a torch dtype), parsed once, which each step of the recipe (train/api.py) is handed.
 """
 
 from __future__ import annotations
@@ -16,23 +16,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from surgery.core.dtypes import COMPUTE_DTYPES, parse_dtype, torch_dtype
-from surgery.core.errors import OutputError, SurgeryError
-from surgery.core.layers import require_modules
+from surgery.core.dtypes import compute_dtype, torch_dtype
+from surgery.core.errors import OutputError
 from surgery.core.modules import ModuleFilter, parse_module_filter
 from surgery.engine.output_dir import check_output
 from surgery.engine.output_paths import existing_output
 from train import strategies
 from train.errors import TrainConfigError
-from train.fields import cli
-from train.limits import (
-    block_size,
-    check_attention_only,
-    require_attention_only_tensors,
-    require_narrowed_layers,
-)
+from train.fields import cli, flatten, nest
+from train.limits import block_size, check_attention_only
 from train.sources import DataSource, normalize_shares, parse_data_source
 from train.strategies import Strategies
+from train.strategies.curriculum import CurriculumOptions
+from train.strategies.drift import DriftOptions
+from train.strategies.early_stopping import EarlyStoppingOptions
+from train.strategies.ema import EMAOptions
+from train.strategies.freeze import FreezeOptions
+from train.strategies.l2sp import L2SPOptions
+from train.strategies.lora import LoRAOptions
 
 if TYPE_CHECKING:
     import torch
@@ -76,9 +77,9 @@ class _Request:
 
 
 @dataclass
-@strategies.with_options
 class TrainConfig:
-    """Everything `surgery train` accepts (one field per CLI option); see `validate`.
+    """Everything `surgery train` accepts (one field per CLI option, or per strategy); see
+    `validate`.
 
     Budget: exactly one of `max_steps` and `max_tokens`. One optimizer step consumes
     `batch_size * grad_accum * world_size` blocks of `block_size` tokens.
@@ -101,13 +102,13 @@ class TrainConfig:
             scorer itself is passed to `train.api.train` (train does not import eval), the
             strings are recorded with the run.
         extra_args: more `transformers.TrainingArguments` keywords.
+        curriculum, freeze, l2sp, ema, lora, drift, early_stopping: each strategy's options, as
+            the `Options` of its module (train/strategies/) declares them, e.g.
+            `l2sp=L2SPOptions(lambdas="9:28=0.05,*=0.001")`.
 
-    The strategies' options are fields too (`freeze`, `l2sp`, `ema`, `lora`, `mix_until`,
-    `early_stopping`, `drift`, ...): each strategy declares them in its module
-    (train/strategies/, its `Options`), and `with_options` places them among these.
-
-    Each field's `metadata` (see `train.fields.cli`) declares its command-line option;
-    `surgery train`'s options are generated from them (train/options.py).
+    Each field's `metadata` (see `train.fields.cli`) declares its command-line option, and so
+    does each field of an option group; `surgery train`'s options are generated from them
+    (train/options.py), in the order of the fields here.
     """
 
     base: str = field(metadata=cli(argument=True))
@@ -126,6 +127,7 @@ class TrainConfig:
     max_tokens: int | None = field(
         default=None, metadata=cli("Token budget, rounded up to whole steps.")
     )
+    curriculum: CurriculumOptions = field(default_factory=CurriculumOptions)
     block_size: int | None = field(
         default=None, metadata=cli("Tokens per packed block [min(1024, context)].")
     )
@@ -138,6 +140,7 @@ class TrainConfig:
     )
     weight_decay: float = field(default=0.0, metadata=cli("AdamW weight decay (toward zero)."))
     max_grad_norm: float = field(default=1.0, metadata=cli("Gradient clipping (0: off)."))
+    freeze: FreezeOptions = field(default_factory=FreezeOptions)
     modules: str | None = field(
         default=None,
         metadata=cli(
@@ -155,9 +158,15 @@ class TrainConfig:
             "norms train)."
         ),
     )
+    l2sp: L2SPOptions = field(default_factory=L2SPOptions)
+    ema: EMAOptions = field(default_factory=EMAOptions)
+    lora: LoRAOptions = field(default_factory=LoRAOptions)
     dtype: str = field(
         default="float32",
-        metadata=cli("Weights dtype while training; the checkpoint is saved in BASE's dtype."),
+        metadata=cli(
+            "Weights dtype while training; the checkpoint is saved in BASE's dtype.",
+            flag="--train-dtype",
+        ),
     )
     mixed_precision: str = field(
         default="no", metadata=cli("Autocast compute dtype.", choices=MIXED_PRECISION)
@@ -210,6 +219,7 @@ class TrainConfig:
     report_to: str = field(
         default="none", metadata=cli("Trainer integrations: wandb, tensorboard...")
     )
+    drift: DriftOptions = field(default_factory=DriftOptions)
     progress: bool = field(default=True, metadata=cli("No progress bar.", flag="-q/--quiet"))
     eval_every: int | None = field(
         default=None,
@@ -219,9 +229,25 @@ class TrainConfig:
             metavar="N",
         ),
     )
+    early_stopping: EarlyStoppingOptions = field(default_factory=EarlyStoppingOptions)
     # Given on the command line by the eval wrapper's own -t/--task option (see cli.py).
     eval_tasks: Sequence[str] = field(default=(), metadata=cli(hidden=True))
     extra_args: dict = field(default_factory=dict, metadata=cli(hidden=True))
+
+    @classmethod
+    def from_options(cls, **options: object) -> TrainConfig:
+        """A config from values named as `surgery train` and the training record name them:
+        flat, by flag (`l2sp_form="half"` for `l2sp=L2SPOptions(form="half")`).
+
+        Raises:
+            TypeError: a name that is no option.
+        """
+        return nest(cls, options)
+
+    def as_options(self) -> dict:
+        """Every value named as `from_options` takes them, in the order of `--help` (the
+        training record's `config`)."""
+        return flatten(self)
 
     def validate(self) -> TrainPlan:
         """Check the request and resolve it against the base checkpoint's layout.
@@ -242,21 +268,13 @@ class TrainConfig:
 
         # From here on the request is resolved against BASE, by the engine's own parsers.
         layout = open_layout(self.base)
-        stack = layout.text_stack
-        modules = request.modules
-        chosen = strategies.choose(self, layout, modules, self.attention_only)
-        for strategy in chosen if modules is not None else ():
-            if strategy.named_layers:  # each named range must hold a tensor --modules selects
-                require_modules(modules, layout.tensors, stack, strategy.named_layers)
         # Never BASE or a local data source, never inside one or holding one (even with --force);
         # a new OUT inside another checkpoint only with --force (an existing OUT: judged above).
         output = request.output
         local = [Path(s.location) for s in request.sources if not s.hub]
         check_output(output, [layout.folder, *local], force=self.force or output.exists())
-        # What the parsers do not check (train/limits.py).
-        require_narrowed_layers(modules, chosen.named_layers)
-        if self.attention_only:
-            require_attention_only_tensors(layout.tensors, stack, chosen.frozen_layers)
+        # Each strategy's layers, checked against BASE's tensors (--modules, --attention-only).
+        chosen = strategies.choose(self, layout, request.modules, self.attention_only)
         block = block_size(self.block_size, layout.config)
         return TrainPlan(
             config=self,
@@ -272,13 +290,16 @@ class TrainConfig:
 
     def _check_request(self) -> _Request:
         """What can be checked before BASE is opened: numbers, OUT, data, each strategy's options
-        that need no layer count (their `check`), `--modules` and `--dtype`, parsed once here."""
+        that need no layer count (their `check`), `--modules` and `--train-dtype`, parsed once
+        here."""
         self._check_numbers()
         output = Path(self.output)
         resume_from = _check_output(output, self.resume, self.force)
         sources = self._resolve_sources()
         if self.attention_only:
-            check_attention_only(self.modules, self.lora, self.freeze, self.l2sp)
+            check_attention_only(
+                self.modules, self.lora.spec, self.freeze.layers, self.l2sp.lambdas
+            )
         return _Request(
             output=output,
             resume_from=resume_from,
@@ -332,13 +353,12 @@ class TrainConfig:
 
 
 def _training_dtype(text: str) -> str:
-    """The safetensors name of a --dtype a model can train in (float32, bf16, ...)."""
-    try:
-        name = parse_dtype(text)
-    except SurgeryError:
-        name = ""
-    if name not in COMPUTE_DTYPES:
-        raise TrainConfigError(f"--dtype {text!r}: choose float32, bfloat16, float16 or float64")
+    """The safetensors name of a --train-dtype a model can train in (float32, bf16, ...)."""
+    name = compute_dtype(text)
+    if name is None:
+        raise TrainConfigError(
+            f"--train-dtype {text!r}: choose float32, bfloat16, float16 or float64"
+        )
     return name
 
 

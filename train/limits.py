@@ -2,8 +2,9 @@
 narrows, `--attention-only`'s combinations, and a block no longer than the model's context (the
 strategies check their own options: train/strategies/).
 
-`TrainConfig.validate` applies them once BASE's layout is known; the `--dry-run` memory plan
-(train/memory_plan.py) applies the same ones to BASE's config.
+`TrainConfig.validate` applies them once BASE's layout is known (the layers' checks in the
+strategies' plans, `--modules` without layers in `train.strategies.choose`); the `--dry-run`
+memory plan (train/memory_plan.py) applies the same ones to BASE's config.
 """
 
 from __future__ import annotations

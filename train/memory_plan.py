@@ -3,7 +3,7 @@
 The model is built on the meta device (shapes, no storage), frozen and wrapped as the run would
 be, and its parameters counted. Per GPU:
 
-- weights: every parameter in the training dtype (`--dtype`, float32 by default);
+- weights: every parameter in the training dtype (`--train-dtype`, float32 by default);
 - gradients: trained parameters, same dtype; optimizer: AdamW's two moments per trained one;
   with several GPUs DDP adds its gradient buckets (another copy of the gradients);
 - L2-SP reference: trained parameters with lambda > 0; EMA anchor: every trained parameter;
@@ -195,19 +195,21 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
     from train.strategies.freeze import freeze
 
     if cfg.attention_only:
-        check_attention_only(cfg.modules, cfg.lora, cfg.freeze, cfg.l2sp)
+        check_attention_only(cfg.modules, cfg.lora.spec, cfg.freeze.layers, cfg.l2sp.lambdas)
     names = [n for n, _ in model.named_parameters()]
     stack = select_stack(find_stacks(names))
     num_layers = stack.num_layers
-    frozen = parse_layer_spec(cfg.freeze, num_layers) if cfg.freeze else []
+    spec = cfg.freeze.layers
+    frozen = parse_layer_spec(spec, num_layers) if spec else []
     if cfg.attention_only:
         require_attention_only_tensors(names, stack, frozen)
     modules = parse_module_filter(cfg.modules) if cfg.modules else None
     # `narrowed`: what --l2sp's ranges reach; `freezable`: what --freeze's reach.
     mapped = layer_map(names, num_layers, modules, cfg.attention_only)
     layers, narrowed = mapped.layers, mapped.narrowed
-    freeze(model, frozen, mapped.freezable, cfg.freeze_embeddings)
-    l2sp = check_lambdas(parse_layer_values(cfg.l2sp, num_layers), cfg.l2sp) if cfg.l2sp else None
+    freeze(model, frozen, mapped.freezable, cfg.freeze.embeddings)
+    lambdas = cfg.l2sp.lambdas
+    l2sp = check_lambdas(parse_layer_values(lambdas, num_layers), lambdas) if lambdas else None
     params = dict(model.named_parameters())
     total = sum(p.numel() for p in params.values())
     per_layer: dict[int | None, int] = {}
@@ -215,8 +217,8 @@ def count_parameters(model: nn.Module, cfg: TrainConfig) -> Counts:
         per_layer[layers[name]] = per_layer.get(layers[name], 0) + param.numel()
     largest_layer = max((v for k, v in per_layer.items() if k is not None), default=0)
     largest_unit = max(per_layer.get(None, 0), largest_layer)
-    if cfg.lora:
-        trained = _lora_parameters(model, parse_lora(cfg.lora), set(frozen))
+    if cfg.lora.spec:
+        trained = _lora_parameters(model, parse_lora(cfg.lora.spec), set(frozen))
         return Counts(total + trained, trained, 0, largest_unit, largest_layer)
     trained = regularized = 0
     for name, param in params.items():
@@ -299,21 +301,21 @@ def plan_memory(cfg: TrainConfig, gpus: int, gpu_memory: int) -> MemoryPlan:
     counts = count_parameters(model, cfg)
     element = _DTYPE_BYTES.get(cfg.dtype.lower())
     if element is None:
-        raise TrainConfigError(f"--dtype {cfg.dtype!r}: choose float32, bfloat16 or float16")
+        raise TrainConfigError(f"--train-dtype {cfg.dtype!r}: choose float32, bfloat16 or float16")
     text = config.get("text_config") or config
     base_bf16 = str(text.get("torch_dtype", text.get("dtype", config.get("dtype")))) in (
         "bfloat16",
         "torch.bfloat16",
     )
     drift_element = 2 if base_bf16 and element == 4 else element
-    regularized = counts.regularized if cfg.l2sp else 0
-    drift = (counts.trained - regularized) if cfg.drift and not cfg.lora else 0
+    regularized = counts.regularized if cfg.l2sp.lambdas else 0
+    drift = (counts.trained - regularized) if cfg.drift.log and not cfg.lora.spec else 0
     parts = [
         ("weights", counts.total * element),
         ("gradients", counts.trained * element),
         ("optimizer (AdamW moments)", 2 * counts.trained * element),
         ("L2-SP reference", regularized * element),
-        ("EMA anchor", counts.trained * element if cfg.ema is not None else 0),
+        ("EMA anchor", counts.trained * element if cfg.ema.alpha is not None else 0),
         ("drift reference (--no-drift: 0)", drift * drift_element),
     ]
     rows = [(label, size, math.ceil(size / gpus)) for label, size in parts]

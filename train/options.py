@@ -1,8 +1,9 @@
 """`surgery train`'s options, generated from `TrainConfig`'s field metadata.
 
 One declaration per setting: the dataclass field holds its type, default and help (see
-`train.config.cli`), and this module turns each field into a click option, so the command and
-the Python API cannot drift apart (as mergekit builds its options from its pydantic model).
+`train.fields.cli`), in `TrainConfig` or in a strategy's option group, and this module turns
+each field into a click option, so the command and the Python API cannot drift apart (as
+mergekit builds its options from its pydantic model).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import click
 
 from train.config import TrainConfig
+from train.fields import Option, flag_of, options_of
 
 # Python types of TrainConfig fields -> click parameter types.
 _CLICK_TYPES = {int: click.INT, float: click.FLOAT, str: click.STRING}
@@ -31,13 +33,13 @@ def _base_type(hint: Any) -> Any:
     return hint
 
 
-def _option(field: dataclasses.Field, hint: Any) -> Callable:
-    spec = field.metadata["cli"]
-    flag = spec["flag"] or "--" + field.name.replace("_", "-")
-    names = [*flag.split("/"), field.name]
-    kind = _base_type(hint)
-    has_default = field.default is not dataclasses.MISSING
-    default = field.default if has_default else None
+def _option(option: Option) -> Callable:
+    spec = option.field.metadata["cli"]
+    flag = spec["flag"] or "--" + option.key.replace("_", "-")
+    names = [*flag.split("/"), option.key]
+    kind = _base_type(option.hint)
+    has_default = option.field.default is not dataclasses.MISSING
+    default = option.field.default if has_default else None
     kwargs: dict[str, Any] = {"help": spec["help"]}
     if kind is bool:
         # A flag sets the field to the opposite of its default (--no-drift: drift=False).
@@ -58,19 +60,21 @@ def _option(field: dataclasses.Field, hint: Any) -> Callable:
     return click.option(*names, **kwargs)
 
 
-def config_options(command: Callable) -> Callable:
-    """Add one click option per command-line field of `TrainConfig`, in field order.
+def _on_command_line(option: Option) -> bool:
+    spec = option.field.metadata["cli"]
+    return not spec["argument"] and not spec["hidden"]
 
-    The command receives them as keyword arguments named like the fields.
+
+def config_options(command: Callable) -> Callable:
+    """Add one click option per command-line field of `TrainConfig` and of its option groups,
+    in field order.
+
+    The command receives them as keyword arguments by flat name (`l2sp_form`), as
+    `TrainConfig.from_options` takes them.
     """
-    hints = typing.get_type_hints(TrainConfig)
-    fields = [
-        f
-        for f in dataclasses.fields(TrainConfig)
-        if not f.metadata["cli"]["argument"] and not f.metadata["cli"]["hidden"]
-    ]
-    for field in reversed(fields):  # click applies decorators bottom-up
-        command = _option(field, hints[field.name])(command)
+    options = [option for option in options_of(TrainConfig) if _on_command_line(option)]
+    for option in reversed(options):  # click applies decorators bottom-up
+        command = _option(option)(command)
     return command
 
 
@@ -94,28 +98,19 @@ class SizeType(click.ParamType):
 SIZE = SizeType()
 
 
-def _default(field: dataclasses.Field) -> Any:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return dataclasses.MISSING
-
-
 def command_line(config: TrainConfig) -> list[str]:
     """The `surgery train` arguments that make `config`: BASE, OUT, then each option whose value
     is not its default (the inverse of `config_options`, so a printed command is the real one).
     """
     args = [str(config.base), str(config.output)]
-    for field in dataclasses.fields(TrainConfig):
-        spec = field.metadata["cli"]
-        value = getattr(config, field.name)
-        if spec["argument"] or spec["hidden"] or value == _default(field):
+    for option in options_of(TrainConfig):
+        value = option.value(config)
+        if not _on_command_line(option) or value == option.default:
             continue
-        flag = (spec["flag"] or "--" + field.name.replace("_", "-")).split("/")[-1]
+        flag = flag_of(option.key, option.field.metadata)
         if isinstance(value, bool):
             args.append(flag)  # a flag sets the opposite of the default
             continue
-        for item in value if spec["multiple"] else [value]:
+        for item in value if option.field.metadata["cli"]["multiple"] else [value]:
             args += [flag, str(item)]
     return args

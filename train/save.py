@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from train.checkpoint_io import to_base_layout, write_checkpoint
+from train.fields import flatten
 from train.outputs import carried_entries
 from train.sharding import full_state_dict
 
 if TYPE_CHECKING:
-    import torch
-    from transformers import PreTrainedModel
-
     from train.config import TrainPlan
-    from train.strategies import Strategies
     from train.trainer import SurgeryTrainer
 
 logger = logging.getLogger(__name__)
@@ -38,11 +34,15 @@ def save(trainer: SurgeryTrainer, plan: TrainPlan) -> None:
     cfg, output = plan.config, plan.output
     main = trainer.is_world_process_zero()
     record = _record(trainer, plan) if main else {}
-    model, state_dict = _full_weights(trainer, plan.strategies, main)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    # A collective under FSDP: every rank gathers tensor by tensor, only the main one keeps them.
+    state_dict = full_state_dict(model, keep=main) if trainer.is_fsdp_enabled else None
+    model, state_dict = plan.strategies.weights(model, state_dict, main)  # LoRA merged
     if main:
         checkpoints = Path(trainer.args.output_dir)  # the resumable checkpoints
         carry = carried_entries(checkpoints, output, cfg.keep_checkpoints, cfg.force)
-        tensors = to_base_layout(model, state_dict, plan.layout)
+        weights = state_dict if state_dict is not None else model.state_dict()  # no FSDP
+        tensors = to_base_layout(model, weights, plan.layout)
         replace = cfg.force or None
         write_checkpoint(
             output,
@@ -67,7 +67,7 @@ def _record(trainer: SurgeryTrainer, plan: TrainPlan) -> dict:
     for strategy in plan.strategies:
         strategies.update(strategy.record(trainer))
     return {
-        "config": dataclasses.asdict(plan.config),
+        "config": flatten(plan.config),  # flat, by flag name, as `from_options` takes it
         "steps": trainer.state.global_step,
         "tokens": trainer.args.max_steps * trainer.tokens_per_step,
         "world_size": trainer.args.world_size,
@@ -78,16 +78,3 @@ def _record(trainer: SurgeryTrainer, plan: TrainPlan) -> dict:
         **strategies,
         "log_history": trainer.state.log_history,
     }
-
-
-def _full_weights(
-    trainer: SurgeryTrainer, strategies: Strategies, main: bool
-) -> tuple[PreTrainedModel, dict[str, torch.Tensor]]:
-    """The trained model (unwrapped, each strategy's `weights` applied: LoRA merged) and its
-    full state dict (empty on the other ranks under FSDP)."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    # A collective under FSDP: every rank gathers tensor by tensor, only the main one keeps them.
-    state_dict = full_state_dict(model, keep=main) if trainer.is_fsdp_enabled else None
-    for strategy in strategies:
-        model, state_dict = strategy.weights(model, state_dict, main)
-    return model, state_dict if state_dict is not None else model.state_dict()

@@ -47,11 +47,15 @@ class SurgeryTrainer(Trainer):
         enable_fsdp_on_cpu(self)
 
     def when_bound(self, bind: Callable[[torch.nn.Module], None]) -> None:
-        """Call `bind(model)` once the model's parameters are final (see the class docstring)."""
-        self.binders.append(bind)
+        """Call `bind(model)` once the model's parameters are final (see the class docstring):
+        now, or under FSDP after sharding."""
+        if self.is_fsdp_enabled:
+            self.binders.append(bind)
+        else:
+            bind(self.model)
 
     def bind_strategies(self, model: torch.nn.Module | None = None) -> None:
-        """Bind the strategies to the model as it is now, once, in the order they asked."""
+        """Bind the strategies to the sharded model, once, in the order they asked."""
         binders, self.binders = self.binders, []
         for bind in binders:
             bind(model if model is not None else self.model)

@@ -1,10 +1,12 @@
-"""What a task kind is, and the registry every kind's module adds itself to.
+"""What a task kind is, what a task of it is, and the registry every kind's module adds itself to.
 
 A `Kind` holds everything that differs between kinds: its options, how a suite entry of it is
-read and expanded over languages, where its data is and how it is read (a loader named as
-``module:attribute``, imported only when a task is loaded, since the readers pull in torch),
-its metric prefix, and the statistics compare resamples. The commands ask the kind; no module
-outside a kind's own branches on its name.
+read and expanded over languages, how its data is read (its loader, a function from a `TaskSpec`
+to a `Task`), its metric prefix, and the statistics compare resamples. The commands ask the
+kind; no module outside a kind's own branches on its name.
+
+`TaskSpec` (a parsed task string), `Settings` (what every task's run reads) and the `Task`
+protocol are what a kind's loader takes and returns; `eval.tasks` parses task strings into them.
 
 This module imports neither torch nor transformers (the CLI validates task strings before it
 spends time loading a model).
@@ -12,22 +14,92 @@ spends time loading a model).
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from surgery.hub.datasets import DatasetRef
 
 _NAME_RE = re.compile(r"^[\w.+-]+$")
 
 REQUIRED = object()
 
-# Kind name -> kind, in registration order (the order of --help and the docs' list).
+# Kind name -> kind, sorted by name once every kind's module is imported (`eval.kinds`): the
+# order of --help, of the docs' list and of messages.
 KINDS: dict[str, Kind] = {}
 
 # `(variant, direction, options)` of one language's expansion of a suite task.
 Expansion = tuple[str | None, str | None, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A parsed task string: kind, path (or None) and options with defaults filled in."""
+
+    kind: str
+    path: Path | None
+    options: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+    dataset: DatasetRef | None = None  # a Hub dataset instead of a path (``hub:ID...``)
+
+    @property
+    def name(self) -> str:
+        """Prefix of this task's metric names, e.g. `belebele` in `belebele/acc`."""
+        return self.options["name"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Run-wide settings every task reads (resolved by `eval.api.evaluate`)."""
+
+    batch_size: int = 8
+    limit: int | None = None
+    seed: int = 0
+    max_length: int = 2048  # longest sequence fed to the model, prompt plus answer
+    progress: bool = True
+    # Multiple choice: run the contexts' shared token prefix once (eval.prefix_cache).
+    prefix_cache: bool = True
+    # Called with one JSON-able dict per scored item (--log-samples), or None.
+    log: Callable[[dict[str, Any]], None] | None = None
+    # Score only these items (indices among the first `limit`), e.g. one half of a suite's
+    # items (`eval.study.halves`); None scores them all. Prompts and demonstrations are those
+    # of the whole run, so an item scores the same in a half as in the whole.
+    items: frozenset[int] | None = None
+
+    def keep(self, count: int) -> list[int]:
+        """The indices among the first `count` items that are scored."""
+        if self.items is None:
+            return list(range(count))
+        return [index for index in range(count) if index in self.items]
+
+
+class Task(Protocol):
+    """A task with its data read, ready to score any model."""
+
+    spec: TaskSpec
+
+    def config(self) -> dict[str, Any]:
+        """The task's settings, for the output's `config`."""
+        ...
+
+    def run(self, model: Any, tokenizer: Any, settings: Settings) -> tuple[dict, dict]:
+        """Score the model.  Returns `(metrics named relative to the task, extra config)`."""
+        ...
+
+
+class HalvableTask(Task, Protocol):
+    """A task whose items can be split into halves (`eval.study.halves`)."""
+
+    def half_items(self, limit: int | None, seed: int) -> list[int]:
+        """The indices of the items (among the first `limit`) that may go into a half: those
+        that serve as no demonstration in the prompt of another.
+
+        Raises:
+            TaskSpecError: the task draws its demonstrations from the items it scores.
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -103,7 +175,8 @@ class Kind:
     """A task kind: its name, its argument (None: takes none), summary and options, and how the
     suite, the runner and compare treat it.
 
-    loader: ``module:attribute`` of a function from a `TaskSpec` to a loaded task.
+    loader: reads a task's data: a function from a `TaskSpec` to a `Task` (defined in the kind's
+        module; it imports torch only when it scores a model).
     measure: the per-item statistics compare resamples (`eval.study.measures.MEASURES`).
     primary: the metric tables and plots show (None: the measure's first).
     sampler: where demonstrations come from when the task names no sampler (None: drawn).
@@ -116,7 +189,8 @@ class Kind:
     argument: str | None
     summary: str
     options: dict[str, Option] = field(default_factory=dict)
-    loader: str = ""
+    _: KW_ONLY
+    loader: Callable[[TaskSpec], Task]
     measure: str = "outcomes"
     primary: str | None = None
     sampler: str | None = None
@@ -133,14 +207,6 @@ class Kind:
         text = self.name + (f":{self.argument}" if self.argument else "")
         required = [f"{key}=L" for key, o in self.options.items() if o.default is REQUIRED]
         return text + (":" + ",".join(required) if required else "")
-
-    def load(self, spec: Any) -> Any:
-        """Read a task's data through the kind's loader (imported now: it pulls in torch)."""
-        module, _, attribute = self.loader.partition(":")
-        target: Any = importlib.import_module(module)
-        for part in attribute.split("."):
-            target = getattr(target, part)
-        return target(spec)
 
     # -- the suite ------------------------------------------------------------------------
 

@@ -4,12 +4,14 @@ stays fast)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from surgery.core.cli_paths import OutputFolder
-from surgery.options import quiet_option
+from eval.options import scoring_options, suite_option
+from eval.search.settings import SearchOptions
+from surgery.options import blocks_option, collapse, out_option, quiet_option
 
 HELP = """Search per-block interpolation profiles between BASE and TRAINED on the
 learning-forgetting frontier of a suite, and report them on items the search never saw.
@@ -26,10 +28,10 @@ folders. Each profile prints as the --alpha string of `surgery interpolate`.
 
 \b
 Examples:
-  surgery search base trained --suite study.yml --out search/ --trials 60
-  surgery search base trained --suite study.yml --out search/ --blocks 0:9,9:28,28:34 \\
+  surgery search base trained --suite study.yml -o search/ --trials 60
+  surgery search base trained --suite study.yml -o search/ --blocks 0:9,9:28,28:34 \\
       --budget "others ppl <= +5%" --time 2h
-  surgery search base trained --suite study.yml --out search/ --objectives held_out
+  surgery search base trained --suite study.yml -o search/ --objectives held_out
   surgery search search/ --write 17          # point 17 as a checkpoint: search/point-17
 """
 
@@ -48,80 +50,104 @@ def parse_duration(text: str | None) -> float | None:
     return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
 
 
+def _grid(ctx: click.Context, param: click.Parameter, value: str) -> tuple[float, ...]:
+    from surgery.diagnostics.sweep import parse_alpha_grid
+
+    return tuple(parse_alpha_grid(value))
+
+
+# The search's own options, one `SearchOptions` value (BASE, TRAINED, the suite, the folder and
+# the scoring options join it in the command).
+search_options = collapse(
+    SearchOptions,
+    "search",
+    blocks_option,
+    click.option(
+        "--embeddings",
+        is_flag=True,
+        help="The embeddings, final norm and head as a block of their own (`*`); otherwise "
+        "TRAINED's.",
+    ),
+    click.option(
+        "--step", default=0.05, show_default=True, type=float, help="Grid of the strengths."
+    ),
+    click.option(
+        "--measure",
+        default=None,
+        help="TASK[/METRIC] of learning (held in) and forgetting (others) [default: the suite's "
+        "perplexity task].",
+    ),
+    click.option(
+        "--objectives",
+        default=None,
+        help="More objectives, comma-separated SPLIT [MEASURE]: held_out (transfer), "
+        "'held_in chrf'.",
+    ),
+    click.option(
+        "--budget",
+        "budgets",
+        multiple=True,
+        help="A bound, repeatable: 'others ppl <= +5%' (relative to BASE), 'held_in chrf >= +2' "
+        "(change), 'held_in ppl <= 30' (value).",
+    ),
+    click.option(
+        "--trials",
+        default=50,
+        show_default=True,
+        type=int,
+        help="Trials in all, over every worker.",
+    ),
+    click.option(
+        "--time",
+        default=None,
+        callback=lambda _ctx, _param, value: parse_duration(value),
+        help="Stop after this long: 90s, 30m, 2h.",
+    ),
+    click.option(
+        "--seed",
+        default=0,
+        show_default=True,
+        type=int,
+        help="Seeds the sampler's proposals and the bootstrap.",
+    ),
+    click.option(
+        "--baseline-layers",
+        default=None,
+        help="The reverted baseline's layers [default: the paper's 9:28 of 34, as a share].",
+    ),
+    click.option(
+        "--uniform",
+        default="0.25,0.5,0.75",
+        show_default=True,
+        callback=_grid,
+        help="Uniform-strength baselines (sweep's points), a list or start:stop:step.",
+    ),
+    click.option(
+        "--storage", default=None, help="A database URL optuna accepts, for several machines."
+    ),
+    click.option(
+        "--resamples", default=2000, show_default=True, type=int, help="Bootstrap resamples."
+    ),
+)
+
+
 @click.command("search", help=HELP, short_help="Search layer profiles on the frontier.")
 @click.argument("inputs", nargs=-1, required=True, metavar="BASE TRAINED | DIR")
-@click.option("--suite", type=click.Path(dir_okay=False, path_type=Path), help="Suite YAML.")
-@click.option("--out", "out", type=OutputFolder(path_type=Path), help="The search's folder.")
-@click.option(
-    "--blocks",
-    default="4",
-    show_default=True,
-    help="N contiguous blocks as equal as possible (numpy's array_split), or a partition of "
-    "the stack: 0:9,9:28,28:34.",
+@suite_option
+@out_option(
+    "The search's folder: search.json, frontier.json, frontier.png, report.md, "
+    "report/<point>/ and the point-N checkpoints of --write."
 )
+@search_options
 @click.option(
-    "--embeddings",
-    is_flag=True,
-    help="The embeddings, final norm and head as a block of their own (`*`); otherwise TRAINED's.",
-)
-@click.option("--step", default=0.05, show_default=True, type=float, help="Grid of the strengths.")
-@click.option(
-    "--measure",
-    default=None,
-    help="TASK[/METRIC] of learning (held in) and forgetting (others) [default: the suite's "
-    "perplexity task].",
-)
-@click.option(
-    "--objectives",
-    default=None,
-    help="More objectives, comma-separated SPLIT [MEASURE]: held_out (transfer), 'held_in chrf'.",
-)
-@click.option(
-    "--budget",
-    "budgets",
-    multiple=True,
-    help="A bound, repeatable: 'others ppl <= +5%' (relative to BASE), 'held_in chrf >= +2' "
-    "(change), 'held_in ppl <= 30' (value).",
-)
-@click.option(
-    "--trials",
-    default=50,
-    show_default=True,
+    "--write",
     type=int,
-    help="Trials in all, over every worker.",
-)
-@click.option("--time", "duration", default=None, help="Stop after this long: 90s, 30m, 2h.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Sampler and bootstrap seed.")
-@click.option(
-    "--split-seed",
-    default=0,
-    show_default=True,
-    type=int,
-    help="Seed of the search/report halves (as `surgery eval --half`).",
-)
-@click.option(
-    "--baseline-layers",
     default=None,
-    help="The reverted baseline's layers [default: the paper's 9:28 of 34, as a share].",
+    help="Write point N as a checkpoint: DIR/point-N (DIR: -o/--out, or the one input).",
 )
-@click.option(
-    "--uniform",
-    default="0.25,0.5,0.75",
-    show_default=True,
-    help="Uniform-strength baselines (sweep's points), a list or start:stop:step.",
-)
-@click.option(
-    "--storage", default=None, help="A database URL optuna accepts, for several machines."
-)
-@click.option("--resamples", default=2000, show_default=True, type=int, help="Bootstrap resamples.")
-@click.option("--write", "write", type=int, default=None, help="Write point N as a checkpoint.")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:1, ...")
-@click.option("--eval-dtype", "dtype", default=None, help="bf16, fp16 or fp32 [fp32 on cpu].")
-@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
-@click.option("--limit", type=click.IntRange(min=1), help="Only the first N items per unit.")
-@click.option("--max-length", type=click.IntRange(min=2), help="Longest sequence fed.")
+@scoring_options("device", "dtype", "batch_size", "limit", "max_length", "split_seed")
 @quiet_option
-def search_command(inputs, suite, out, write, duration, quiet, **options) -> None:
+def search_command(inputs, suite, out, search, write, scoring, quiet) -> None:
     """Run a search, or write a point of a finished one (see HELP)."""
     if len(inputs) == 1:
         if write is None:
@@ -133,37 +159,15 @@ def search_command(inputs, suite, out, write, duration, quiet, **options) -> Non
     if len(inputs) != 2:
         raise click.UsageError("give BASE TRAINED (or a search's DIR with --write N)")
     if suite is None or out is None:
-        raise click.UsageError("a search needs --suite SUITE and --out DIR")
+        raise click.UsageError("a search needs --suite SUITE and -o/--out DIR")
     from eval.search.report import write_point, write_report
-    from eval.search.run import SearchOptions, run_search
-    from eval.study.runner import SuiteRun
-    from surgery.diagnostics.sweep import parse_alpha_grid
+    from eval.search.run import run_search
+    from eval.study.scoring import suite_run
 
-    loading = ("device", "dtype", "batch_size", "limit", "max_length")
-    searcher = run_search(
-        SearchOptions(
-            base=inputs[0],
-            trained=inputs[1],
-            suite=suite,
-            out=out,
-            blocks=options["blocks"],
-            embeddings=options["embeddings"],
-            step=options["step"],
-            measure=options["measure"],
-            objectives=options["objectives"],
-            budgets=tuple(options["budgets"]),
-            trials=options["trials"],
-            time=parse_duration(duration),
-            seed=options["seed"],
-            split_seed=options["split_seed"],
-            baseline_layers=options["baseline_layers"],
-            uniform=tuple(parse_alpha_grid(options["uniform"])),
-            storage=options["storage"],
-            resamples=options["resamples"],
-            eval=SuiteRun(**{key: options[key] for key in loading}, progress=False),
-            quiet=quiet,
-        )
+    search = replace(
+        search, base=inputs[0], trained=inputs[1], suite=Path(suite), out=out, quiet=quiet
     )
+    searcher = run_search(search, suite_run(scoring.resolved(), progress=False))
     document = write_report(searcher)
     click.echo(format_frontier(document))
     if write is not None:

@@ -9,14 +9,16 @@ from typing import Any
 
 from eval.study.memory import PreparedSuite, prepare_suite
 from eval.study.results import replace_text
+from eval.study.runner import SuiteRun
 from eval.study.suite import Unit
 
 
-def prepare_half(options: Any, half: str, needed: list[Any]) -> PreparedSuite:
+def prepare_half(options: Any, scoring: SuiteRun, half: str, needed: list[Any]) -> PreparedSuite:
     """The units of the measured tasks in the measured splits, on one half of their items.
 
     Args:
-        options: the search's options (suite, eval settings, split seed, TRAINED).
+        options: the search's options (the suite, TRAINED).
+        scoring: how the models are scored, the split seed of the halves included.
         half: search or report.
         needed: the objectives (and budgets') measured.
     """
@@ -28,7 +30,7 @@ def prepare_half(options: Any, half: str, needed: list[Any]) -> PreparedSuite:
         split = unit.split or ("others" if unit.lang else None)
         return name in tasks and split in splits
 
-    settings = replace(options.eval, half=half, split_seed=options.split_seed)
+    settings = replace(scoring, half=half)
     return prepare_suite(options.suite, settings, options.trained, wanted)
 
 

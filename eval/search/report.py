@@ -90,7 +90,7 @@ def _write_report(searcher: Any) -> dict[str, Any]:
     checked, options = searcher.checked, searcher.options
     out = options.out
     measured = checked.measured
-    report = prepare_half(options, "report", measured)
+    report = prepare_half(options, checked.search.options, "report", measured)
     points = points_of(searcher.study)
     runs = {
         "base": searcher.run("0", report, "base"),
@@ -142,7 +142,7 @@ def _write_report(searcher: Any) -> dict[str, Any]:
         "suite": str(options.suite),
         "blocks": [f"{a}:{b}" for a, b in checked.space.blocks],
         "embeddings": checked.space.embeddings,
-        "split_seed": options.split_seed,
+        "split_seed": checked.search.options.split_seed,
         "seed": options.seed,
         "objectives": [
             {

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.search.objectives import Budget, Measures, Objective, parse_budget, parse_objectives
+from eval.search.settings import SearchOptions
 from eval.search.space import Baseline, Space, baselines, paper_band, parse_blocks
 from eval.study.compare import compare_runs
 from eval.study.memory import PreparedSuite, score_suite, summary
@@ -29,32 +30,6 @@ from surgery.core.errors import OutputError, SurgeryError
 from surgery.core.layers import parse_layer_spec, select_stack
 
 SETTINGS_FILE = "search.json"  # DIR's record of the search's settings: DIR is this search's
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """What `surgery search` is given (validated by `check`)."""
-
-    base: str
-    trained: str
-    suite: Path
-    out: Path
-    blocks: str = "4"
-    embeddings: bool = False
-    step: float = 0.05
-    measure: str | None = None
-    objectives: str | None = None
-    budgets: tuple[str, ...] = ()
-    trials: int = 50
-    time: float | None = None  # seconds
-    seed: int = 0
-    split_seed: int = 0
-    baseline_layers: str | None = None
-    uniform: tuple[float, ...] = (0.25, 0.5, 0.75)
-    storage: str | None = None
-    resamples: int = 2000
-    eval: SuiteRun = field(default_factory=SuiteRun)
-    quiet: bool = False
 
 
 @dataclass
@@ -102,8 +77,9 @@ def _sha(value: Any) -> str:
     return suite_sha256(value)
 
 
-def check(options: SearchOptions) -> Checked:
-    """Every check that needs no model (see the module docstring).
+def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
+    """Every check that needs no model (see the module docstring); `scoring`: how the models
+    are scored (the split seed of the halves included).
 
     Raises:
         SurgeryError, SuiteError, EvalDataError, TaskSpecError, LayerSpecError, OutputError.
@@ -111,6 +87,8 @@ def check(options: SearchOptions) -> Checked:
     from surgery.api import warn_if_swapped
     from surgery.hub.resolve import open_input
 
+    if not (options.base and options.trained) or options.suite is None or options.out is None:
+        raise SurgeryError("a search needs BASE, TRAINED, a suite and an output folder")
     if options.trials < 1:
         raise SurgeryError(f"--trials must be at least 1, not {options.trials}")
     if options.time is not None and options.time <= 0:
@@ -138,7 +116,7 @@ def check(options: SearchOptions) -> Checked:
         )
     check_folder(options.out, [base.path, trained.path])
     needed = [*objectives, *(b.objective for b in budgets)]
-    search = prepare_half(options, "search", needed)
+    search = prepare_half(options, scoring, "search", needed)
     checked = Checked(options, space, objectives, budgets, points, base, trained, stack, search)
     _check_resume(options.out, checked.settings())
     return checked
@@ -172,14 +150,14 @@ def _check_resume(out: Path, settings: dict[str, Any]) -> None:
         raise OutputError(f"{out} holds another search ({key} differs); choose another folder")
 
 
-def run_search(options: SearchOptions) -> Searcher:
+def run_search(options: SearchOptions, scoring: SuiteRun) -> Searcher:
     """Run (or resume, or join) a search: its trials, in DIR's storage (`eval.search.report`
     then writes the frontier and its report).
 
     Returns:
         The searcher, its models still loaded (to score the report half).
     """
-    checked = check(options)
+    checked = check(options, scoring)
     out = options.out
     out.mkdir(parents=True, exist_ok=True)
     settings = checked.settings()

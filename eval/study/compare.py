@@ -25,7 +25,14 @@ from eval.errors import CompareError
 from eval.study.formatting import ALL_DIRECTIONS
 from eval.study.measures import RATIO_METRICS, Measure, measure_for, primary_metric
 from eval.study.outputs import translation_outputs
-from eval.study.results import SuiteResults, UnitResult, read_results, read_samples
+from eval.study.results import (
+    DTYPE,
+    UNKNOWN,
+    SuiteResults,
+    UnitResult,
+    read_results,
+    read_samples,
+)
 from eval.study.stats import (
     ALPHA,
     MIN_ITEMS,
@@ -40,13 +47,15 @@ from eval.study.stats import (
 from eval.study.tokenizer_id import refuse_token_metrics
 
 # Settings that change what is scored (batch size does not): the items (one half of them, by
-# its split seed), their prompts and the precision they are scored in.
+# its split seed), their prompts and the precision they are scored in. An unknown dtype (results
+# written before it was recorded) is compared with a warning; the device is recorded, never
+# refused: a CPU and a GPU score the same items in one dtype alike, but for rounding.
 SCORED_SETTINGS = (
     "seed",
     "limit",
     "max_length",
     "fewshot_seeds",
-    "eval_dtype",
+    DTYPE,
     "half",
     "split_seed",
 )
@@ -146,6 +155,8 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     # Translation outputs per model (`eval.study.outputs`): stops, empty outputs, lengths.
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    # Per model, in order: its name and the device and dtype that scored it.
+    inputs: list[dict[str, str]] = field(default_factory=list)
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
@@ -200,6 +211,8 @@ def _check_same(base: Run, run: Run) -> None:
         raise CompareError(f"{where}: {difference}")
     settings = [base.results.settings, run.results.settings]
     for key in SCORED_SETTINGS:
+        if key == DTYPE and UNKNOWN in (base.results.dtype, run.results.dtype):
+            continue  # said once by `dtype_warnings`
         if settings[0].get(key) != settings[1].get(key):
             raise CompareError(
                 f"{where}: settings.{key} is {json.dumps(settings[1].get(key))}, "
@@ -229,6 +242,26 @@ def commit_warnings(runs: list[Run]) -> list[str]:
                     f"the base at {theirs.commit} (same rows: sha256 equal)"
                 )
     return lines
+
+
+def dtype_warnings(runs: list[Run]) -> list[str]:
+    """One line naming the folders whose results.json does not say which dtype scored them
+    (written before it was recorded): compared as they are, unchecked."""
+    unknown = [str(run.folder) for run in runs if run.results.dtype == UNKNOWN]
+    if not unknown:
+        return []
+    return [
+        f"{', '.join(unknown)}: dtype unknown (results.json written before the dtype was "
+        "recorded); compared without checking that every model was scored in one dtype"
+    ]
+
+
+def inputs_of(runs: list[Run]) -> list[dict[str, str]]:
+    """Each run's name and the device and dtype that scored it (`UNKNOWN` where not recorded)."""
+    return [
+        {"model": run.name, "device": run.results.device, "dtype": run.results.dtype}
+        for run in runs
+    ]
 
 
 def cells_of(results: SuiteResults) -> list[Cell]:
@@ -412,7 +445,8 @@ def compare_runs(
         axes=[],
         skipped=[unit for cell, result in results if result is None for unit in cell.units],
         refused=refuse_token_metrics(runs, results),
-        warnings=commit_warnings(runs),
+        warnings=dtype_warnings(runs) + commit_warnings(runs),
+        inputs=inputs_of(runs),
     )
     _aggregate(comparison, [(c, r) for c, r in results if r is not None])
     comparison.outputs = translation_outputs(runs, cells)

@@ -7,7 +7,7 @@ FLORES-200/Belebele ones). A suite file overrides or extends it under ``language
 
 from __future__ import annotations
 
-from eval.languages import CODE_RE, is_code
+from eval.kinds.flores import CODE_RE, is_code
 
 # FLORES-200 code -> MADLAD-400 code.
 # fmt: off

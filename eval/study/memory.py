@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from eval.options import ScoringOptions
 from eval.study import results as res
 from eval.study.compare import Comparison, Run, compare_runs
 from eval.study.runner import SuiteRun, prepare, score_unit
@@ -27,13 +28,12 @@ from eval.tasks import Task
 
 @dataclass(frozen=True)
 class PreparedSuite:
-    """A suite's units with their data read and their items chosen, ready to score any model.
+    """A suite's units with their data read (and their halves checked), ready to score any model.
 
     Attributes:
         suite: the normalized suite (results.json's ``suite``).
         units: the units scored, in plan order.
         tasks: unit id -> loaded task.
-        items: unit id -> the items scored (one half), or None for all.
         options: the eval settings.
         settings: results.json's ``settings`` (with the tokenizer's sha256).
     """
@@ -41,7 +41,6 @@ class PreparedSuite:
     suite: dict[str, Any]
     units: list[Unit]
     tasks: dict[str, Task]
-    items: dict[str, frozenset[int] | None]
     options: SuiteRun
     settings: dict[str, Any]
 
@@ -69,9 +68,8 @@ def prepare_suite(
     suite, units, missing, tasks = prepare(suite_path, options, wanted)
     if missing or not units:
         raise SuiteError(f"suite {suite_path}: no unit to score")
-    items = {unit.id: options.items(unit, tasks[unit.id]) for unit in units}
     digest = tokenizer_sha256(tokenizer_folder(str(tokenizer_of), options.tokenizer))
-    return PreparedSuite(suite, units, tasks, items, options, options.settings(digest))
+    return PreparedSuite(suite, units, tasks, options, options.settings(digest))
 
 
 def score_suite(
@@ -84,9 +82,7 @@ def score_suite(
     units, samples = [], {}
     for unit in tqdm(prepared.units, unit="unit", disable=not progress, leave=False):
         task = prepared.tasks[unit.id]
-        result, lines = score_unit(
-            model, tokenizer, unit, task, prepared.options, prepared.items[unit.id]
-        )
+        result, lines = score_unit(model, tokenizer, unit, task, prepared.options)
         units.append(result)
         samples[unit.id] = lines
     results = res.SuiteResults(
@@ -144,20 +140,17 @@ class SuiteScorer:
 
     @classmethod
     def of(
-        cls,
-        suite_path: str | Path,
-        options: dict[str, Any],
-        tokenizer_of: str | Path,
-        half: str | None = None,
-        split_seed: int = 0,
+        cls, suite_path: str | Path, options: ScoringOptions, tokenizer_of: str | Path
     ) -> SuiteScorer:
         """The suite's units read and halved now, before any model loads.
 
         Args:
-            options: the eval options (`eval.options.EVAL_KEYS`).
+            options: how the models are scored (its half and split seed included).
             tokenizer_of: the checkpoint whose tokenizer scores (TRAINED).
         """
-        settings = SuiteRun(**options, half=half, split_seed=split_seed, progress=False)
+        from eval.study.scoring import suite_run
+
+        settings = suite_run(options.resolved(), progress=False)
         return cls(prepare_suite(Path(suite_path), settings, tokenizer_of))
 
     def __init__(self, prepared: PreparedSuite) -> None:

@@ -1,5 +1,5 @@
 """The comparison's translation outputs: per model, how generations stopped, how many outputs
-are empty and how long they are (`eval.translation_outputs`), read from every translation
+are empty and how long they are (`eval.kinds.translation_outputs`), read from every translation
 unit's samples.
 
 Rows per language (each direction), then pooled over the items of a family's languages and of
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from eval.kinds.translation_outputs import diagnostics_of_samples
 from eval.study.formatting import ALL_DIRECTIONS
 from eval.tasks import KINDS
-from eval.translation_outputs import diagnostics_of_samples
 
 # Rows of one (task, direction) in this order: the split means first, as in the report.
 SCOPES = ("overall", "family", "language")

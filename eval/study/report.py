@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from eval.kinds.translation_outputs import DIAGNOSTICS
 from eval.study.compare import OTHERS, Comparison, weighting
 from eval.study.formatting import (
     ADJUSTED,
@@ -24,7 +25,6 @@ from eval.study.formatting import (
     variant_label,
 )
 from eval.study.stats import ALPHA, MIN_ITEMS, TIE
-from eval.translation_outputs import DIAGNOSTICS
 
 COLUMNS = (
     "model", "task", "variant", "metric", "scope", "family", "split", "lang", "n", "items",
@@ -340,6 +340,7 @@ def comparison_json(comparison: Comparison, bold: str = "significant") -> dict[s
             "base": comparison.base,
             "models": comparison.models,
             "folders": comparison.folders,
+            "inputs": comparison.inputs,
             "bootstrap": {
                 "resamples": comparison.resamples,
                 "seed": comparison.seed,

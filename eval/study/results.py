@@ -26,6 +26,10 @@ from eval.errors import SuiteError
 FORMAT = "surgery-suite-results/1"
 RESULTS_FILE = "results.json"
 SAMPLES_DIR = "samples"
+# The settings naming the device (its kind: cpu, cuda) and dtype the units were scored in, and
+# what they read as in a results.json written before they were recorded (null or absent).
+DEVICE, DTYPE = "device", "eval_dtype"
+UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,16 @@ class SuiteResults:
     missing: tuple[MissingUnit, ...]
     complete: bool
     format: str = FORMAT
+
+    @property
+    def device(self) -> str:
+        """The kind of device that scored the units (cpu, cuda), or `UNKNOWN`."""
+        return self.settings.get(DEVICE) or UNKNOWN
+
+    @property
+    def dtype(self) -> str:
+        """The dtype the units were scored in (float32, bfloat16, float16), or `UNKNOWN`."""
+        return self.settings.get(DTYPE) or UNKNOWN
 
     def unit(self, unit_id: str) -> UnitResult:
         """The unit with this id.

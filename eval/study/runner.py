@@ -51,15 +51,23 @@ class SuiteRun:
 
     def settings(self, tokenizer_digest: str | None = None) -> dict[str, Any]:
         """results.json's ``settings``: what changes scores (a resumed run must match them),
-        with the sha256 of the tokenizer's files (`eval.study.tokenizer_id`); the half and its
-        split seed only when one half is scored."""
+        with the sha256 of the tokenizer's files (`eval.study.tokenizer_id`), the kind of
+        device and the dtype the model loads in (the default resolved: never None); the half
+        and its split seed only when one half is scored.
+
+        Raises:
+            ModelError: a bad device or dtype.
+        """
+        from eval.model_loading import device_type, dtype_name
+
         halves = {"half": self.half, "split_seed": self.split_seed} if self.half else {}
         return {
             "seed": self.seed,
             "limit": self.limit,
             "batch_size": self.batch_size,
             "max_length": self.max_length,
-            "eval_dtype": self.dtype,
+            res.DEVICE: device_type(self.device),
+            res.DTYPE: dtype_name(self.dtype, self.device),
             "fewshot_seeds": list(self.fewshot_seeds) or [None],
             SETTING: tokenizer_digest,
             **halves,
@@ -146,7 +154,7 @@ def prepare(
         SuiteError: a bad suite.
         EvalDataError: missing data (without ``allow_missing``) or a malformed file.
     """
-    from eval.loading import load_task
+    from eval.tasks import load_task
 
     suite = load_suite(suite_path)
     units, missing, tasks = [], [], {}
@@ -188,6 +196,9 @@ def model_info(checkpoint: str, model: Any | None = None) -> res.ModelInfo:
 def check_resumable(directory: Path, expected: res.SuiteResults) -> res.SuiteResults | None:
     """The results already in DIR if they were made by the same model, suite and settings.
 
+    A folder written before the dtype was recorded is of an unknown dtype: refused, as scores
+    in two dtypes would be mixed in one folder.
+
     Raises:
         SuiteError: DIR holds results of another model, suite or settings (named in one line).
     """
@@ -197,12 +208,14 @@ def check_resumable(directory: Path, expected: res.SuiteResults) -> res.SuiteRes
     for label, old, new in (
         ("model", found.model.path, expected.model.path),
         ("suite", found.suite_sha256, expected.suite_sha256),
-        # Before the other settings, so that the line names it rather than printing them all.
+        # Before the other settings, so that the line names them rather than printing them all.
         (
             "tokenizer",
             f"{SETTING} {found.settings.get(SETTING) or 'not recorded'}",
             f"{SETTING} {expected.settings.get(SETTING) or 'not recorded'}",
         ),
+        ("dtype", f"{res.DTYPE} {found.dtype}", f"{res.DTYPE} {expected.dtype}"),
+        ("device", f"{res.DEVICE} {found.device}", f"{res.DEVICE} {expected.device}"),
         ("settings", found.settings, expected.settings),
     ):
         if old != new:
@@ -260,7 +273,7 @@ def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: Suite
             progress=options.progress and rank == 0,
         )
         folder.header = replace(header, model=model_info(checkpoint, model))
-        _score(model, tok, todo, tasks, folder, options, rank, world)
+        _score_remaining(model, tok, todo, tasks, folder, options, rank, world)
     _finish_group(world)
     folder.save(complete=True)
     return directory / res.RESULTS_FILE if folder.writes else None
@@ -290,7 +303,7 @@ class _Folder:
             res.write_results(self.directory, results)
 
 
-def _score(
+def _score_remaining(
     model: Any,
     tok: Any,
     todo: list[Unit],
@@ -308,7 +321,7 @@ def _score(
         batch = todo[start : start + world]
         bar.set_postfix_str(batch[0].id)
         mine = batch[rank] if rank < len(batch) else None
-        scored = _score_unit(model, tok, mine, tasks, options) if mine else None
+        scored = score_unit(model, tok, mine, tasks[mine.id], options) if mine else None
         for result, samples in _gather(scored, world):
             folder.add(result, samples)
         folder.save()
@@ -316,24 +329,11 @@ def _score(
     bar.close()
 
 
-def _score_unit(
-    model: Any, tok: Any, unit: Unit, tasks: dict[str, Task], options: SuiteRun
-) -> tuple[res.UnitResult, list[dict[str, Any]]]:
-    """Score one unit; its samples are collected in memory (written by rank 0)."""
-    task = tasks[unit.id]
-    return score_unit(model, tok, unit, task, options, options.items(unit, task))
-
-
 def score_unit(
-    model: Any,
-    tok: Any,
-    unit: Unit,
-    task: Task,
-    options: SuiteRun,
-    items: frozenset[int] | None,
+    model: Any, tok: Any, unit: Unit, task: Task, options: SuiteRun
 ) -> tuple[res.UnitResult, list[dict[str, Any]]]:
-    """Score one unit's `items` (None: all) on a model in memory: its results.json entry and
-    its samples lines."""
+    """Score one unit on a model in memory (its half of the items when `options` names one):
+    its results.json entry and its samples lines."""
     from eval.api import evaluate
 
     records: list[dict[str, Any]] = []
@@ -347,7 +347,7 @@ def score_unit(
         max_length=options.max_length,
         progress=False,
         log_samples=records.append,
-        items=items,
+        items=options.items(unit, task),
     )
     scored = res.UnitResult(
         id=unit.id,

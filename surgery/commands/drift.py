@@ -3,13 +3,10 @@ task vectors are (both streamed: the models are never loaded whole)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from surgery.core.cli_paths import OutputFile
-from surgery.core.errors import SurgeryError
-from surgery.options import download_option, quiet_option, stack_option
+from surgery.options import download_option, force_option, quiet_option, renamed, stack_option
 
 
 @click.command()
@@ -27,8 +24,9 @@ from surgery.options import download_option, quiet_option, stack_option
     "(.png, .pdf or .svg).",
 )
 @click.option(
-    "--json", "json_path", type=OutputFile(), help="Several experts: every matrix as JSON."
+    "--json-file", "json_path", type=OutputFile(), help="Several experts: every matrix as JSON."
 )
+@renamed("--json", "--json-file", "json_path", type=OutputFile())
 @click.option(
     "--pair-plot",
     type=OutputFile(),
@@ -38,7 +36,7 @@ from surgery.options import download_option, quiet_option, stack_option
     "--pair", default=None, help="The pair of --pair-plot: two labels or positions (default 0,1)."
 )
 @click.option("--labels", default=None, help="Several experts: their names, comma-separated.")
-@click.option("--force", is_flag=True, help="Replace existing output files (never an input).")
+@force_option
 @quiet_option
 @download_option
 @click.argument("base", type=click.Path())
@@ -58,7 +56,7 @@ def drift(
     Examples:
       surgery drift base trained
       surgery drift base trained --csv drift.csv --plot drift.png
-      surgery drift base slavic germanic indic --json sim.json --plot regions.png
+      surgery drift base slavic germanic indic --json-file sim.json --plot regions.png
       surgery drift base slavic germanic indic --pair-plot pair.png --pair slavic,indic
     """
     from surgery.engine.output_paths import check_output_files
@@ -66,71 +64,19 @@ def drift(
     # Before any input is read: a bad output path costs nothing and writes nothing.
     check_output_files([csv_path, plot, json_path, pair_plot], [base, *experts], force)
     several = len(experts) > 1
-    extra = {"--json": json_path, "--pair-plot": pair_plot, "--pair": pair, "--labels": labels}
+    extra = {"--json-file": json_path, "--pair-plot": pair_plot, "--pair": pair, "--labels": labels}
     given = [name for name, value in extra.items() if value is not None]
     if given and not several:
         raise click.UsageError(f"{', '.join(given)}: only with two or more TRAINED models")
+    from surgery.diagnostics.drift_run import run_drift, run_similarity
+
     common = dict(stack=stack, csv_path=csv_path, plot=plot, quiet=quiet, download=download)
     if not several:
-        _drift_one(base, experts[0], **common)
+        from surgery.diagnostics.drift import format_drift
+
+        click.echo(format_drift(run_drift(base, experts[0], **common)))
         return
+    from surgery.diagnostics.similarity_report import format_similarity
+
     more = dict(json_path=json_path, pair_plot=pair_plot, pair=pair, labels=labels)
-    _similarity(base, list(experts), **common, **more)
-
-
-def _drift_one(base, trained, *, stack, csv_path, plot, quiet, download):
-    """`surgery drift BASE TRAINED`: one model's drift from its base."""
-    from surgery.api import warn_if_swapped
-    from surgery.diagnostics.drift import drift as run
-    from surgery.diagnostics.drift import format_drift, plot_drift, write_drift_csv
-    from surgery.diagnostics.plots import check_plot_path
-    from surgery.hub.resolve import open_inputs
-
-    if plot:
-        check_plot_path(plot)
-    base_ckpt, trained_ckpt = open_inputs(
-        [base, trained], ranges=not download, companions=[False, False]
-    )
-    warn_if_swapped(base_ckpt, trained_ckpt)
-    report = run(base_ckpt, trained_ckpt, stack=stack, quiet=quiet)
-    click.echo(format_drift(report))
-    if csv_path:
-        write_drift_csv(report, Path(csv_path))
-    if plot:
-        plot_drift(report, Path(plot), f"Drift of {Path(trained).name} from {Path(base).name}")
-
-
-def _similarity(
-    base, experts, *, stack, csv_path, plot, quiet, download, json_path, pair_plot, pair, labels
-):
-    """`surgery drift BASE EXPERT EXPERT...`: how alike the experts' task vectors are."""
-    from surgery.api import warn_if_swapped
-    from surgery.diagnostics import similarity_report as out
-    from surgery.diagnostics.plots import check_plot_path
-    from surgery.diagnostics.similarity import similarity
-    from surgery.hub.resolve import open_inputs
-
-    for path in (plot, pair_plot):
-        if path:
-            check_plot_path(path)
-    names = out.expert_labels(experts, labels)
-    chosen = out.pick_pair(names, pair)
-    base_ckpt, *expert_ckpts = open_inputs(
-        [base, *experts], ranges=not download, companions=[False] * (len(experts) + 1)
-    )
-    if pair_plot and not expert_ckpts[0].stacks:
-        raise SurgeryError("--pair-plot plots layers, and the experts have no layer stack")
-    for expert in expert_ckpts:
-        warn_if_swapped(base_ckpt, expert)
-    report = similarity(base_ckpt, expert_ckpts, names, stack=stack, quiet=quiet)
-    click.echo(out.format_similarity(report))
-    if csv_path:
-        out.write_similarity_csv(report, Path(csv_path))
-    if json_path:
-        out.write_similarity_json(report, Path(json_path))
-    of = f"of {len(names)} experts of {Path(base).name}"
-    if plot:
-        out.plot_regions(report, Path(plot), f"Task-vector cosine {of}")
-    if pair_plot:
-        a, b = names[chosen[0]], names[chosen[1]]
-        out.plot_pair(report, chosen, Path(pair_plot), f"Task-vector cosine of {a} and {b}")
+    click.echo(format_similarity(run_similarity(base, list(experts), **common, **more)))

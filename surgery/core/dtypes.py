@@ -180,6 +180,16 @@ def accumulator_for(dtype: str) -> str:
     return "F64" if bits(dtype) >= 32 else "F32"
 
 
+def compute_dtype(text: str) -> str | None:
+    """The safetensors name of a dtype a model can compute in (`COMPUTE_DTYPES`) from a user's
+    name (bf16, float32, ...); None for any other, which the caller refuses in its own words."""
+    try:
+        name = parse_dtype(text)
+    except SurgeryError:
+        return None
+    return name if name in COMPUTE_DTYPES else None
+
+
 def parse_dtype(text: str) -> str:
     """Turn a user's --dtype (bf16, float16, fp32, ...) into a safetensors dtype name.
 

@@ -1,5 +1,5 @@
-"""Which layers localize reverts together: explicit slices, consecutive blocks, sliding windows,
-or the middle band between first/last boundary counts.
+"""Which layers localize reverts together: N equal blocks or explicit slices, consecutive blocks
+of a width, sliding windows, or the middle band between first/last boundary counts.
 
 The text is parsed before anything is read (`parse_block_plan`: bad syntax, a stride of 0), and
 checked against the stack's layer count from the checkpoint's headers before any model loads
@@ -8,6 +8,7 @@ checked against the stack's layer count from the checkpoint's headers before any
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +66,27 @@ class BlockPlan:
                 for i in range(0, num_layers, self.block_size)
             ]
         assert self.blocks is not None
+        if self.blocks.strip().isdigit():
+            return [
+                Block(list(range(*block))) for block in equal_blocks(int(self.blocks), num_layers)
+            ]
         return [Block(parse_layer_spec(item, num_layers)) for item in self.blocks.split(",")]
+
+
+def equal_blocks(count: int, num_layers: int) -> list[tuple[int, int]]:
+    """`count` contiguous blocks `(start, end)` covering the stack, as equal as possible: the
+    first `num_layers % count` one layer longer (numpy's array_split).
+
+    Raises:
+        LayerSpecError: a count outside 1..num_layers.
+    """
+    if not 1 <= count <= num_layers:
+        raise LayerSpecError(
+            f"--blocks {count}: give 1 to {num_layers} blocks (the stack has {num_layers} layers)"
+        )
+    size, longer = divmod(num_layers, count)
+    starts = [i * size + min(i, longer) for i in range(count + 1)]
+    return list(itertools.pairwise(starts))
 
 
 def parse_block_plan(
@@ -85,7 +106,7 @@ def parse_block_plan(
         name
         for name, value in (
             ("--blocks", blocks),
-            ("--block-size", block_size),
+            ("--block-width", block_size),
             ("--window", window),
             ("--boundaries", boundaries),
         )
@@ -93,12 +114,12 @@ def parse_block_plan(
     ]
     if len(given) != 1:
         raise LayerSpecError(
-            "give one of --blocks (e.g. 0:9,9:28,28:34), --block-size, --window or --boundaries"
-            + (f", not {' and '.join(given)}" if given else "")
+            "give one of --blocks (N, or slices 0:9,9:28,28:34), --block-width, --window or "
+            "--boundaries" + (f", not {' and '.join(given)}" if given else "")
         )
     if stride is not None and window is None:
         raise LayerSpecError("--stride goes with --window")
-    for name, value in (("--block-size", block_size), ("--window", window), ("--stride", stride)):
+    for name, value in (("--block-width", block_size), ("--window", window), ("--stride", stride)):
         if value is not None and value < 1:
             raise LayerSpecError(f"{name} must be at least 1, got {value}")
     return BlockPlan(

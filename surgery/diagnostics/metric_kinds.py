@@ -16,7 +16,7 @@ LOWER_IS_BETTER = PERPLEXITIES | {"bits_per_byte", "loss", "nll"}
 # Means of 0/1 items: their standard error is binomial when eval reports none (copain).
 PROPORTIONS = frozenset({"acc", "acc_norm", "acc_bytes", "exact_match"})
 STDERR_SUFFIX = "_stderr"
-# Shares of a translation task's outputs (eval.translation_outputs.RATES): how generations
+# Shares of a translation task's outputs (eval.kinds.translation_outputs.RATES): how generations
 # stopped and how many are empty. Reported beside the scores, never scored, plotted or localized
 # as one (nothing says which way is better, and their noise is not a score's).
 OUTPUT_RATES = frozenset({"truncation_rate", "eos_rate", "limit_rate", "empty_rate"})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +111,38 @@ class Plan:
     def total_bytes(self) -> int:
         """Bytes of tensor data the output will hold."""
         return sum(t.nbytes for t in self.tensors)
+
+
+def trained_plan(
+    operation: str,
+    tensors: list[OutputTensor],
+    recipe: dict,
+    base: Checkpoint,
+    trained: Checkpoint,
+    dtype: str | None,
+    mergekit_config: Callable[[], dict] | None,
+    **layout: Any,
+) -> Plan:
+    """The plan of an operation that rewrites TRAINED against BASE (revert, interpolate): its
+    small files come from TRAINED, both are inputs.
+
+    Args:
+        operation, tensors, recipe, dtype: as `Plan` holds them.
+        base, trained: the two inputs.
+        mergekit_config: makes the equivalent mergekit config; None where mergekit would not
+            pair the tensors (it matches them by name and shape, so only an exact matching).
+        layout: `Plan`'s other fields (revert keeps TRAINED's shard grouping).
+    """
+    return Plan(
+        operation,
+        tensors,
+        recipe,
+        files_from=trained,
+        inputs=[base, trained],
+        dtype=dtype,
+        mergekit_config=mergekit_config() if mergekit_config is not None else None,
+        **layout,
+    )
 
 
 def copy_of(

@@ -30,9 +30,11 @@ def _from_recipe(recipe: dict | None) -> str | None:
     return None
 
 
-def _from_record(folder: Path) -> str | None:
-    record = folder / TRAIN_RECORD
-    if not record.is_file():
+def trained_from(folder: Path | None) -> str | None:
+    """The BASE a `surgery train` output was trained from, as its training record in `folder`
+    names it; None without a (readable) record."""
+    record = folder / TRAIN_RECORD if folder is not None else None
+    if record is None or not record.is_file():
         return None
     try:
         base = json.loads(record.read_text()).get("config", {}).get("base")
@@ -62,7 +64,7 @@ def named_base(checkpoint: Checkpoint) -> str | None:
     named = _from_recipe(checkpoint.recipe)
     folder = checkpoint.folder
     if named is None and folder is not None:
-        named = _from_record(folder) or _from_card(folder)
+        named = trained_from(folder) or _from_card(folder)
     return named
 
 

@@ -157,6 +157,8 @@ def write_results(
             "limit": None,
             "batch_size": 8,
             "max_length": 2048,
+            "device": "cpu",
+            "eval_dtype": "float32",
             "fewshot_seeds": study.fewshot_seeds,
             **(settings or {}),
         },

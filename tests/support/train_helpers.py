@@ -43,7 +43,8 @@ def write_corpus(
 
 
 def tiny_config(base: Path, out: Path, data: list[str], **overrides) -> TrainConfig:
-    """A TrainConfig that trains a tiny model for a few steps in about a second."""
+    """A TrainConfig that trains a tiny model for a few steps in about a second; `overrides`
+    by their command-line names (`l2sp_form="half"`), as `TrainConfig.from_options` takes them."""
     values = dict(
         max_steps=4,
         block_size=16,
@@ -55,7 +56,7 @@ def tiny_config(base: Path, out: Path, data: list[str], **overrides) -> TrainCon
         seed=0,
     )
     values.update(overrides)
-    return TrainConfig(base=str(base), output=out, data=data, **values)
+    return TrainConfig.from_options(base=str(base), output=out, data=data, **values)
 
 
 def load_tensors(folder: Path) -> dict[str, torch.Tensor]:

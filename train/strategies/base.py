@@ -3,9 +3,9 @@
 A strategy is one module of this package (freeze.py, l2sp.py, ...): a frozen dataclass of its
 typed settings that subclasses `Strategy`. It declares
 - `name`: where the run's plan holds it (`plan.strategies.<name>`, None when not asked for);
-- `Options`: a dataclass of the `TrainConfig` fields it owns, each with its command-line option
-  (`train.fields.cli`); `after` places them among the general fields (their order in
-  `surgery train --help` and in the training record);
+- `Options`: the dataclass of its options, each field with its command-line option
+  (`train.fields.cli`); `TrainConfig` holds it in one field (`config.l2sp`), whose place among
+  the general fields is the options' place in `surgery train --help` and in the training record;
 and overrides the hooks it needs (each does nothing here), in the order of the recipe's steps
 (train/api.py):
 - `check` (before BASE is opened) and `plan` (against BASE's layers): its options checked and
@@ -24,11 +24,12 @@ imported inside functions only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from surgery.core.layers import require_modules
 from train.fields import flag_of
 
 if TYPE_CHECKING:
@@ -51,7 +52,6 @@ class Strategy:
 
     name: ClassVar[str]
     Options: ClassVar[type]
-    after: ClassVar[str | None] = None
     # Works on the parameters themselves (reference copies, adapters): refused where DeepSpeed
     # or FSDP1 hide them.
     needs_parameters: ClassVar[bool] = False
@@ -81,7 +81,8 @@ class Strategy:
 
     @classmethod
     def plan(cls, config: Config, layout: CheckpointLayout, chosen: Strategies) -> Strategy | None:
-        """Parse the options against BASE's layers (no weights loaded).
+        """Parse the options against BASE's layers (no weights loaded), and check the layers
+        they name against BASE's tensors (`chosen.require_selected`).
 
         Args:
             config: the run's configuration.
@@ -189,9 +190,36 @@ class Strategies:
             raise AttributeError(f"no strategy named {name!r}")
         return next((s for s in self.chosen if s.name == name), None)
 
+    def arguments(self) -> dict:
+        """The chosen strategies' keywords for TrainingArguments (their `arguments`), merged in
+        registry order."""
+        merged: dict = {}
+        for strategy in self.chosen:
+            merged.update(strategy.arguments())
+        return merged
+
+    def weights(
+        self, model: PreTrainedModel, state_dict: dict | None, main: bool
+    ) -> tuple[PreTrainedModel, dict | None]:
+        """The model and state dict to save, each chosen strategy's `weights` applied in
+        registry order (LoRA merges its adapters)."""
+        for strategy in self.chosen:
+            model, state_dict = strategy.weights(model, state_dict, main)
+        return model, state_dict
+
     def adding(self, strategy: Strategy) -> Strategies:
         """These strategies and `strategy` after them."""
         return replace(self, chosen=(*self.chosen, strategy))
+
+    def require_selected(self, layers: Sequence[int], layout: CheckpointLayout) -> None:
+        """Refuse layers a strategy's options name (its `named_layers`, checked by its `plan`)
+        where `--modules` selects no tensor of BASE.
+
+        Raises:
+            LayerSpecError: a named layer without a tensor that `--modules` selects.
+        """
+        if self.modules is not None and layers:
+            require_modules(self.modules, layout.tensors, layout.text_stack, layers)
 
     @property
     def named_layers(self) -> tuple[int, ...]:

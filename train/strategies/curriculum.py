@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class CurriculumOptions:
-    """`TrainConfig` field `mix_until`: `[NAME=]FRACTION` limits (see `apply_mix_until`)."""
+    """`TrainConfig.curriculum`: `limits`, `[NAME=]FRACTION` specs (see `apply_mix_until`)."""
 
-    mix_until: Sequence[str] = field(
+    limits: Sequence[str] = field(
         default=(),
         metadata=cli(
             "Keep a source only for this first fraction of steps (bare: the last "
             "--data source); its share goes to the others afterwards.",
+            flag="--mix-until",
             metavar="[NAME=]FRACTION",
             multiple=True,
         ),
@@ -45,26 +46,27 @@ class Curriculum(Strategy):
 
     name = "curriculum"
     Options = CurriculumOptions
-    after = "max_tokens"
 
     limits: tuple[str, ...]
 
     @classmethod
     def check(cls, config: Config, sources: tuple[DataSource, ...]) -> tuple[DataSource, ...]:
         """The sources with their `until` set from `--mix-until`."""
-        return apply_mix_until(sources, config.mix_until)
+        return apply_mix_until(sources, config.curriculum.limits)
 
     @classmethod
     def plan(
         cls, config: Config, layout: CheckpointLayout, chosen: Strategies
     ) -> Curriculum | None:
         """The limits, when `--mix-until` is given."""
-        return cls(limits=tuple(config.mix_until)) if config.mix_until else None
+        limits = tuple(config.curriculum.limits)
+        return cls(limits=limits) if limits else None
 
     @classmethod
     def summary(cls, config: Config) -> list[str]:
         """`--mix-until LIMITS`."""
-        return [f"--mix-until {','.join(config.mix_until)}"] if config.mix_until else []
+        limits = config.curriculum.limits
+        return [f"--mix-until {','.join(limits)}"] if limits else []
 
 
 def apply_mix_until(

@@ -33,16 +33,15 @@ OUTSIDE = "outside"
 
 @dataclass
 class DriftOptions:
-    """`TrainConfig` fields: `drift`, log per-group drift from BASE, and `drift_groups`, the
-    groups as a list of layer specs."""
+    """`TrainConfig.drift`: `log`, log per-group drift from BASE, and `groups`, the groups as a
+    list of layer specs."""
 
-    drift: bool = field(
-        default=True, metadata=cli("Do not log drift from BASE.", flag="--no-drift")
-    )
-    drift_groups: str | None = field(
+    log: bool = field(default=True, metadata=cli("Do not log drift from BASE.", flag="--no-drift"))
+    groups: str | None = field(
         default=None,
         metadata=cli(
             "Layer groups for drift logs, e.g. 0:9,9:28,28:34 [from --freeze/--l2sp, else thirds].",
+            flag="--drift-groups",
             metavar="LAYERS",
         ),
     )
@@ -58,7 +57,6 @@ class Drift(Strategy):
 
     name = "drift"
     Options = DriftOptions
-    after = "report_to"
 
     groups: tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -67,8 +65,8 @@ class Drift(Strategy):
         """The groups: `--drift-groups`, else cut at the layers the strategies before it name
         (--freeze's, else --l2sp's), else thirds. Checked even with `--no-drift`."""
         num_layers = layout.text_stack.num_layers
-        groups = layer_groups(config.drift_groups, num_layers, chosen.named_layers)
-        return cls(groups=groups) if config.drift else None
+        groups = layer_groups(config.drift.groups, num_layers, chosen.named_layers)
+        return cls(groups=groups) if config.drift.log else None
 
     def attach(
         self,

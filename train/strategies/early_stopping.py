@@ -32,24 +32,30 @@ _LOWER = ("ppl", "word_perplexity", "byte_perplexity", "bits_per_byte", "loss")
 
 @dataclass
 class EarlyStoppingOptions:
-    """`TrainConfig` fields: `early_stopping`, the metric ("ppl/sk/ppl", "belebele/acc:max"),
-    `patience` and `early_stopping_threshold`, as transformers' EarlyStoppingCallback takes
-    them."""
+    """`TrainConfig.early_stopping`: `metric` ("ppl/sk/ppl", "belebele/acc:max"), `patience`
+    and `threshold`, as transformers' EarlyStoppingCallback takes them."""
 
-    early_stopping: str | None = field(
+    metric: str | None = field(
         default=None,
         metadata=cli(
             "Stop when this --eval-every metric has not improved for --patience scores, and "
             "save the best step's weights, e.g. ppl/sk/ppl or belebele/acc:max.",
+            flag="--early-stopping",
             metavar="METRIC[:min|max]",
         ),
     )
     patience: int = field(
-        default=6, metadata=cli("Scores without improvement before --early-stopping stops.")
+        default=6,
+        metadata=cli(
+            "Scores without improvement before --early-stopping stops.", flag="--patience"
+        ),
     )
-    early_stopping_threshold: float = field(
+    threshold: float = field(
         default=0.005,
-        metadata=cli("Least change that counts as an improvement for --early-stopping."),
+        metadata=cli(
+            "Least change that counts as an improvement for --early-stopping.",
+            flag="--early-stopping-threshold",
+        ),
     )
 
 
@@ -65,7 +71,6 @@ class EarlyStopping(Strategy):
 
     name = "early_stopping"
     Options = EarlyStoppingOptions
-    after = "eval_every"
 
     metric: str
     greater_is_better: bool
@@ -77,17 +82,17 @@ class EarlyStopping(Strategy):
     def check(cls, config: Config, sources: tuple[DataSource, ...]) -> tuple[DataSource, ...]:
         """The metric parses; `--eval-every` is given and, with `--ema`, a multiple of
         `--ema-every`."""
-        if config.early_stopping is None:
+        options = config.early_stopping
+        if options.metric is None:
             return sources
         if config.eval_every is None:
             raise TrainConfigError("--early-stopping needs --eval-every N with -t TASK")
-        if config.ema is not None and config.eval_every % config.ema_every:
+        if config.ema.alpha is not None and config.eval_every % config.ema.every:
             # Scored (and saved) steps must be averaged ones, or the best would be raw weights.
             raise TrainConfigError(
                 "--early-stopping with --ema: --eval-every must be a multiple of --ema-every"
             )
-        threshold = config.early_stopping_threshold
-        parse_early_stopping(config.early_stopping, config.patience, threshold)
+        parse_early_stopping(options.metric, options.patience, options.threshold)
         return sources
 
     @classmethod
@@ -95,13 +100,11 @@ class EarlyStopping(Strategy):
         cls, config: Config, layout: CheckpointLayout, chosen: Strategies
     ) -> EarlyStopping | None:
         """The parsed metric, when `--early-stopping` is given."""
-        if config.early_stopping is None:
+        options = config.early_stopping
+        if options.metric is None:
             return None
         return parse_early_stopping(
-            config.early_stopping,
-            config.patience,
-            config.early_stopping_threshold,
-            every=config.eval_every,
+            options.metric, options.patience, options.threshold, every=config.eval_every
         )
 
     def arguments(self) -> dict:

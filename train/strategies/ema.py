@@ -26,16 +26,19 @@ if TYPE_CHECKING:
 
 @dataclass
 class EMAOptions:
-    """`TrainConfig` fields: `ema` and `ema_every`, alpha and eta of the weight average."""
+    """`TrainConfig.ema`: `alpha` and `every`, alpha and eta of the weight average."""
 
-    ema: float | None = field(
+    alpha: float | None = field(
         default=None,
         metadata=cli(
             "Average weights: theta = ALPHA * theta_prev + (1 - ALPHA) * theta'.",
+            flag="--ema",
             metavar="ALPHA",
         ),
     )
-    ema_every: int = field(default=1, metadata=cli("Steps between EMA averages.", metavar="ETA"))
+    every: int = field(
+        default=1, metadata=cli("Steps between EMA averages.", flag="--ema-every", metavar="ETA")
+    )
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,6 @@ class WeightAverage(Strategy):
 
     name = "ema"
     Options = EMAOptions
-    after = "attention_only"
     needs_parameters = True
 
     alpha: float
@@ -58,11 +60,12 @@ class WeightAverage(Strategy):
     @classmethod
     def check(cls, config: Config, sources: tuple[DataSource, ...]) -> tuple[DataSource, ...]:
         """alpha in (0, 1), eta positive."""
-        if config.ema_every <= 0:
-            raise TrainConfigError(f"--ema-every must be positive, got {config.ema_every}")
-        if config.ema is not None and not 0 < config.ema < 1:
+        options = config.ema
+        if options.every <= 0:
+            raise TrainConfigError(f"--ema-every must be positive, got {options.every}")
+        if options.alpha is not None and not 0 < options.alpha < 1:
             raise TrainConfigError(
-                f"--ema is the weight of the previous average, in (0, 1); got {config.ema}"
+                f"--ema is the weight of the previous average, in (0, 1); got {options.alpha}"
             )
         return sources
 
@@ -71,9 +74,8 @@ class WeightAverage(Strategy):
         cls, config: Config, layout: CheckpointLayout, chosen: Strategies
     ) -> WeightAverage | None:
         """The average, when `--ema` is given."""
-        if config.ema is None:
-            return None
-        return cls(alpha=config.ema, every=config.ema_every)
+        options = config.ema
+        return None if options.alpha is None else cls(alpha=options.alpha, every=options.every)
 
     def attach(
         self,
@@ -106,4 +108,4 @@ class WeightAverage(Strategy):
     @classmethod
     def summary(cls, config: Config) -> list[str]:
         """`--ema ALPHA`."""
-        return [f"--ema {config.ema}"] if config.ema is not None else []
+        return [f"--ema {config.ema.alpha}"] if config.ema.alpha is not None else []

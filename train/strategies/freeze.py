@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from surgery.core.layers import parse_layer_spec
 from train.errors import TrainConfigError
 from train.fields import cli
+from train.limits import require_attention_only_tensors
 from train.strategies.base import Config, Strategies, Strategy
 
 if TYPE_CHECKING:
@@ -23,13 +24,17 @@ if TYPE_CHECKING:
 
 @dataclass
 class FreezeOptions:
-    """`TrainConfig` fields: `freeze`, a layer spec of layers that get no gradient ("9:28"), and
-    `freeze_embeddings`, which also freezes the input embeddings and the output head."""
+    """`TrainConfig.freeze`: `layers`, a layer spec of layers that get no gradient ("9:28"), and
+    `embeddings`, which also freezes the input embeddings and the output head."""
 
-    freeze: str | None = field(
-        default=None, metadata=cli("Layers that get no gradient, e.g. 9:28.", metavar="LAYERS")
+    layers: str | None = field(
+        default=None,
+        metadata=cli("Layers that get no gradient, e.g. 9:28.", flag="--freeze", metavar="LAYERS"),
     )
-    freeze_embeddings: bool = field(default=False, metadata=cli("Also freeze embeddings and head."))
+    embeddings: bool = field(
+        default=False,
+        metadata=cli("Also freeze embeddings and head.", flag="--freeze-embeddings"),
+    )
 
 
 @dataclass(frozen=True)
@@ -43,19 +48,23 @@ class Freeze(Strategy):
 
     name = "freeze"
     Options = FreezeOptions
-    after = "max_grad_norm"
 
     layers: tuple[int, ...]
     embeddings: bool
 
     @classmethod
     def plan(cls, config: Config, layout: CheckpointLayout, chosen: Strategies) -> Freeze | None:
-        """`--freeze`'s layers, checked against BASE's layer count."""
+        """`--freeze`'s layers, checked against BASE's layer count and tensors: each holds a
+        tensor `--modules` selects, and with `--attention-only` they hold MLP tensors."""
+        options = config.freeze
         num_layers = layout.text_stack.num_layers
-        layers = tuple(parse_layer_spec(config.freeze, num_layers)) if config.freeze else ()
-        if not layers and not config.freeze_embeddings:
+        layers = tuple(parse_layer_spec(options.layers, num_layers)) if options.layers else ()
+        if not layers and not options.embeddings:
             return None
-        return cls(layers=layers, embeddings=config.freeze_embeddings)
+        chosen.require_selected(layers, layout)
+        if chosen.attention_only and layers:  # the rule acts on these layers' MLPs
+            require_attention_only_tensors(layout.tensors, layout.text_stack, layers)
+        return cls(layers=layers, embeddings=options.embeddings)
 
     @property
     def named_layers(self) -> tuple[int, ...]:
@@ -72,8 +81,9 @@ class Freeze(Strategy):
     @classmethod
     def summary(cls, config: Config) -> list[str]:
         """`--freeze LAYERS`, `--freeze-embeddings`."""
-        items = [f"--freeze {config.freeze}"] if config.freeze is not None else []
-        return items + (["--freeze-embeddings"] if config.freeze_embeddings else [])
+        options = config.freeze
+        items = [f"--freeze {options.layers}"] if options.layers is not None else []
+        return items + (["--freeze-embeddings"] if options.embeddings else [])
 
 
 def freeze(

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from surgery.core.layers import LayerValues, parse_layer_values
 from train.errors import TrainConfigError
 from train.fields import cli
+from train.limits import require_attention_only_tensors
 from train.sharding import all_reduce_sum, is_sharded, local
 from train.strategies.base import Config, Strategies, Strategy
 
@@ -54,23 +55,25 @@ L2SP_FORMS = ("sum", "half")
 
 @dataclass
 class L2SPOptions:
-    """`TrainConfig` fields: `l2sp`, the per-layer lambda spec ("9:28=0.05,*=0.001"; `*` covers
+    """`TrainConfig.l2sp`: `lambdas`, the per-layer lambda spec ("9:28=0.05,*=0.001"; `*` covers
     the other layers and the tensors outside the stack, embeddings and final norm, as in the
-    paper's code), and `l2sp_form`: "sum", lambda * ||w - w0||^2 per optimizer step (the paper's
+    paper's code), and `form`: "sum", lambda * ||w - w0||^2 per optimizer step (the paper's
     code), or "half", the textbook lambda / 2 * ||w - w0||^2."""
 
-    l2sp: str | None = field(
+    lambdas: str | None = field(
         default=None,
         metadata=cli(
             "L2-SP strength lambda toward BASE per layer, e.g. '9:28=0.05,*=0.001' "
             "(penalty lambda * ||w - w0||^2 per optimizer step, see --l2sp-form).",
+            flag="--l2sp",
             metavar="SPEC",
         ),
     )
-    l2sp_form: str = field(
+    form: str = field(
         default="sum",
         metadata=cli(
             "sum: lambda * ||w - w0||^2, as the paper's code; half: lambda/2 * ||w - w0||^2.",
+            flag="--l2sp-form",
             choices=L2SP_FORMS,
         ),
     )
@@ -90,7 +93,6 @@ class L2SPToBase(Strategy):
 
     name = "l2sp"
     Options = L2SPOptions
-    after = "attention_only"
     needs_parameters = True
 
     values: LayerValues
@@ -99,9 +101,9 @@ class L2SPToBase(Strategy):
     @classmethod
     def check(cls, config: Config, sources: tuple[DataSource, ...]) -> tuple[DataSource, ...]:
         """The form is one of `L2SP_FORMS`."""
-        if config.l2sp_form not in L2SP_FORMS:
+        if config.l2sp.form not in L2SP_FORMS:
             raise TrainConfigError(
-                f"--l2sp-form {config.l2sp_form!r}: choose {' or '.join(L2SP_FORMS)}"
+                f"--l2sp-form {config.l2sp.form!r}: choose {' or '.join(L2SP_FORMS)}"
             )
         return sources
 
@@ -109,11 +111,17 @@ class L2SPToBase(Strategy):
     def plan(
         cls, config: Config, layout: CheckpointLayout, chosen: Strategies
     ) -> L2SPToBase | None:
-        """The lambdas of `--l2sp`, checked against BASE's layer count."""
-        if not config.l2sp:
+        """The lambdas of `--l2sp`, checked against BASE's layer count and tensors: each range
+        holds a tensor `--modules` selects, and with `--attention-only` (and no `--freeze`
+        layers) the stack holds MLP tensors."""
+        options = config.l2sp
+        if not options.lambdas:
             return None
-        values = parse_layer_values(config.l2sp, layout.text_stack.num_layers)
-        return cls(values=check_lambdas(values, config.l2sp), form=config.l2sp_form)
+        values = parse_layer_values(options.lambdas, layout.text_stack.num_layers)
+        chosen.require_selected(tuple(values.per_layer), layout)
+        if chosen.attention_only and not chosen.frozen_layers:  # the rule acts on every layer
+            require_attention_only_tensors(layout.tensors, layout.text_stack, ())
+        return cls(values=check_lambdas(values, options.lambdas), form=options.form)
 
     def value_for(self, layer: int | None) -> float | None:
         """The lambda of a layer (None: a tensor outside the stack)."""
@@ -152,8 +160,9 @@ class L2SPToBase(Strategy):
     @classmethod
     def summary(cls, config: Config) -> list[str]:
         """`--l2sp SPEC`, `--l2sp-form FORM`."""
-        items = [f"--l2sp {config.l2sp}"] if config.l2sp is not None else []
-        return items + ([f"--l2sp-form {config.l2sp_form}"] if config.l2sp else [])
+        options = config.l2sp
+        items = [f"--l2sp {options.lambdas}"] if options.lambdas is not None else []
+        return items + ([f"--l2sp-form {options.form}"] if options.lambdas else [])
 
 
 def check_lambdas(values: LayerValues, spec: str | None) -> LayerValues:

@@ -25,14 +25,15 @@ _ADAPTER = "default"
 
 @dataclass
 class LoRAOptions:
-    """`TrainConfig` field `lora`: "r=16,alpha=32[,dropout=..][,targets=a+b]"; the adapters are
+    """`TrainConfig.lora`: `spec`, "r=16,alpha=32[,dropout=..][,targets=a+b]"; the adapters are
     merged into full weights when saved."""
 
-    lora: str | None = field(
+    spec: str | None = field(
         default=None,
         metadata=cli(
             "LoRA baseline (merged when saved), e.g. "
             "r=16,alpha=32[,dropout=0.05][,targets=q_proj+v_proj].",
+            flag="--lora",
             metavar="r=R,alpha=A",
         ),
     )
@@ -44,7 +45,6 @@ class LoRA(Strategy):
 
     name = "lora"
     Options = LoRAOptions
-    after = "attention_only"
     needs_parameters = True
 
     r: int
@@ -55,10 +55,10 @@ class LoRA(Strategy):
     @classmethod
     def check(cls, config: Config, sources: tuple[DataSource, ...]) -> tuple[DataSource, ...]:
         """The spec parses; no --l2sp, --ema or --modules beside it."""
-        if not config.lora:
+        if not config.lora.spec:
             return sources
-        parse_lora(config.lora)
-        if config.l2sp or config.ema is not None:
+        parse_lora(config.lora.spec)
+        if config.l2sp.lambdas or config.ema.alpha is not None:
             raise TrainConfigError("--lora is a baseline on its own: drop --l2sp and --ema")
         if config.modules is not None:
             raise TrainConfigError("--modules does not apply to --lora (choose targets=...)")
@@ -67,7 +67,7 @@ class LoRA(Strategy):
     @classmethod
     def plan(cls, config: Config, layout: CheckpointLayout, chosen: Strategies) -> LoRA | None:
         """The adapters' settings, when `--lora` is given."""
-        return parse_lora(config.lora) if config.lora else None
+        return parse_lora(config.lora.spec) if config.lora.spec else None
 
     def prepare(
         self, model: PreTrainedModel, layers: LayerMap, strategies: Strategies, stack: Stack
@@ -89,7 +89,7 @@ class LoRA(Strategy):
     @classmethod
     def summary(cls, config: Config) -> list[str]:
         """`--lora SPEC`."""
-        return [f"--lora {config.lora}"] if config.lora is not None else []
+        return [f"--lora {config.lora.spec}"] if config.lora.spec is not None else []
 
 
 def parse_lora(spec: str) -> LoRA:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 from surgery.core.errors import LayerSpecError
 from surgery.core.layers import (
@@ -25,6 +26,7 @@ from surgery.engine.plan import (
     copy_of,
     joined,
     require_equal_non_float,
+    trained_plan,
 )
 from surgery.engine.quantized import check_scales
 from surgery.engine.reader import Checkpoint, TensorInfo, openers
@@ -227,16 +229,7 @@ def plan_interpolate(
         matching=matching.record(labels),
         trained_base=trained_base,
     )
-    return Plan(
-        "interpolate",
-        tensors,
-        recipe,
-        files_from=trained,
-        inputs=[base, trained],
-        dtype=dtype,
-        mergekit_config=(
-            interpolate_config(base, trained, values, chosen, dtype, module_filter)
-            if matching.exact
-            else None  # mergekit matches tensors by name and shape
-        ),
+    mergekit = partial(interpolate_config, base, trained, values, chosen, dtype, module_filter)
+    return trained_plan(
+        "interpolate", tensors, recipe, base, trained, dtype, mergekit if matching.exact else None
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from surgery.core.errors import LayerSpecError, MismatchError
 from surgery.core.layers import (
     format_layers,
@@ -13,7 +15,7 @@ from surgery.core.layers import (
 from surgery.core.modules import ATTENTION_ONLY, parse_module_filter
 from surgery.engine.matching import Matching, match
 from surgery.engine.ops.merge.equivalent import revert_config
-from surgery.engine.plan import Plan, copy_of
+from surgery.engine.plan import Plan, copy_of, trained_plan
 from surgery.engine.quantized import refuse_cast, scale_pairs
 from surgery.engine.reader import Checkpoint, TensorInfo
 from surgery.engine.recipe import make_recipe
@@ -105,17 +107,14 @@ def plan_revert(
         matching=matching.record(["trained", base_role]),
         trained_base=trained_base,
     )
-    return Plan(
+    mergekit = partial(revert_config, base, trained, chosen_stack, indices, dtype, module_filter)
+    return trained_plan(
         "revert",
         tensors,
         recipe,
-        files_from=trained,
-        inputs=[base, trained],
-        dtype=dtype,
-        mergekit_config=(
-            revert_config(base, trained, chosen_stack, indices, dtype, module_filter)
-            if matching.exact
-            else None  # mergekit matches tensors by name and shape
-        ),
+        base,
+        trained,
+        dtype,
+        mergekit if matching.exact else None,
         shard_groups=[[t.name for t in shard.tensors] for shard in trained.shards],
     )

@@ -1,4 +1,5 @@
-"""lm-evaluation-harness's task template keys, with lm-eval's meaning, for the generic kinds.
+"""lm-evaluation-harness's task template keys, with lm-eval's meaning, shared by the generic
+kinds (multiple_choice and exact_match): rendering them, and the task options that give them.
 
 A task names how a row becomes a prompt, its choices and its answer with lm-eval's keys:
 
@@ -25,6 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from eval.errors import TaskSpecError
+from eval.kinds.base import Option
 
 TARGET_DELIMITER = " "
 FEWSHOT_DELIMITER = "\n\n"
@@ -174,3 +176,38 @@ def label_index(value: Any, count: int) -> int | None:
 def unescape(text: str) -> str:
     """``\\n``, ``\\t`` and ``\\\\`` as the characters (a task string cannot hold a newline)."""
     return re.sub(r"\\([nt\\])", lambda m: {"n": "\n", "t": "\t", "\\": "\\"}[m[1]], text)
+
+
+def template(value: Any) -> str:
+    """A field name or a Jinja template, kept as written."""
+    return check_template(str(value))
+
+
+def delimiter(value: Any) -> str:
+    """A delimiter as written; in a task string ``\\n`` and ``\\t`` stand for the characters."""
+    return unescape(str(value))
+
+
+TEMPLATE_OPTIONS = {
+    "doc_to_text": Option(template, None, "lm-eval's doc_to_text: a field or a template", True),
+    "doc_to_target": Option(template, None, "lm-eval's doc_to_target: a field or a template", True),
+    "target_delimiter": Option(
+        delimiter, TARGET_DELIMITER, "between a text and its answer (lm-eval's)", True
+    ),
+    "fewshot_delimiter": Option(
+        delimiter, FEWSHOT_DELIMITER, "after each demonstration (lm-eval's)", True
+    ),
+}
+
+
+def exclusive(options: dict[str, Any], field: str, key: str) -> str:
+    """Which of a part's two options is given.
+
+    Raises:
+        TaskSpecError: both or neither.
+    """
+    given = [name for name in (field, key) if options.get(name) is not None]
+    if len(given) != 1:
+        which = "both" if given else "neither"
+        raise TaskSpecError(f"give {field}= or {key}= (lm-eval's key), not {which}")
+    return given[0]

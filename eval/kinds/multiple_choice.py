@@ -1,6 +1,6 @@
 """``multiple_choice``: any multiple-choice benchmark, named by its fields or by
-lm-evaluation-harness's template keys (`eval.templates`); scored as `eval.multiple_choice`
-scores Belebele (summed log-likelihood of each choice; acc and acc_norm as lm-eval computes
+lm-evaluation-harness's template keys (`eval.kinds.templates`); scored as belebele is
+(`eval.kinds.mc`: summed log-likelihood of each choice; acc and acc_norm as lm-eval computes
 them).
 
 Each part of a row is read from a field or from lm-eval's key, never both:
@@ -22,14 +22,14 @@ from typing import Any
 
 from eval.data import Row
 from eval.errors import EvalDataError, TaskSpecError, data_error
-from eval.kinds.base import MC_OPTIONS, Kind, Option, register, shots
-from eval.templates import (
-    FEWSHOT_DELIMITER,
-    TARGET_DELIMITER,
+from eval.kinds.base import MC_OPTIONS, Kind, Option, TaskSpec, register, shots
+from eval.kinds.mc import McItem, MultipleChoiceTask, Schema
+from eval.kinds.templates import (
+    TEMPLATE_OPTIONS,
     DocTemplate,
     check_template,
+    exclusive,
     label_index,
-    unescape,
 )
 
 # (field option, lm-eval key) of each part of a row; exactly one of each pair is given.
@@ -50,41 +50,6 @@ def choice_template(value: Any) -> str | tuple[str, ...]:
     if isinstance(value, list | tuple):
         return tuple(str(item) for item in value)
     return check_template(str(value))
-
-
-def template(value: Any) -> str:
-    """A field name or a Jinja template, kept as written."""
-    return check_template(str(value))
-
-
-def delimiter(value: Any) -> str:
-    """A delimiter as written; in a task string ``\\n`` and ``\\t`` stand for the characters."""
-    return unescape(str(value))
-
-
-TEMPLATE_OPTIONS = {
-    "doc_to_text": Option(template, None, "lm-eval's doc_to_text: a field or a template", True),
-    "doc_to_target": Option(template, None, "lm-eval's doc_to_target: a field or a template", True),
-    "target_delimiter": Option(
-        delimiter, TARGET_DELIMITER, "between a text and its answer (lm-eval's)", True
-    ),
-    "fewshot_delimiter": Option(
-        delimiter, FEWSHOT_DELIMITER, "after each demonstration (lm-eval's)", True
-    ),
-}
-
-
-def exclusive(options: dict[str, Any], field: str, key: str) -> str:
-    """Which of a part's two options is given.
-
-    Raises:
-        TaskSpecError: both or neither.
-    """
-    given = [name for name in (field, key) if options.get(name) is not None]
-    if len(given) != 1:
-        which = "both" if given else "neither"
-        raise TaskSpecError(f"give {field}= or {key}= (lm-eval's key), not {which}")
-    return given[0]
 
 
 @dataclass(frozen=True)
@@ -165,6 +130,36 @@ class ChoiceReader:
         return gold
 
 
+def schema(spec: TaskSpec, rows: list[Row]) -> Schema:
+    """The rows read through the task's fields or lm-eval's template keys; lm-eval's default
+    sampler.
+
+    Raises:
+        TaskSpecError: a part of the row named twice or not at all.
+    """
+    reader = ChoiceReader.from_options(spec.options)
+
+    def read(row: Row) -> McItem:
+        text, choices, gold = reader.read(row)
+        return McItem(text, choices, gold, row.data)
+
+    template = reader.template
+    return Schema(
+        "mapped",
+        read,
+        "default",
+        True,
+        ("acc", "acc_norm"),
+        template.target_delimiter,
+        template.fewshot_delimiter,
+    )
+
+
+def load(spec: TaskSpec) -> MultipleChoiceTask:
+    """The ``multiple_choice`` kind's loader."""
+    return MultipleChoiceTask.from_spec(spec, schema)
+
+
 KIND = register(
     Kind(
         "multiple_choice",
@@ -187,7 +182,7 @@ KIND = register(
             **MC_OPTIONS,
             "shots": shots(0),
         },
-        loader="eval.multiple_choice:load_mapped",
+        loader=load,
         hub=True,
         sampler="default",
     )

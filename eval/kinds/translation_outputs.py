@@ -1,19 +1,18 @@
-"""What a translation task's outputs look like: why generations stopped, empty outputs, lengths.
+"""What a flores task's outputs look like: why generations stopped, empty outputs, lengths.
 
 The reference (sanchit-ahuja/scaling-multilingual-experts, scripts/flores_layer_localization.py)
 reports these beside chrF, because a model that runs on past its sentence, or stops before
 writing one, scores badly for reasons chrF does not show. Computed from the logged outputs
 (`surgery eval` per FLORES unit, `surgery compare` pooled over languages), so both agree.
 
-This module imports neither torch nor transformers.
+This module imports neither torch nor transformers, and numpy only when it computes a quantile
+(the CLI imports every kind's module).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 # Output length quantiles reported, in percent (the reference's).
 QUANTILES = (50, 90, 95, 99)
@@ -27,6 +26,8 @@ DIAGNOSTICS = (*RATES, *(f"length_p{q}" for q in QUANTILES))
 def length_quantile(lengths: Sequence[int], percent: int) -> int:
     """The reference's quantile: the sorted lengths' element at index round((n - 1) * q),
     rounding half to even (numpy's `nearest` method); 0 for no lengths."""
+    import numpy as np
+
     if not lengths:
         return 0
     return int(np.quantile(np.asarray(lengths), percent / 100, method="nearest"))

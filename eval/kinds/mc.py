@@ -1,19 +1,17 @@
-"""Multiple choice by summed log-likelihood: Belebele (reading) and PIQA (reasoning).
+"""Multiple choice by summed log-likelihood, shared by the belebele, piqa and multiple_choice
+kinds: items, prompts, scoring and metrics (each kind reads its rows into items: its `Schema`).
 
 Prompts follow lm-evaluation-harness's task configs exactly (the item's text, then for each
 choice ``target_delimiter + choice`` scored after it; k demonstrations first, each
-``text + " " + correct choice + "\\n\\n"``):
-
-- Belebele: ``P: <passage>\\nQ: <question, stripped>\\nA: <1>\\n..D: <4>\\nAnswer:``,
-  choices ``A``..``D``; demonstrations ``first_n`` (the first rows, never the item).
-- Global-PIQA (``prompt``, ``solution0``.., ``label``): the prompt as is, choices the solutions;
-  demonstrations lm-eval's ``default`` sampler (seeded 1234, from the whole file).
-- Classic PIQA (``goal``, ``sol1``, ``sol2``, ``label``): ``Question: <goal>\\nAnswer:``.
+``text + target_delimiter + correct choice + fewshot_delimiter``, by default ``" "`` and
+``"\\n\\n"``).
 
 acc picks the choice with the highest summed log-probability; acc_norm divides it by the
 choice's length in characters, acc_bytes (Global-PIQA, as lm-eval reports it) by its length in
 UTF-8 bytes; the delimiter is not counted. Standard errors are lm-eval's (sample standard
 deviation / sqrt(n)).
+
+The model is run by `eval.scoring`, imported only when a model is scored (it pulls in torch).
 """
 
 from __future__ import annotations
@@ -26,15 +24,11 @@ from typing import Any
 
 from eval.data import Row, doc_id, text_sha256
 from eval.errors import TaskSpecError, data_error
-from eval.kinds.choice import ChoiceReader
+from eval.kinds.base import Settings, TaskSpec
+from eval.kinds.shots import choose_shots
+from eval.kinds.templates import FEWSHOT_DELIMITER, TARGET_DELIMITER
 from eval.published import HubSource, rows_for, source_config, task_rows
-from eval.scoring import choice_loglikelihoods, make_request
-from eval.shots import choose_shots
-from eval.tasks import Settings, TaskSpec
-from eval.templates import FEWSHOT_DELIMITER, TARGET_DELIMITER
 from eval.tokens import TextEncoder, parse_add_bos
-
-LETTERS = "ABCD"
 
 
 @dataclass(frozen=True)
@@ -70,59 +64,13 @@ class Schema:
     fewshot_delimiter: str = FEWSHOT_DELIMITER
 
 
-def _belebele(row: Row) -> McItem:
-    answers = [row.text(f"mc_answer{n}") for n in range(1, 5)]
-    options = "".join(f"{letter}: {a}\n" for letter, a in zip(LETTERS, answers, strict=True))
-    question = f"P: {row.text('flores_passage')}\nQ: {row.text('question').strip()}\n"
-    label = row.label("correct_answer_num", range(1, 5)) - 1
-    return McItem(question + options + "Answer:", list(LETTERS), label, row.data)
-
-
-def _global_piqa(row: Row) -> McItem:
-    count = 0
-    while f"solution{count}" in row.data:
-        count += 1
-    solutions = [row.text(f"solution{n}") for n in range(max(count, 2))]
-    return McItem(
-        row.text("prompt"), solutions, row.label("label", range(len(solutions))), row.data
-    )
-
-
-def _classic_piqa(row: Row) -> McItem:
-    solutions = [row.text("sol1"), row.text("sol2")]
-    question = f"Question: {row.text('goal')}\nAnswer:"
-    return McItem(question, solutions, row.label("label", range(2)), row.data)
-
-
-SCHEMAS = {
-    "belebele": Schema("belebele", _belebele, "first_n", True, ("acc", "acc_norm")),
-    "global_piqa": Schema(
-        "global_piqa", _global_piqa, "default", False, ("acc", "acc_norm", "acc_bytes")
-    ),
-    "piqa": Schema("piqa", _classic_piqa, "default", True, ("acc", "acc_norm")),
-}
-
-
-def belebele_schema(spec: TaskSpec, rows: list[Row]) -> Schema:
-    """Belebele's rows (the ``belebele`` kind's schema)."""
-    return SCHEMAS["belebele"]
-
-
-def piqa_schema(spec: TaskSpec, rows: list[Row]) -> Schema:
-    """The ``piqa`` kind's schema: classic PIQA when the first row has ``goal``, else
-    Global-PIQA."""
-    if "goal" in rows[0].data:
-        return SCHEMAS["piqa"]
-    return SCHEMAS["global_piqa"]
-
-
 SchemaFor = Callable[[TaskSpec, list[Row]], Schema]
 
 
 def read_items(
     schema_for: SchemaFor, path: Path, config: str | None = None, split: str = "test"
 ) -> tuple[Schema, list[McItem]]:
-    """Read a Belebele or PIQA file (either PIQA schema; JSON lines or Parquet), or one config's
+    """Read a file of rows (JSON lines or Parquet) as `schema_for` reads them, or one config's
     split of a dataset snapshot folder in its published layout (`eval.published`).
 
     Raises:
@@ -132,16 +80,6 @@ def read_items(
     rows = task_rows(path, config, split)[0]
     schema = schema_for(TaskSpec("", path), rows)
     return schema, [schema.read(row) for row in rows]
-
-
-def read_belebele(path: Path) -> list[McItem]:
-    """Read Belebele rows: flores_passage, question, mc_answer1..4, correct_answer_num (1..4)."""
-    return read_items(belebele_schema, path)[1]
-
-
-def read_piqa(path: Path) -> list[McItem]:
-    """Read PIQA rows: Global-PIQA's (prompt, solution0.., label) or classic (goal, sol1, sol2)."""
-    return read_items(piqa_schema, path)[1]
 
 
 def build_contexts(
@@ -200,7 +138,7 @@ def accuracy(
 
 
 class MultipleChoiceTask:
-    """A Belebele or PIQA file, read and checked."""
+    """A file of multiple-choice rows, read and checked."""
 
     def __init__(
         self,
@@ -382,6 +320,8 @@ def score_items(
     Returns:
         `(scores per item per choice, number of contexts cut to fit settings.max_length)`.
     """
+    from eval.scoring import choice_loglikelihoods, make_request  # torch, once a model scores
+
     made = [
         make_request(
             encoder, context, [target_delimiter + c for c in item.choices], settings.max_length
@@ -397,43 +337,3 @@ def score_items(
         prefix_cache=settings.prefix_cache,
     )
     return scores, sum(truncated for _, truncated in made)
-
-
-def load_belebele(spec: TaskSpec) -> MultipleChoiceTask:
-    """The ``belebele`` kind's loader."""
-    return MultipleChoiceTask.from_spec(spec, belebele_schema)
-
-
-def load_piqa(spec: TaskSpec) -> MultipleChoiceTask:
-    """The ``piqa`` kind's loader."""
-    return MultipleChoiceTask.from_spec(spec, piqa_schema)
-
-
-def mapped_schema(spec: TaskSpec, rows: list[Row]) -> Schema:
-    """The ``multiple_choice`` kind's schema: its rows read through the task's fields or
-    lm-eval's template keys (`eval.kinds.choice`), lm-eval's default sampler.
-
-    Raises:
-        TaskSpecError: a part of the row named twice or not at all.
-    """
-    reader = ChoiceReader.from_options(spec.options)
-
-    def read(row: Row) -> McItem:
-        text, choices, gold = reader.read(row)
-        return McItem(text, choices, gold, row.data)
-
-    template = reader.template
-    return Schema(
-        "mapped",
-        read,
-        "default",
-        True,
-        ("acc", "acc_norm"),
-        template.target_delimiter,
-        template.fewshot_delimiter,
-    )
-
-
-def load_mapped(spec: TaskSpec) -> MultipleChoiceTask:
-    """The ``multiple_choice`` kind's loader."""
-    return MultipleChoiceTask.from_spec(spec, mapped_schema)

@@ -1,0 +1,36 @@
+"""What `surgery search` is given, as one typed value (no import beyond the standard library:
+`surgery --help` stays fast). How the models are scored travels beside it, as the suite's run
+settings (`eval.study.runner.SuiteRun`, built from `eval.options.ScoringOptions`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """What `surgery search` is given (validated by `eval.search.run.check`).
+
+    The command line builds the search's own options first (`eval.search.command`), then adds
+    BASE, TRAINED, the suite and the folder; a search without them is refused by `check`.
+    """
+
+    base: str = ""
+    trained: str = ""
+    suite: Path | None = None
+    out: Path | None = None
+    blocks: str = "4"
+    embeddings: bool = False
+    step: float = 0.05
+    measure: str | None = None
+    objectives: str | None = None
+    budgets: tuple[str, ...] = ()
+    trials: int = 50
+    time: float | None = None  # seconds
+    seed: int = 0
+    baseline_layers: str | None = None
+    uniform: tuple[float, ...] = (0.25, 0.5, 0.75)
+    storage: str | None = None
+    resamples: int = 2000
+    quiet: bool = False
