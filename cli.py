@@ -26,6 +26,7 @@ from surgery import __version__
 from surgery.commands import checkpoints, reading
 from surgery.commands.drift import drift
 from surgery.core.errors import SurgeryError
+from surgery.options import with_threads
 from train.command import build_train_command
 
 __all__ = ["COMMANDS", "Interrupted", "cli", "install_signal_handlers", "main"]
@@ -135,8 +136,14 @@ COMMANDS = [
     compare,
     demo,
 ]
+# The commands that compute (torch, numpy blends, the engine's writer threads) take `--threads`
+# and follow one thread rule; those that only read headers, push or compare numbers do not.
+COMPUTING = {
+    *("revert", "soup", "interpolate", "merge", "extract-lora", "drift"),
+    *("sweep", "localize", "search", "train", "eval", "demo"),
+}
 for command in COMMANDS:
-    cli.add_command(command)
+    cli.add_command(with_threads(command) if command.name in COMPUTING else command)
 
 
 def main() -> None:

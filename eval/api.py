@@ -196,6 +196,7 @@ def _run_config(
         "batch_size": settings.batch_size,
         "limit": settings.limit,
         "max_length": settings.max_length,
+        "threads": torch.get_num_threads(),
         "versions": {
             "torch": torch.__version__,
             "transformers": importlib.metadata.version("transformers"),

@@ -93,6 +93,10 @@ OPTIONS: dict[str, Meaning] = {
     "--device": Meaning(
         "where the model is scored or trained", "the accelerator when present (cuda), else cpu"
     ),
+    "--threads": Meaning(
+        "CPU threads the command computes with",
+        "the cores free at the start, shared with other surgery commands (or SURGERY_THREADS)",
+    ),
     "--eval-dtype": Meaning("dtype a model is scored in", "fp32 on cpu, bf16 otherwise"),
     "--batch-size": Meaning(
         "examples per forward pass",

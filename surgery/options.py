@@ -165,6 +165,32 @@ extrapolate_option = click.option(
 DEVICE_HELP = "cpu, cuda, cuda:1, mps, ... [default: cuda when present, else cpu]."
 device_option = click.option("--device", default=None, help=DEVICE_HELP)
 
+# Every command that computes: one thread rule (surgery.core.threads), chosen when it runs.
+THREADS_HELP = (
+    "CPU threads [default: the cores free when the command starts, shared with other surgery "
+    "commands running; or SURGERY_THREADS]."
+)
+
+
+def with_threads(command: click.Command) -> click.Command:
+    """Give a command that computes `--threads N`: when it runs (not when its line is only
+    parsed), the thread rule chooses and applies this process's threads before its work."""
+    callback = command.callback
+
+    @functools.wraps(callback)
+    def run(*args: Any, threads: int | None = None, **kwargs: Any) -> Any:
+        from surgery.core.threads import use_threads
+
+        use_threads(threads)
+        return callback(*args, **kwargs)
+
+    command.callback = run
+    command.params.append(
+        click.Option(["--threads"], type=click.IntRange(min=1), default=None, help=THREADS_HELP)
+    )
+    return command
+
+
 # Localize's and search's blocks of layers, one declaration (N equal blocks, or slices).
 blocks_option = click.option(
     "--blocks",

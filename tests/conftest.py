@@ -8,6 +8,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Commands run in this process choose their threads by the rule; pinned here to every usable
+# core (torch's own default), so a test's outcome never depends on the machine's load. The
+# rule itself is tested in tests/test_threads.py, with this variable removed.
+os.environ.setdefault("SURGERY_THREADS", str(len(os.sched_getaffinity(0))))
 
 from tests.support import tiny_models
 

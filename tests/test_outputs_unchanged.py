@@ -53,7 +53,10 @@ REGEN = os.environ.get("SURGERY_REGEN_GOLDEN") == "1"
 ADDED_FIELDS = {
     "results.json": ("device", "dtype", "eval_dtype", "threads"),
     "comparison.json": ("inputs", "devices", "dtypes"),
+    "surgery_recipe.json": ("threads",),  # the writer's threads, beside the shards' hashes
 }
+# How each writer indents the JSON files above (the rewrite must give its bytes back).
+INDENTS = {"surgery_recipe.json": 2}
 
 SUITE = """\
 families:
@@ -158,7 +161,7 @@ def _drop(value: Any, keys: tuple[str, ...]) -> Any:
 def _normalized(path: Path, root: Path, roots: tuple[str, ...]) -> bytes:
     """The file's bytes as hashed: binary files as they are; text with the test's folders as
     ``<ROOT>``, the toolkit's version as ``<VERSION>`` and `ADDED_FIELDS` dropped (the JSON
-    rewritten as the writers write it: results.json indent 1, comparison.json indent 1)."""
+    rewritten as the writers write it, `INDENTS`)."""
     data = path.read_bytes()
     if path.suffix == ".safetensors":
         return data
@@ -171,7 +174,8 @@ def _normalized(path: Path, root: Path, roots: tuple[str, ...]) -> bytes:
     if added:
         value = _drop(json.loads(text), added)
         ending = "\n" if text.endswith("\n") else ""
-        text = json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False) + ending
+        indent = INDENTS.get(path.name, 1)
+        text = json.dumps(value, sort_keys=True, indent=indent, ensure_ascii=False) + ending
     return text.encode("utf-8")
 
 
@@ -192,7 +196,8 @@ def _run_all(families, root: Path) -> dict[str, dict[str, str]]:
     torch.set_num_threads(1)  # one rounding order, whatever the machine's cores
     try:
         for name, argv in _commands(llama, root):
-            result = CliRunner().invoke(cli, [str(a) for a in argv])
+            # One thread by the commands' own rule too (they apply SURGERY_THREADS when run).
+            result = CliRunner().invoke(cli, [str(a) for a in argv], env={"SURGERY_THREADS": "1"})
             assert result.exit_code == 0, (name, result.output, result.exception)
     finally:
         torch.set_num_threads(threads)

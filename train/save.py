@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 from train.checkpoint_io import to_base_layout, write_checkpoint
 from train.fields import flatten
 from train.outputs import carried_entries
@@ -73,6 +75,7 @@ def _record(trainer: SurgeryTrainer, plan: TrainPlan) -> dict:
         "world_size": trainer.args.world_size,
         "global_batch_blocks": trainer.global_batch_blocks,
         "sharded": trainer.is_fsdp_enabled,
+        "threads": torch.get_num_threads(),  # the thread rule's choice, on the main process
         # What the strategies hold on the main process (one shard of each under FSDP).
         "held_bytes_rank0": trainer.held_bytes,
         **strategies,

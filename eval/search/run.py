@@ -28,6 +28,7 @@ from eval.study.runner import SuiteRun
 from eval.study.suite import load_suite
 from surgery.core.errors import OutputError, SurgeryError
 from surgery.core.layers import parse_layer_spec, select_stack
+from surgery.core.threads import rebalance_threads
 
 SETTINGS_FILE = "search.json"  # DIR's record of the search's settings: DIR is this search's
 
@@ -252,6 +253,7 @@ class Searcher:
 
         def after(study: Any, trial: Any) -> None:
             progress.update(len(st.finished(study)))
+            rebalance_threads()  # share the cores with workers that started since
             if len(st.finished(study)) >= total:
                 study.stop()
 

@@ -12,6 +12,7 @@ numbers `surgery compare` prints for the same items. Nothing is written unless a
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -93,6 +94,7 @@ def score_suite(
         units=tuple(units),
         missing=(),
         complete=True,
+        threads=sys.modules["torch"].get_num_threads(),  # the model ran: torch is loaded
     )
     return Run(Path(name), results, name, samples)
 

@@ -92,6 +92,9 @@ class SuiteResults:
     units: tuple[UnitResult, ...]
     missing: tuple[MissingUnit, ...]
     complete: bool
+    # torch's CPU threads while the units were scored (the thread rule's choice); not a
+    # setting: thread counts change scores by float rounding at most.
+    threads: int | None = None
     format: str = FORMAT
 
     @property
@@ -198,6 +201,7 @@ def read_results(directory: Path) -> SuiteResults:
             units=tuple(_unit(u) for u in data["units"]),
             missing=tuple(MissingUnit(**m) for m in data["missing"]),
             complete=data["complete"],
+            threads=data.get("threads"),
         )
     except (KeyError, TypeError) as error:
         raise SuiteError(f"{path}: malformed ({type(error).__name__}: {error})") from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -256,7 +257,7 @@ def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: Suite
     rank, world = _rank_and_world()
     found = check_resumable(directory, header)
     if found is not None:  # its revision, known once the model had loaded
-        header = replace(header, model=found.model)
+        header = replace(header, model=found.model, threads=found.threads)
     folder = _Folder(directory, header, units, rank == 0)
     for unit in found.units if found else ():
         if (directory / unit.samples).is_file():
@@ -272,7 +273,8 @@ def run_suite(checkpoint: str, suite_path: Path, directory: Path, options: Suite
             tokenizer=options.tokenizer,
             progress=options.progress and rank == 0,
         )
-        folder.header = replace(header, model=model_info(checkpoint, model))
+        threads = sys.modules["torch"].get_num_threads()  # loaded with the model
+        folder.header = replace(header, model=model_info(checkpoint, model), threads=threads)
         _score_remaining(model, tok, todo, tasks, folder, options, rank, world)
     _finish_group(world)
     folder.save(complete=True)

@@ -16,6 +16,7 @@ from surgery.engine.reader import (
     INDEX_NAME,
     RECIPE_NAME,
     SHA256_KEY,
+    THREADS_KEY,
     Shard,
     TensorInfo,
     index_problems,
@@ -193,6 +194,7 @@ def _check_recipe(folder: Path, shards: list[Shard], report: Report) -> None:
     try:
         recipe = json.loads((folder / RECIPE_NAME).read_text())
         recipe.pop(SHA256_KEY, None)
+        recipe.pop(THREADS_KEY, None)
         accepted = (recipe, public_recipe(recipe))
         mismatch = any(text is None or json.loads(text) not in accepted for text in embedded)
     except (OSError, ValueError, AttributeError):

@@ -210,7 +210,8 @@ class Registry:
         entry = self.folder / str(pid)
         with self._locked():
             entry.write_text(str(threads))
-        if pid == os.getpid():
+        if pid == os.getpid() and entry not in _at_exit:
+            _at_exit.add(entry)
             atexit.register(entry.unlink, missing_ok=True)
 
 
@@ -225,6 +226,7 @@ def _alive(pid: int) -> bool:
 
 
 _current: ThreadPlan | None = None
+_at_exit: set[Path] = set()  # this process's records, removed when it exits
 
 
 def use_threads(requested: int | None = None, *, quiet: bool = False) -> ThreadPlan:
@@ -255,3 +257,16 @@ def use_threads(requested: int | None = None, *, quiet: bool = False) -> ThreadP
 def current_threads() -> int:
     """The threads chosen for this process (`use_threads`), else its usable cores."""
     return _current.threads if _current is not None else usable_cores()
+
+
+def rebalance_threads() -> ThreadPlan | None:
+    """Choose again, quietly, between units of work (a search's trials) when the rule chose:
+    a worker that started alone gives up cores to workers that started after it.
+
+    Returns:
+        The new plan, or None where the user chose (`--threads`, SURGERY_THREADS) or no plan
+        was made (a Python caller).
+    """
+    if _current is None or _current.source != "rule":
+        return None
+    return use_threads(quiet=True)

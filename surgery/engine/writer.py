@@ -42,6 +42,7 @@ from surgery.engine.reader import (
     RECIPE_NAME,
     RESULTS_NAME,
     SHA256_KEY,
+    THREADS_KEY,
     TRAIN_RECORD,
     TensorInfo,
     openers,
@@ -707,7 +708,7 @@ def execute(
             if plan.adapter is not None:
                 (staging / ADAPTER_CONFIG).write_text(json.dumps(plan.adapter, indent=2) + "\n")
             copy_companion_files(plan, staging, companions)
-            recipe = {**plan.recipe, SHA256_KEY: hashes}
+            recipe = {**plan.recipe, SHA256_KEY: hashes, THREADS_KEY: current_threads()}
             (staging / RECIPE_NAME).write_text(json.dumps(recipe, indent=2, sort_keys=True) + "\n")
             for name, text in extra_files.items():
                 (staging / name).write_text(text)
