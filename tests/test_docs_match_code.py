@@ -8,7 +8,9 @@
 - a backticked path in the repository (`surgery/engine/writer.py`, `bench/bench_floor.py`,
   `docs/*.png`) exists;
 - a backticked dotted name of the project (`surgery.api.revert`, `eval.study.suite.PAPER_SUITE`)
-  and every import of a Python block resolve.
+  and every import of a Python block resolve;
+- (slow) the examples that run on the demo's world (`surgery-demo/...`, offline) run, each
+  block's commands in order, on a quick demo built here.
 
 No model is loaded. A failure names the page, the line and the bad token.
 """
@@ -18,15 +20,18 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from cli import cli
 from tests.support.doc_pages import (
     PAGES,
     ROOT,
+    Example,
     Span,
     Where,
     examples,
@@ -328,3 +333,31 @@ def test_the_checks_find_what_does_not_exist(tmp_path):
     assert "--layers is not an option of soup" in spans_found
     assert "no file surgery/engine/no_such_file.py" in files_found
     assert "surgery.api.no_such_function does not resolve" in names_found
+
+
+def demo_world_blocks() -> dict[tuple[str, int], list[Example]]:
+    """The fenced blocks with a command on the demo's world, as (page, block) -> its examples
+    other than `surgery demo` itself (built once by the test instead)."""
+    blocks: dict[tuple[str, int], list[Example]] = defaultdict(list)
+    for page in PAGES:
+        for example in examples(page):
+            blocks[(_id(page), example.block)].append(example)
+    return {
+        key: [example for example in found if example.args[:1] != ["demo"]]
+        for key, found in blocks.items()
+        if any("surgery-demo/" in word for example in found for word in example.args)
+    }
+
+
+@pytest.mark.slow
+def test_examples_on_the_demo_world_run(tmp_path, monkeypatch):
+    from demo.pipeline import run_demo
+
+    run_demo(tmp_path / "surgery-demo", quick=True, device="cpu")
+    monkeypatch.chdir(tmp_path)
+    blocks = demo_world_blocks()
+    assert any(page == "README.md" for page, _ in blocks), "README's quick start is on the demo"
+    for found in blocks.values():
+        for example in found:
+            result = CliRunner().invoke(cli, example.args)
+            assert result.exit_code == 0, f"{example.where}: `{example.text}`: {result.output}"

@@ -43,6 +43,7 @@ class Example:
     where: Where
     text: str
     args: list[str]
+    block: int  # the line its fenced block starts at: examples of one block run in order
 
 
 @dataclass(frozen=True)
@@ -184,4 +185,4 @@ def examples(page: Path) -> Iterator[Example]:
             for words in simple_commands(text, variables):
                 if "surgery" in words:
                     args = words[words.index("surgery") + 1 :]
-                    yield Example(Where(page, number), text.strip(), args)
+                    yield Example(Where(page, number), text.strip(), args, start)
