@@ -52,6 +52,8 @@ _DOTTED = re.compile(r"^(surgery|eval|train|demo)(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*
 _FILE_SUFFIXES = {"py", "md", "yml", "yaml", "json", "jsonl", "png", "txt", "csv", "toml", "gz"}
 _CONTEXT = click.Context(cli, info_name="surgery")
 _UNSET = getattr(click.core, "UNSET", None)
+# A line may name a hidden option (an old spelling) only to say that it is one.
+_NAMES_AN_ALIAS = re.compile(r"alias|hidden|old spelling|deprecated|renamed", re.I)
 
 
 def _commands() -> dict[str, click.Command]:
@@ -135,10 +137,13 @@ def span_problems(span: Span) -> list[str]:
     if found:
         command, words = found
         options = _options(command)
+        alias_ok = bool(_NAMES_AN_ALIAS.search(span.line))
         return [
             f"{name} is not an option of {command.name}"
-            for name in _used_options(words, command)
             if name not in options
+            else f"{name} is a hidden option (an old spelling) of {command.name}"
+            for name in _used_options(words, command)
+            if name not in options or (options[name].hidden and not alias_ok)
         ]
     if not _OPTION.match(text):
         return []
@@ -146,7 +151,8 @@ def span_problems(span: Span) -> list[str]:
     commands = [found[0] for found in named if found]
     commands += [COMMANDS[other] for other in span.line_spans if other in COMMANDS]
     names = [word.split("=", 1)[0] for word in re.split(r"[\s/,]+", text) if _OPTION.match(word)]
-    return list(filter(None, (_bare_option_problem(name, commands) for name in names)))
+    alias_ok = bool(_NAMES_AN_ALIAS.search(span.line))
+    return list(filter(None, (_bare_option_problem(name, commands, alias_ok) for name in names)))
 
 
 def _bench_options() -> set[str]:
@@ -162,13 +168,20 @@ EVERY_OPTION = {name for command in COMMANDS.values() for name in _options(comma
 EVERY_OPTION |= {name for param in cli.params for name in param.opts} | _bench_options()
 
 
-def _bare_option_problem(name: str, commands: list[click.Command]) -> str | None:
-    """Why an inline `--opt` names nothing: no command (or bench script) has it, or none of the
-    commands named on its line. Hidden options may be named inline (an old spelling)."""
+def _bare_option_problem(
+    name: str, commands: list[click.Command], alias_ok: bool = False
+) -> str | None:
+    """Why an inline `--opt` names nothing: no command (or bench script) has it, none of the
+    commands named on its line has it, or it is only ever hidden (an old spelling) and its line
+    does not say so."""
     if name not in EVERY_OPTION:
         return f"{name} is no option of any command"
     if commands and not any(name in _options(command) for command in commands):
         return f"{name} is not an option of {', '.join(command.name for command in commands)}"
+    owners = [command for command in commands or COMMANDS.values() if name in _options(command)]
+    if owners and all(_options(command)[name].hidden for command in owners) and not alias_ok:
+        names = ", ".join(command.name for command in owners)
+        return f"{name} is a hidden option (an old spelling) of {names}"
     return None
 
 
@@ -311,6 +324,7 @@ def test_the_checks_find_what_does_not_exist(tmp_path):
             "```",
             "Use `surgery revert --no-such-option`, or `--no-such-anywhere`.",
             "Give `soup` its `--layers`.",
+            "Score with `surgery eval --dtype bf16`.",
             "See `surgery/engine/no_such_file.py` and `surgery.api.no_such_function`.",
         ]
     )
@@ -331,6 +345,7 @@ def test_the_checks_find_what_does_not_exist(tmp_path):
     assert "--no-such-option is not an option of revert" in spans_found
     assert "--no-such-anywhere is no option of any command" in spans_found
     assert "--layers is not an option of soup" in spans_found
+    assert "--dtype is a hidden option (an old spelling) of eval" in spans_found
     assert "no file surgery/engine/no_such_file.py" in files_found
     assert "surgery.api.no_such_function does not resolve" in names_found
 

@@ -53,6 +53,7 @@ class Span:
     where: Where
     text: str
     line_spans: tuple[str, ...]
+    line: str
 
 
 def introduced(page: Path) -> set[str]:
@@ -91,7 +92,7 @@ def spans(page: Path) -> Iterator[Span]:
             continue
         found = tuple(_SPAN.findall(line))
         for text in found:
-            yield Span(Where(page, number), text.strip(), found)
+            yield Span(Where(page, number), text.strip(), found, line)
 
 
 def _strip_comment(line: str) -> str:
