@@ -310,7 +310,7 @@ def test_named_python_names_resolve(page):
 
 def test_the_checks_find_what_does_not_exist(tmp_path):
     """Each check on a page written to fail it: the checks above can fail."""
-    page = ROOT / "docs" / "_probe_for_the_test.md"
+    page = tmp_path / "_probe_for_the_test.md"
     text = "\n".join(
         [
             "```bash",
@@ -328,14 +328,11 @@ def test_the_checks_find_what_does_not_exist(tmp_path):
             "See `surgery/engine/no_such_file.py` and `surgery.api.no_such_function`.",
         ]
     )
-    try:
-        page.write_text(text, encoding="utf-8")
-        examples_found = _report(_example_failures(page))
-        spans_found = _report(_span_failures(page, span_problems))
-        files_found = _report(_span_failures(page, path_problems))
-        names_found = _report(_span_failures(page, name_problems))
-    finally:
-        page.unlink()
+    page.write_text(text, encoding="utf-8")
+    examples_found = _report(_example_failures(page))
+    spans_found = _report(_span_failures(page, span_problems))
+    files_found = _report(_span_failures(page, path_problems))
+    names_found = _report(_span_failures(page, name_problems))
     assert "_probe_for_the_test.md:2: " in examples_found and "--no-such-option" in examples_found
     assert ":3: " in examples_found and "missing OUT" in examples_found
     assert ":4: " in examples_found and "unexpected extra arguments ['extra']" in examples_found

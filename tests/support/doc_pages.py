@@ -33,7 +33,8 @@ class Where:
     line: int
 
     def __str__(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page.name
+        return f"{page}:{self.line}"
 
 
 @dataclass(frozen=True)
