@@ -15,6 +15,30 @@ os.environ.setdefault("SURGERY_THREADS", str(len(os.sched_getaffinity(0))))
 
 from tests.support import tiny_models
 
+# .ci/run sets this: there a test module skipped as a whole (the lm-eval parity tests skip so
+# without the lm-eval extra) fails the run instead, so CI never passes without running them.
+REQUIRE_EXTRAS = os.environ.get("SURGERY_REQUIRE_EXTRAS") == "1"
+_skipped_modules: list[str] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """Under SURGERY_REQUIRE_EXTRAS=1, a module skipped at import is reported as an error."""
+    if REQUIRE_EXTRAS and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        _skipped_modules.append(report.nodeid)
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{report.nodeid} was skipped ({reason}), but SURGERY_REQUIRE_EXTRAS=1 needs "
+            "every test module to run: pip install -e '.[dev]'"
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """... and the run fails, whatever else passed."""
+    if _skipped_modules:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 @pytest.fixture(scope="session")
 def families(tmp_path_factory: pytest.TempPathFactory):
