@@ -270,7 +270,6 @@ def test_brute_force_oracle_is_not_trivial():
 @pytest.mark.parametrize(("flag", "expected"), [([], True), (["--no-prefix-cache"], False)])
 def test_cli_flag_reaches_evaluate(files, monkeypatch, tmp_path, flag, expected):
     import eval.api
-    import eval.model_loading
 
     seen = {}
 
@@ -279,7 +278,7 @@ def test_cli_flag_reaches_evaluate(files, monkeypatch, tmp_path, flag, expected)
         return {"metrics": {"belebele/acc": 0.5, "belebele/n": 6}, "config": {}}
 
     monkeypatch.setattr(eval.api, "evaluate", fake_evaluate)
-    monkeypatch.setattr(eval.model_loading, "load_model", lambda *a, **k: (None, None))
+    monkeypatch.setattr(eval.api, "load_model", lambda *a, **k: (None, None))  # score_checkpoint's
     task = f"belebele:{files['belebele']}:shots=2"
     checkpoint = tmp_path / "ckpt"  # checked to exist before anything loads
     checkpoint.mkdir()

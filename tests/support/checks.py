@@ -60,6 +60,8 @@ def assert_valid_output(path: Path) -> dict[str, torch.Tensor]:
     recipe = json.loads((path / "surgery_recipe.json").read_text())
     # Each shard's sha256 is recorded (computed while writing; checked here with hashlib).
     hashes = recipe.pop("shard_sha256")
+    # The threads that wrote it: in the local record only, so no shard byte depends on them.
+    assert isinstance(recipe.pop("threads"), int)
     assert hashes == {s.name: hashlib.sha256(s.read_bytes()).hexdigest() for s in shards}
     if len(shards) > 1:
         assert json.loads(index_path.read_text())["metadata"]["shard_sha256"] == hashes
