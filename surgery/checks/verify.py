@@ -185,9 +185,16 @@ def _check_hashes(path: Path, shards: list[Shard], report: Report, quiet: bool) 
                 )
 
 
+def _unthreaded(text: str) -> dict:
+    """A recipe as JSON text, without the threads that made it (a training record has them)."""
+    recipe = json.loads(text)
+    recipe.pop(THREADS_KEY, None)
+    return recipe
+
+
 def _check_recipe(folder: Path, shards: list[Shard], report: Report) -> None:
-    """surgery_recipe.json must say what the shards' own metadata says (hashes aside): the shards
-    embed its public copy (older outputs: the same recipe)."""
+    """surgery_recipe.json must say what the shards' own metadata says (hashes and threads
+    aside): the shards embed its public copy (older outputs: the same recipe)."""
     embedded = [s.metadata.get("surgery_recipe") for s in shards]
     if not (folder / RECIPE_NAME).is_file() or not any(embedded):
         return
@@ -196,7 +203,7 @@ def _check_recipe(folder: Path, shards: list[Shard], report: Report) -> None:
         recipe.pop(SHA256_KEY, None)
         recipe.pop(THREADS_KEY, None)
         accepted = (recipe, public_recipe(recipe))
-        mismatch = any(text is None or json.loads(text) not in accepted for text in embedded)
+        mismatch = any(text is None or _unthreaded(text) not in accepted for text in embedded)
     except (OSError, ValueError, AttributeError):
         mismatch = True
     if mismatch:

@@ -708,7 +708,8 @@ def execute(
             if plan.adapter is not None:
                 (staging / ADAPTER_CONFIG).write_text(json.dumps(plan.adapter, indent=2) + "\n")
             copy_companion_files(plan, staging, companions)
-            recipe = {**plan.recipe, SHA256_KEY: hashes, THREADS_KEY: current_threads()}
+            # A training record names its own threads; a merge records the writer's.
+            recipe = {THREADS_KEY: current_threads(), **plan.recipe, SHA256_KEY: hashes}
             (staging / RECIPE_NAME).write_text(json.dumps(recipe, indent=2, sort_keys=True) + "\n")
             for name, text in extra_files.items():
                 (staging / name).write_text(text)

@@ -60,7 +60,8 @@ def assert_valid_output(path: Path) -> dict[str, torch.Tensor]:
     recipe = json.loads((path / "surgery_recipe.json").read_text())
     # Each shard's sha256 is recorded (computed while writing; checked here with hashlib).
     hashes = recipe.pop("shard_sha256")
-    # The threads that wrote it: in the local record only, so no shard byte depends on them.
+    # The threads that wrote it (a merge's: in the local record only, so no shard byte depends
+    # on them; a training run's: in its record, embedded too).
     assert isinstance(recipe.pop("threads"), int)
     assert hashes == {s.name: hashlib.sha256(s.read_bytes()).hexdigest() for s in shards}
     if len(shards) > 1:
@@ -68,7 +69,9 @@ def assert_valid_output(path: Path) -> dict[str, torch.Tensor]:
     for shard in shards:
         with safe_open(shard, "pt") as handle:
             # The shards embed the recipe's public copy: local inputs by folder name only.
-            assert json.loads(handle.metadata()["surgery_recipe"]) == public_recipe(recipe)
+            embedded = json.loads(handle.metadata()["surgery_recipe"])
+            embedded.pop("threads", None)
+            assert embedded == public_recipe(recipe)
     state = load_state(path)
     assert all(torch.isfinite(t.float()).all() for t in state.values() if t.is_floating_point())
     return state
