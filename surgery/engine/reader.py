@@ -35,7 +35,8 @@ TRAIN_RECORD = "surgery_train.json"  # a `surgery train` output's own training r
 ADAPTER_CONFIG = "adapter_config.json"  # a PEFT adapter's config (`surgery extract-lora`)
 # Where outputs record each shard's sha256: the index's metadata and surgery_recipe.json.
 SHA256_KEY = "shard_sha256"
-# surgery_recipe.json only (not the shards' copy): the threads that wrote it; bytes never depend on it.
+# The threads that made an output: a merge's in surgery_recipe.json only (no shard byte depends
+# on them), a training run's in its record.
 THREADS_KEY = "threads"
 # safetensors refuses headers above 100 MB; so do we, before allocating anything.
 MAX_HEADER_BYTES = 100_000_000
