@@ -56,9 +56,12 @@ class ScoringOptions:
 
     def config(self) -> dict[str, Any]:
         """What results record of these options: device and dtype first, then the others."""
+        from eval.model_loading import dtype_name  # run time only: it imports torch
+
         return {
             "device": self.device,
-            "dtype": self.dtype,
+            # The dtype the model loads in (the default resolved), once the device is known.
+            "dtype": dtype_name(self.dtype, self.device) if self.device else self.dtype,
             "batch_size": self.batch_size,
             "limit": self.limit,
             "seed": self.seed,

@@ -106,6 +106,8 @@ def test_in_memory_and_written_sweeps_agree(families, tmp_path):
         assert same_bits(tensor, base[name] if in_range else trained[name])
     recorded = json.loads((tmp_path / "w" / "sweep.json").read_text())
     assert [row["alpha"] for row in recorded["rows"]] == [0.0, 0.3, 1.0]
+    # The device and dtype that scored, resolved (never null), as results.json records them.
+    assert (recorded["config"]["device"], recorded["config"]["dtype"]) == ("cpu", "float32")
 
 
 class WeightNorm:

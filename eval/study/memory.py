@@ -157,10 +157,12 @@ class SuiteScorer:
 
     def __init__(self, prepared: PreparedSuite) -> None:
         self.prepared = prepared
+        from eval.model_loading import dtype_name
+
         options = prepared.options
         self.config = {
             "device": options.device,
-            "dtype": options.dtype,
+            "dtype": dtype_name(options.dtype, options.device),  # resolved, as results.json
             "batch_size": options.batch_size,
             "limit": options.limit,
             "seed": options.seed,
