@@ -612,9 +612,10 @@ def test_three_tiny_models_eval_suite_then_compare(tmp_path, families):
     Belebele, Global-PIQA, FLORES and perplexity files written here, then `surgery compare`."""
     from sacrebleu.significance import Result, _paired_bs_test, estimate_ci
 
-    from tests.test_eval_suite import SUITE, _write_data
+    from tests.support.suite_data import write_suite_data
+    from tests.test_eval_suite import LANGS, SUITE
 
-    _write_data(tmp_path / "data")
+    write_suite_data(tmp_path / "data", LANGS, madlad="madlad/data/{lang2}")
     (tmp_path / "suite.yml").write_text(SUITE, encoding="utf-8")
     llama = families("llama")
     models = {"base": llama["base"], "trained": llama["trained"], "expert0": llama["experts"][0]}
