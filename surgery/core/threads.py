@@ -238,15 +238,12 @@ def use_threads(requested: int | None = None, *, quiet: bool = False) -> ThreadP
         The plan applied (recorded by results.json, the training record and the recipe).
     """
     global _current
-    registry = Registry()
-    with contextlib.suppress(OSError):
-        registry.folder.mkdir(parents=True, exist_ok=True)
     plan = choose_threads(requested)
     os.environ["OMP_NUM_THREADS"] = str(plan.threads)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(plan.threads)
-    with contextlib.suppress(OSError):
-        registry.register(plan.threads)
+    with contextlib.suppress(OSError):  # an unwritable temp folder costs the sharing only
+        Registry().register(plan.threads)
     note = plan.note()
     if note and not quiet:
         print(note, file=sys.stderr)
