@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from surgery.core.errors import LayerSpecError, SurgeryError
 from surgery.engine.ops.interpolate import plan_interpolate
+from surgery.engine.ops.merge.spec import MergeSpec
 from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
@@ -28,7 +29,20 @@ from surgery.engine.writer import execute, rereads_remote
 from surgery.hub.lineage import base_role, trained_from
 from surgery.hub.model_card import input_license, render_card
 from surgery.hub.resolve import open_inputs
-from surgery.mergekit_config import read_config, render_config
+from surgery.merge_stages import (
+    GRAPH_KEY,
+    STAGE_KEY,
+    Stage,
+    check_stage_outputs,
+    default_intermediate_dir,
+    fingerprint,
+    read_stages_file,
+    remove_intermediates,
+    reusable,
+    stage_record,
+    substitute,
+)
+from surgery.mergekit_config import parse_config, render_config
 from surgery.options import WriteOptions
 
 if TYPE_CHECKING:
@@ -220,6 +234,8 @@ def merge(
     *,
     seed: int = 0,
     mergekit_arithmetic: bool = False,
+    intermediate_dir: str | Path | None = None,
+    clean: bool = False,
     write: WriteOptions = WRITE,
     **changes: object,
 ) -> Path:
@@ -227,28 +243,78 @@ def merge(
 
     Args:
         config: path of the YAML (mergekit's format; model paths relative to the working
-            directory, or Hub ids, read by ranges unless `write.download`).
+            directory, or Hub ids, read by ranges unless `write.download`). Several documents
+            are stages, as `mergekit-multi` runs them (see `surgery.merge_stages`).
         seed: seed of DARE and DELLA's random masks (recorded in the recipe).
         mergekit_arithmetic: compute as mergekit does, each torch operation in the config's
             `dtype` (bit-identical to `mergekit-yaml`), instead of in float32 with one rounding;
             linear and the task arithmetic methods at density 1 only (recorded in the recipe).
+        intermediate_dir: where named stages write their results (default: `OUT.stages`
+            beside OUT).
+        clean: remove the intermediates once OUT is written.
 
     Raises:
-        MergeConfigError: an unsupported method or key, or a config mergekit rejects.
+        MergeConfigError: an unsupported method or key, a config mergekit rejects, or stages
+            that do not form a graph with one result.
         MismatchError: the models do not line up.
     """
     write = _no_dtype(write.with_(**changes), "the config's dtype: key sets the output dtype")
+    options = {"seed": seed, "mergekit_arithmetic": mergekit_arithmetic}
+    stages = read_stages_file(config)
+    if len(stages) == 1:
+        spec = _merge_spec(stages[0].data, options)
+        return write_plan(_merge_plan(spec, write), out, write)
+    out = Path(out)
+    folder = Path(intermediate_dir) if intermediate_dir else default_intermediate_dir(out)
+    result = _run_stages(stages, out, folder, options, write)
+    if clean:
+        remove_intermediates(folder, stages)
+    return result
+
+
+def _merge_spec(data: dict, options: dict) -> MergeSpec:
+    """The `MergeSpec` of one config document (`options`: seed, mergekit_arithmetic)."""
+    spec = parse_config(render_config(data), seed=options["seed"])
+    return replace(spec, mergekit_arithmetic=options["mergekit_arithmetic"])
+
+
+def _merge_plan(spec: MergeSpec, write: WriteOptions) -> Plan:
     # Imported here: the merge methods bring numpy, which no other command needs at start-up.
     from surgery.engine.ops.merge.planner import plan_merge
 
-    spec = replace(read_config(config, seed=seed), mergekit_arithmetic=mergekit_arithmetic)
     # Companion files of every model: the planner picks which one the output copies them from.
     plan = plan_merge(spec, open_inputs(spec.models, ranges=not write.download))
     if not write.download and rereads_remote(plan):
         # Ranges would fetch those tensors once per pass; a download fetches them once.
         notice("note", "merge: reduction passes read inputs twice; downloading Hub inputs")
         plan = plan_merge(spec, open_inputs(spec.models))
-    return write_plan(plan, out, write)
+    return plan
+
+
+def _run_stages(
+    stages: Sequence[Stage], out: Path, folder: Path, options: dict, write: WriteOptions
+) -> Path:
+    """Run the stages in order (intermediates under `folder`, reused when their fingerprint
+    matches), then write OUT with the whole graph in its recipe."""
+    paths = {s.name: str((folder / s.name).absolute()) for s in stages if s.name}
+    # Every document is checked before anything is written: a bad last stage writes nothing.
+    specs = [_merge_spec(substitute(s.data, paths), options) for s in stages]
+    check_stage_outputs(stages, specs, out, folder, write.force)
+    graph, digest_options = [], {**options, "max_shard_size": write.max_shard_size}
+    for stage, spec in zip(stages, specs, strict=True):
+        target = out if stage.name is None else folder / stage.name
+        plan = _merge_plan(spec, write)
+        digest = fingerprint(stage, digest_options, plan.inputs)
+        graph.append(stage_record(stage, digest, target, plan.mergekit_config))
+        if stage.name is None:
+            plan.recipe[GRAPH_KEY] = graph
+            return write_plan(plan, out, write)
+        if reusable(target, stage, digest):
+            notice("note", f"{stage.label}: {target} is unchanged; reused")
+            continue
+        plan.recipe[STAGE_KEY] = {"name": stage.name, "fingerprint": digest}
+        write_plan(plan, target, replace(write, force=True, push_to=None))
+    raise AssertionError("read_stages puts the unnamed stage last")
 
 
 def extract_lora(

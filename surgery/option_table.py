@@ -136,6 +136,10 @@ OPTIONS: dict[str, Meaning] = {
     "--write-and-reload": Meaning("sweep: score points written and reloaded"),
     "--weights": Meaning("soup: the experts' weights", "uniform"),
     "--mergekit-arithmetic": Meaning("merge: compute op by op as mergekit does", "off"),
+    "--intermediate-dir": Meaning(
+        "merge: where a multi-stage config writes its named stages", "OUT.stages beside OUT"
+    ),
+    "--clean": Meaning("merge: remove the intermediate results once OUT is written", "off"),
     "--rank": Meaning("extract-lora: the largest LoRA rank", "128"),
     "--max-rank": Meaning("extract-lora: mergekit's spelling of --rank", "128"),
     "--sv-epsilon": Meaning("extract-lora: drop singular values at or below this", "0"),

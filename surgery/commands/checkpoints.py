@@ -139,13 +139,22 @@ def interpolate(alpha, beta, layers, stack, modules, extrapolate, write, base, t
     "mergekit-yaml), not in float32 with one rounding; linear, task_arithmetic and the "
     "TIES/DARE/Breadcrumbs/DELLA variants at density 1 only.",
 )
+@click.option(
+    "--intermediate-dir",
+    type=click.Path(file_okay=False),
+    help="Where a multi-stage CONFIG writes its named stages' results (unchanged ones are "
+    "reused). [default: OUT.stages beside OUT]",
+)
+@click.option("--clean", is_flag=True, help="Remove the intermediate results once OUT is written.")
 @write_options("max_shard_size", "force", "push_to", "quiet", "download")
 @click.argument("config", type=click.Path())
 @click.argument("out", type=OutputFolder())
-def merge(seed, mergekit_arithmetic, write, config, out):
+def merge(seed, mergekit_arithmetic, intermediate_dir, clean, write, config, out):
     """Run a mergekit YAML CONFIG on the streaming engine; write the result to OUT.
 
-    Methods: {methods}. Any key or method not supported is an error.
+    Methods: {methods}. Any key or method not supported is an error. A CONFIG of several
+    YAML documents is a graph of stages, as mergekit-multi runs it: each named document is an
+    intermediate result that other documents use by its name; the unnamed one is OUT.
 
     \b
     Examples:
@@ -153,10 +162,13 @@ def merge(seed, mergekit_arithmetic, write, config, out):
       surgery merge --seed 1 dare.yml out
       surgery merge --mergekit-arithmetic bf16-ties.yml out  # mergekit's bits
       surgery merge revert-out/mergekit_config.yml replay    # replay any output's config
+      surgery merge --clean stages.yml out                   # several documents: stages
     """
     from surgery.api import merge as run
 
-    finish(run(config, out, seed=seed, mergekit_arithmetic=mergekit_arithmetic, write=write), write)
+    stages = {"intermediate_dir": intermediate_dir, "clean": clean}
+    options = {"seed": seed, "mergekit_arithmetic": mergekit_arithmetic, **stages}
+    finish(run(config, out, **options, write=write), write)
 
 
 @click.command("extract-lora")
