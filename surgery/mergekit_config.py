@@ -6,6 +6,7 @@ the tests): one this tool does not support is an error naming it, never ignored.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -14,6 +15,7 @@ from surgery.core.dtypes import parse_dtype
 from surgery.engine.ops.merge.spec import (
     MergeConfigError,
     MergeSpec,
+    ModuleSpec,
     OutputSlice,
     Setting,
     SliceSource,
@@ -28,6 +30,36 @@ def _dtype(name: str | None, key: str) -> str | None:
         return parse_dtype(name)
     except Exception:
         raise MergeConfigError(f"{key} {name!r} is not a float dtype") from None
+
+
+def _slices(entries: list[dict], index: Callable[[str], int]) -> tuple[OutputSlice, ...]:
+    """`slices:` entries as `OutputSlice`s (`index`: a model's position in the spec)."""
+    return tuple(
+        OutputSlice(
+            sources=tuple(
+                SliceSource(index(s["model"]), *s["layer_range"], s["parameters"])
+                for s in out_slice["sources"]
+            ),
+            base=None if out_slice["base_model"] is None else index(out_slice["base_model"]),
+            parameters=out_slice["parameters"],
+        )
+        for out_slice in entries
+    )
+
+
+def _modules(modules: dict[str, dict], index: Callable[[str], int]) -> tuple[ModuleSpec, ...]:
+    """`modules:` as `ModuleSpec`s: a module's `models:` becomes one slice of their full ranges."""
+    specs = []
+    for name, module in modules.items():
+        if module["slices"]:
+            slices, sliced = _slices(module["slices"], index), True
+        else:
+            sources = tuple(
+                SliceSource(index(m["model"]), 0, 0, m["parameters"]) for m in module["models"]
+            )
+            slices, sliced = (OutputSlice(sources),), False
+        specs.append(ModuleSpec(name, slices, sliced, module["parameters"]))
+    return tuple(specs)
 
 
 def parse_config(text: str, *, seed: int = 0) -> MergeSpec:
@@ -66,17 +98,8 @@ def parse_config(text: str, *, seed: int = 0) -> MergeSpec:
     for entry in config["models"] or ():
         params[index(entry["model"])] = entry["parameters"]
     if config["slices"]:
-        slices = tuple(
-            OutputSlice(
-                sources=tuple(
-                    SliceSource(index(s["model"]), *s["layer_range"], s["parameters"])
-                    for s in out_slice["sources"]
-                ),
-                base=None if out_slice["base_model"] is None else index(out_slice["base_model"]),
-                parameters=out_slice["parameters"],
-            )
-            for out_slice in config["slices"]
-        )
+        slices = _slices(config["slices"], index)
+    modules = _modules(config["modules"], index) if config["modules"] else None
     base = None if config["base_model"] is None else index(config["base_model"])
     return MergeSpec(
         method=config["merge_method"],
@@ -90,6 +113,7 @@ def parse_config(text: str, *, seed: int = 0) -> MergeSpec:
         tokenizer_source=config["tokenizer_source"],
         seed=seed,
         config=data,
+        modules=modules,
     )
 
 

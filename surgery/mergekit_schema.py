@@ -20,8 +20,8 @@ from surgery.engine.ops.merge.spec import Conditional, MergeConfigError, Setting
 
 _TOP = {"merge_method", "models", "slices", "base_model", "parameters", "dtype", "out_dtype"}
 _TOP |= {"tokenizer_source"}
+_TOP |= {"modules"}
 _UNSUPPORTED = {
-    "modules": "modules (per-module configs)",
     "tokenizer": "tokenizer (vocabulary merging)",
     "chat_template": "chat_template",
     "residual_weight": "residual_weight",
@@ -168,39 +168,96 @@ def _slice(entry: object, where: str) -> dict:
     }
 
 
-def _entries(data: dict, key: str) -> list:
+def _entries(data: dict, key: str, where: str = "") -> list:
     value = data.get(key)
     if value is not None and not isinstance(value, list):
-        raise _fail(key, f"must be a list, not {type(value).__name__}")
+        raise _fail(f"{where}{key}", f"must be a list, not {type(value).__name__}")
     return value or []
+
+
+# --- modules: (mergekit's OutputModuleDefinition): per-module models or slices, parameters ---
+_MODULE_KEYS = {"models", "slices", "parameters"}
+
+
+def _inputs(data: dict, where: str = "") -> tuple[list, list]:
+    """The `models:` and `slices:` entries of the config or of a module (`where`: `modules.X.`)."""
+    models = [
+        _model_entry(m, f"{where}models[{i}]")
+        for i, m in enumerate(_entries(data, "models", where))
+    ]
+    slices = [
+        _slice(s, f"{where}slices[{i}]") for i, s in enumerate(_entries(data, "slices", where))
+    ]
+    return models, slices
+
+
+def _module(entry: object, where: str) -> dict:
+    _mapping(entry, _MODULE_KEYS, where)
+    models, slices = _inputs(entry, f"{where}.")
+    if bool(models) == bool(slices):
+        raise _fail(where, "must specify either output slices or models to merge")
+    return {
+        "models": models or None,
+        "slices": slices or None,
+        "parameters": _parameters(entry.get("parameters"), f"{where}.parameters"),
+    }
+
+
+def _modules(data: dict) -> dict[str, dict] | None:
+    """`modules:` as plain data (module name -> its models or slices, and parameters); None
+    when absent or empty (mergekit then counts it as not given)."""
+    value = data.get("modules")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _fail("modules", f"must be a mapping of module names, not {type(value).__name__}")
+    return {str(name): _module(entry, f"modules.{name}") for name, entry in value.items()} or None
+
+
+# --- mergekit-moe's config is another tool's ---
+_MOE_KEYS = ("experts", "gate_mode", "experts_per_token", "shared_experts")
+
+
+def _refuse_moe(data: dict) -> None:
+    """A mergekit-moe config (`experts:`, `gate_mode`...) builds a mixture of experts: not a merge
+    this tool runs."""
+    found = [key for key in _MOE_KEYS if key in data]
+    if found:
+        raise MergeConfigError(
+            f"config: {found[0]} makes this a mergekit-moe config (a mixture of experts); "
+            "run it with mergekit-moe"
+        )
 
 
 def validate(data: object) -> dict:
     """Check a parsed mergekit YAML config and return it as plain data.
 
     Returns:
-        A dict with `merge_method`, `models` (or None), `slices` (or None), `base_model`,
-        `parameters`, `dtype`, `out_dtype` and `tokenizer_source`.
+        A dict with `merge_method`, `models`, `slices` and `modules` (one of them set, the others
+        None), `base_model`, `parameters`, `dtype`, `out_dtype` and `tokenizer_source`.
 
     Raises:
         MergeConfigError: one line naming the first problem and where it is.
     """
     if not isinstance(data, dict):
         raise MergeConfigError("the config must be a YAML mapping with a merge_method")
+    _refuse_moe(data)
     _mapping(data, _TOP, "config")
     if "merge_method" not in data:
         raise _fail("merge_method", "field required")
-    models = [_model_entry(m, f"models[{i}]") for i, m in enumerate(_entries(data, "models"))]
-    slices = [_slice(s, f"slices[{i}]") for i, s in enumerate(_entries(data, "slices"))]
-    if bool(models) == bool(slices):
+    models, slices = _inputs(data)
+    modules = _modules(data)
+    if sum(map(bool, (models, slices, modules))) != 1:
         raise MergeConfigError(
-            "invalid mergekit config: exactly one of 'models' or 'slices' must be present"
+            "invalid mergekit config: exactly one of 'models', 'slices', or 'modules' must be "
+            "present"
         )
     base = data.get("base_model")
     return {
         "merge_method": _text(data["merge_method"], "merge_method", optional=False),
         "models": models or None,
         "slices": slices or None,
+        "modules": modules,
         "base_model": None if base is None else model_reference(base, "base_model"),
         "parameters": _parameters(data.get("parameters"), "parameters"),
         "dtype": _text(data.get("dtype"), "dtype"),

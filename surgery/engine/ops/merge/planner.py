@@ -11,19 +11,22 @@ otherwise ("post" weights: final norm, head; see `architectures`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from surgery.core.errors import MismatchError
 from surgery.core.layers import Stack, select_stack, stack_layer
 from surgery.engine.matching import Matching, match
+from surgery.engine.naming import layout_of
 from surgery.engine.ops.merge import mergekit_arithmetic, registry
 from surgery.engine.ops.merge.architectures import is_pre_weight
 from surgery.engine.ops.merge.equivalent import with_local_paths
 from surgery.engine.ops.merge.method import REQUIRED, Base, Method, Param, Scope, TensorJob
+from surgery.engine.ops.merge.modules import check_modules, module_map
 from surgery.engine.ops.merge.spec import (
     MergeConfigError,
     MergeSpec,
+    ModuleSpec,
     OutputSlice,
     Setting,
     SliceSource,
@@ -50,6 +53,7 @@ class _Tensor:
     inputs: list[tuple[SliceSource, str]]  # (source, input tensor name)
     slice: OutputSlice
     t: float
+    module: dict[str, Setting] = field(default_factory=dict)  # its module's parameters
 
 
 def _label(spec: MergeSpec, model: int) -> str:
@@ -63,7 +67,8 @@ def check_parameters(spec: MergeSpec, method: Method) -> None:
         MergeConfigError: naming the unknown parameter and the method's parameters.
     """
     scopes: list[dict[str, Setting]] = [spec.parameters, *spec.model_parameters]
-    for out_slice in spec.slices or ():
+    scopes += [module.parameters for module in spec.modules or ()]
+    for out_slice in _all_slices(spec):
         scopes += [out_slice.parameters, *(s.parameters for s in out_slice.sources)]
     known = [p.name for p in method.params]
     for scope in scopes:
@@ -145,18 +150,89 @@ def _text_stack(checkpoint: Checkpoint, label: str) -> Stack:
     return select_stack(stacks, None)
 
 
+def _all_slices(spec: MergeSpec) -> list[OutputSlice]:
+    """The config's slices: its `slices:`, or every module's."""
+    return [*(spec.slices or ()), *(s for m in spec.modules or () for s in m.slices)]
+
+
+def _position(reference: Checkpoint, name: str) -> float:
+    """A tensor's gradient position: layer / (layers - 1) in its stack, 0 outside stacks."""
+    for stack in reference.stacks:
+        layer = stack_layer(name, stack)
+        if layer is not None:
+            return layer / (stack.num_layers - 1) if stack.num_layers > 1 else 1.0
+    return 0.0
+
+
 def _full_model_tensors(matching: Matching, out_slice: OutputSlice) -> Iterator[_Tensor]:
     """Every tensor of the first model (the output's names), with each model's tensor of the
     same canonical name (models may name them in other layouts, see `matching`)."""
     reference = matching.checkpoints[0]
     for name in reference.tensors:
-        t = 0.0
-        for stack in reference.stacks:
-            layer = stack_layer(name, stack)
-            if layer is not None:
-                t = layer / (stack.num_layers - 1) if stack.num_layers > 1 else 1.0
         inputs = [(s, matching.partner(name, s.model).name) for s in out_slice.sources]
-        yield _Tensor(name, inputs, out_slice, t)
+        yield _Tensor(name, inputs, out_slice, _position(reference, name))
+
+
+def _module_slices(spec: MergeSpec, module: ModuleSpec) -> OutputSlice:
+    """A `models:` module's one slice, the base among its sources as mergekit adds it."""
+    if module.sliced:
+        raise MergeConfigError(
+            f"modules.{module.name}: slices inside a module are not supported; give models:"
+        )
+    out_slice = module.slices[0]
+    if spec.base is None or spec.base in [s.model for s in out_slice.sources]:
+        return out_slice
+    return replace(out_slice, sources=(*out_slice.sources, SliceSource(spec.base, 0, 0)))
+
+
+def _check_module_sources(
+    spec: MergeSpec, checkpoints: Sequence[Checkpoint], reference: int
+) -> dict[str, str]:
+    """Refuse a module the reference lacks or leaves out, and a model without a tensor of its
+    module (a text-only model named for a vision tower), before any matching note is shown.
+    Returns the reference's tensor -> module."""
+    tensors = checkpoints[reference].tensors
+    layout = layout_of(tensors)
+    found = module_map(tensors, layout)
+    check_modules(spec.modules, found, _label(spec, reference))
+    for module in spec.modules:
+        wanted = [layout.canonical[n] for n, m in found.items() if m == module.name]
+        for source in _module_slices(spec, module).sources:
+            canonical = layout_of(checkpoints[source.model].tensors).canonical.values()
+            missing = set(wanted) - set(canonical)
+            if missing:
+                first = next(n for n in wanted if n in missing)
+                raise MismatchError(
+                    f"{_label(spec, source.model)} has no {first!r} (module {module.name})"
+                )
+    return found
+
+
+def _module_tensors(
+    spec: MergeSpec, checkpoints: Sequence[Checkpoint]
+) -> tuple[Matching, list[int], list[_Tensor]]:
+    """Every tensor of the output's reference (the base, else the first model), module by
+    module in the config's order, with the tensor of the same canonical name of each model its
+    module names. Returns the matching (the reference first) with the models in its order, and
+    the tensors."""
+    reference = spec.base if spec.base is not None else 0
+    found = _check_module_sources(spec, checkpoints, reference)
+    order = [reference, *(i for i in range(len(checkpoints)) if i != reference)]
+    matching = match(
+        [checkpoints[i] for i in order],
+        [_label(spec, i) for i in order],
+        float_dtypes_may_differ=True,
+        lonely="each comes from the models its module names",
+    )
+    where = {model: position for position, model in enumerate(order)}
+    items = []
+    for module in spec.modules:
+        out_slice = _module_slices(spec, module)
+        for name in (n for n, m in found.items() if m == module.name):
+            inputs = [(s, matching.partner(name, where[s.model]).name) for s in out_slice.sources]
+            t = _position(checkpoints[reference], name)
+            items.append(_Tensor(name, inputs, out_slice, t, module.parameters))
+    return matching, order, items
 
 
 def _sliced_tensors(
@@ -252,7 +328,7 @@ class _Planner:
             return replace(copy_of(infos[0]), name=item.name)
         models = [s.model for s, _ in item.inputs]
         base_index = models.index(base) if base in models and method.base != Base.IGNORED else None
-        shared_scopes = [item.slice.parameters, spec.parameters]
+        shared_scopes = [item.slice.parameters, item.module, spec.parameters]
         shared = {
             p.name: _resolve(p, shared_scopes, item.name, item.t, item.name)
             for p in method.params
@@ -260,7 +336,7 @@ class _Planner:
         }
         per_input = []
         for position, (source, name) in enumerate(item.inputs):
-            scopes = [source.parameters, item.slice.parameters, spec.parameters]
+            scopes = [source.parameters, item.slice.parameters, item.module, spec.parameters]
             where = f"{_label(spec, source.model)}, tensor {name}"
             per_input.append(
                 {
@@ -319,11 +395,15 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     for checkpoint in checkpoints:
         refuse_cast(scale_pairs(checkpoint), spec.out_dtype or spec.dtype)
     slices = _slices(spec, checkpoints)
+    if spec.modules is not None:
+        slices = tuple(_module_slices(spec, module) for module in spec.modules)
     for out_slice in slices:
         base = out_slice.base if out_slice.base is not None else spec.base
         _check_contract(method, out_slice.sources, base)
-    matching = None
-    if spec.slices is None:
+    matching, order = None, list(range(len(checkpoints)))
+    if spec.modules is not None:
+        matching, order, items = _module_tensors(spec, checkpoints)
+    elif spec.slices is None:
         labels = [_label(spec, i) for i in range(len(checkpoints))]
         matching = match(checkpoints, labels, float_dtypes_may_differ=True)
         items = _full_model_tensors(matching, slices[0])
@@ -347,7 +427,7 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
         seed=spec.seed if registry.get(spec.method).random else None,
         mergekit_arithmetic=spec.mergekit_arithmetic or None,
         config=config,
-        matching=matching.record(roles) if matching is not None else None,
+        matching=matching.record([roles[i] for i in order]) if matching is not None else None,
     )
     return Plan(
         "merge",

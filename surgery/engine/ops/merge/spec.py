@@ -80,6 +80,21 @@ class OutputSlice:
 
 
 @dataclass(frozen=True)
+class ModuleSpec:
+    """One module of a `modules:` config (mergekit's `OutputModuleDefinition`): the text decoder,
+    the vision tower or the projector of a multimodal model, merged from its own models.
+
+    `slices` holds one slice of every model's full range for a module given `models:`
+    (`sliced` False), the module's own slices for one given `slices:`.
+    """
+
+    name: str
+    slices: tuple[OutputSlice, ...]
+    sliced: bool = False
+    parameters: dict[str, Setting] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class MergeSpec:
     """A whole merge: method, models (paths, resolved above the engine), slices, parameters.
 
@@ -99,3 +114,5 @@ class MergeSpec:
     config: dict = field(default_factory=dict)  # the YAML as given, for the recipe
     # Compute as mergekit does, in `dtype` op by op (see `mergekit_arithmetic`), not in float32.
     mergekit_arithmetic: bool = False
+    # A `modules:` config's modules, in the config's order (None otherwise).
+    modules: tuple[ModuleSpec, ...] | None = None
