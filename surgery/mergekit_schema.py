@@ -73,7 +73,10 @@ def model_reference(value: object, where: str) -> str:
         value = path
     name = _text(value, where, optional=False)
     if "+" in name:
-        raise MergeConfigError(f"model {name}: LoRA adapters (model+lora) are not supported")
+        raise MergeConfigError(
+            f"model {name}: LoRA adapters (model+lora) are not supported; mergekit-yaml applies "
+            "them, or merge the adapter into its model first (peft's merge_and_unload)"
+        )
     if name.count("@") > 1:
         raise _fail(where, f"invalid model path - multiple @: {name}")
     return name

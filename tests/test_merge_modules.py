@@ -190,3 +190,24 @@ def test_a_vision_tower_from_a_text_only_model_is_refused(mixed, tmp_path):
         {"model": str(mixed["expert"]), "parameters": {"weight": 1.0}}
     )
     _refused(tmp_path, config, "(module vision_tower)")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("base_model: a\ngate_mode: hidden\nexperts: [{source_model: b}]\n", "mergekit-moe"),
+        ("base_model: a\nexperts: [{source_model: b, positive_prompts: [x]}]\n", "mergekit-moe"),
+        (
+            M + "slices: [{sources: [{model: a, layer_range: [0, 1]}], residual_weight: 1}]\n",
+            "resi",
+        ),
+        (M + "models: [{model: a+adapter}]\n", "mergekit-yaml applies them"),
+    ],
+)
+def test_what_stays_refused_is_one_line(tmp_path, text, message):
+    path = tmp_path / "c.yml"
+    path.write_text(text)
+    result = CliRunner().invoke(cli, ["merge", str(path), str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

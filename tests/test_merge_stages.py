@@ -219,3 +219,31 @@ def test_the_intermediate_folder_is_never_inside_an_input(staged, tmp_path):
     text = staged["config"].read_text()
     _refused(tmp_path, text, "lies inside the input", "--intermediate-dir", str(inside))
     assert not inside.exists()
+
+
+def _revert_stage(name: str, expert: Path, base: Path) -> dict:
+    """docs/merging.md's revert as a passthrough stage: layers 1 and 2 of 4 from the base."""
+    ranges = [(expert, [0, 1]), (base, [1, 3]), (expert, [3, 4])]
+    slices = [{"sources": [{"model": str(m), "layer_range": r}]} for m, r in ranges]
+    return {"name": name, "merge_method": "passthrough", "slices": slices}
+
+
+def test_revert_each_expert_then_soup_is_revert_then_soup(families, tmp_path):
+    family = families("llama")
+    base, experts = family["base"], family["experts"][:2]
+    soup = {
+        "merge_method": "linear",
+        "models": [{"model": f"r{i}", "parameters": {"weight": 1.0}} for i in range(2)],
+    }
+    stages = [soup, *(_revert_stage(f"r{i}", e, base) for i, e in enumerate(experts))]
+    got = load_state(api.merge(_write(stages, tmp_path / "g.yml"), tmp_path / "out", quiet=True))
+    reverts = [
+        api.revert(base, e, tmp_path / f"revert{i}", "1:3", quiet=True)
+        for i, e in enumerate(experts)
+    ]
+    expected = load_state(api.soup(reverts, tmp_path / "soup", quiet=True))
+    assert got.keys() == expected.keys()
+    assert all(tensor.equal(expected[name]) for name, tensor in got.items())
+    assert not load_state(reverts[0])["model.layers.1.mlp.up_proj.weight"].equal(
+        load_state(experts[0])["model.layers.1.mlp.up_proj.weight"]
+    )
