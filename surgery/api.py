@@ -312,6 +312,7 @@ def _run_stages(
         if reusable(target, stage, digest):
             notice("note", f"{stage.label}: {target} is unchanged; reused")
             continue
+        notice("note", f"{stage.label}: writing {target}")
         plan.recipe[STAGE_KEY] = {"name": stage.name, "fingerprint": digest}
         write_plan(plan, target, replace(write, force=True, push_to=None))
     raise AssertionError("read_stages puts the unnamed stage last")

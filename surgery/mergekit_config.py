@@ -7,7 +7,6 @@ the tests): one this tool does not support is an error naming it, never ignored.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import yaml
 
@@ -115,19 +114,6 @@ def parse_config(text: str, *, seed: int = 0) -> MergeSpec:
         config=data,
         modules=modules,
     )
-
-
-def read_config(path: str | Path, *, seed: int = 0) -> MergeSpec:
-    """`parse_config` of a file.
-
-    Raises:
-        MergeConfigError: the file cannot be read, or see `parse_config`.
-    """
-    try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise MergeConfigError(f"cannot read config {path}: {error.strerror}") from None
-    return parse_config(text, seed=seed)
 
 
 def render_config(config: dict) -> str:
