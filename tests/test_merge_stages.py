@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from click.testing import CliRunner
 
 import surgery.api
 from cli import cli
 from surgery import api
+from tests.support import tiny_models
 from tests.support.checks import assert_valid_output, load_state, ulp_distance
 
 
@@ -134,8 +139,6 @@ def test_a_run_stopped_in_its_second_stage_reuses_the_first(staged, tmp_path, mo
     out = tmp_path / "out"
     expected = api.merge(config, out, quiet=True)
     expected_bytes = _shard_bytes(expected)
-    import shutil
-
     shutil.rmtree(out)
     shutil.rmtree(tmp_path / "out.stages")
     write_plan = surgery.api.write_plan
@@ -247,3 +250,50 @@ def test_revert_each_expert_then_soup_is_revert_then_soup(families, tmp_path):
     assert not load_state(reverts[0])["model.layers.1.mlp.up_proj.weight"].equal(
         load_state(experts[0])["model.layers.1.mlp.up_proj.weight"]
     )
+
+
+def _perturbed(base: Path, seed: int, path: Path) -> Path:
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+    return tiny_models.save(tiny_models.perturb(model, seed), path, "20MB")
+
+
+@pytest.mark.slow
+def test_a_run_killed_by_a_signal_in_its_second_stage_reuses_the_first(tmp_path):
+    # Models large enough (45 MB) that the TIES stage lasts past the poll that sees stage 1.
+    base = tiny_models.random_llama(tmp_path / "base", hidden=512, layers=4, vocab=16384)
+    e1, e2 = (_perturbed(base, seed, tmp_path / f"e{seed}") for seed in (1, 2))
+    weights = {"weight": 1.0, "density": 0.5}
+    documents = [
+        {"merge_method": "linear", "models": [{"model": "s2", "parameters": {"weight": 1.0}}]},
+        {
+            "name": "s2",
+            "merge_method": "ties",
+            "base_model": str(base),
+            "models": [{"model": m, "parameters": weights} for m in ("s1", str(e2))],
+        },
+        {
+            "name": "s1",
+            "merge_method": "linear",
+            "models": [{"model": str(m), "parameters": {"weight": 1.0}} for m in (e1, e2)],
+        },
+    ]
+    config = _write(documents, tmp_path / "g.yml")
+    out, folder = tmp_path / "out", tmp_path / "out.stages"
+    expected = _shard_bytes(api.merge(config, out, quiet=True))  # OUT's recipe names its paths
+    shutil.rmtree(out)
+    shutil.rmtree(folder)
+    command = [Path(sys.executable).parent / "surgery", "merge", "-q", config, out]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    process = subprocess.Popen([str(c) for c in command], env=env, stderr=subprocess.DEVNULL)
+    while not (folder / "s1").is_dir() and process.poll() is None:
+        time.sleep(0.002)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert (folder / "s1").is_dir() and not (folder / "s2").exists() and not out.exists()
+    before = _identity(folder / "s1")
+    api.merge(config, out, quiet=True)
+    assert _identity(folder / "s1") == before
+    assert sorted(p.name for p in folder.iterdir()) == ["s1", "s2"]  # no partial folder left
+    assert _shard_bytes(out) == expected
