@@ -273,9 +273,14 @@ def merge(
 
 
 def _merge_spec(data: dict, options: dict) -> MergeSpec:
-    """The `MergeSpec` of one config document (`options`: seed, mergekit_arithmetic)."""
+    """The `MergeSpec` of one config document (`options`: seed, mergekit_arithmetic), checked
+    as far as it can be before its models are opened."""
+    from surgery.engine.ops.merge.planner import check_spec  # numpy: see `_merge_plan`
+
     spec = parse_config(render_config(data), seed=options["seed"])
-    return replace(spec, mergekit_arithmetic=options["mergekit_arithmetic"])
+    spec = replace(spec, mergekit_arithmetic=options["mergekit_arithmetic"])
+    check_spec(spec)
+    return spec
 
 
 def _merge_plan(spec: MergeSpec, write: WriteOptions) -> Plan:

@@ -297,3 +297,12 @@ def test_a_run_killed_by_a_signal_in_its_second_stage_reuses_the_first(tmp_path)
     assert _identity(folder / "s1") == before
     assert sorted(p.name for p in folder.iterdir()) == ["s1", "s2"]  # no partial folder left
     assert _shard_bytes(out) == expected
+
+
+def test_a_bad_last_stage_writes_nothing(staged, tmp_path):
+    documents = [dict(d) for d in staged["documents"]]
+    documents[0] = {**documents[0], "merge_method": "ties"}  # TIES needs a base_model
+    config = _write(documents, tmp_path / "bad.yml")
+    result = CliRunner().invoke(cli, ["merge", str(config), str(tmp_path / "out")])
+    assert result.exit_code == 2 and "ties needs a base_model" in result.output, result.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.stages").exists()

@@ -68,7 +68,7 @@ def check_parameters(spec: MergeSpec, method: Method) -> None:
     """
     scopes: list[dict[str, Setting]] = [spec.parameters, *spec.model_parameters]
     scopes += [module.parameters for module in spec.modules or ()]
-    for out_slice in _all_slices(spec):
+    for out_slice in _spec_slices(spec):
         scopes += [out_slice.parameters, *(s.parameters for s in out_slice.sources)]
     known = [p.name for p in method.params]
     for scope in scopes:
@@ -132,14 +132,6 @@ def _resolve(
     return param.default
 
 
-def _slices(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> tuple[OutputSlice, ...]:
-    if spec.slices is not None:
-        return spec.slices
-    models = list(range(len(spec.models)))
-    sources = [SliceSource(i, 0, 0, spec.model_parameters[i]) for i in models]
-    return (OutputSlice(tuple(sources)),)
-
-
 def _text_stack(checkpoint: Checkpoint, label: str) -> Stack:
     stacks = checkpoint.stacks
     if len(stacks) != 1:
@@ -148,11 +140,6 @@ def _text_stack(checkpoint: Checkpoint, label: str) -> Stack:
             f"slices need a model with one layer stack; {label} has {len(stacks)} ({found})"
         )
     return select_stack(stacks, None)
-
-
-def _all_slices(spec: MergeSpec) -> list[OutputSlice]:
-    """The config's slices: its `slices:`, or every module's."""
-    return [*(spec.slices or ()), *(s for m in spec.modules or () for s in m.slices)]
 
 
 def _position(reference: Checkpoint, name: str) -> float:
@@ -380,6 +367,32 @@ class _Planner:
         return False
 
 
+def check_spec(spec: MergeSpec) -> None:
+    """What can be checked before any model is opened: the method, its parameters, the mode,
+    each slice's (or module's) input contract. A multi-stage merge checks every stage so.
+
+    Raises:
+        MergeConfigError: an unknown method or parameter, or a method's input contract broken.
+    """
+    method = registry.get(spec.method)
+    check_parameters(spec, method)
+    if spec.mergekit_arithmetic:
+        mergekit_arithmetic.check_method(spec.method)
+    for out_slice in _spec_slices(spec):
+        base = out_slice.base if out_slice.base is not None else spec.base
+        _check_contract(method, out_slice.sources, base)
+
+
+def _spec_slices(spec: MergeSpec) -> tuple[OutputSlice, ...]:
+    """The slices a merge plans: its `slices:`, each module's, or one of every model."""
+    if spec.modules is not None:
+        return tuple(_module_slices(spec, module) for module in spec.modules)
+    if spec.slices is not None:
+        return spec.slices
+    models = list(range(len(spec.models)))
+    return (OutputSlice(tuple(SliceSource(i, 0, 0, spec.model_parameters[i]) for i in models)),)
+
+
 def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
     """Plan a merge of `checkpoints` (opened from `spec.models`, in that order).
 
@@ -388,18 +401,10 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
             impossible layer ranges or parameter values.
         MismatchError: the models do not line up.
     """
-    method = registry.get(spec.method)
-    check_parameters(spec, method)
-    if spec.mergekit_arithmetic:
-        mergekit_arithmetic.check_method(spec.method)
+    check_spec(spec)
     for checkpoint in checkpoints:
         refuse_cast(scale_pairs(checkpoint), spec.out_dtype or spec.dtype)
-    slices = _slices(spec, checkpoints)
-    if spec.modules is not None:
-        slices = tuple(_module_slices(spec, module) for module in spec.modules)
-    for out_slice in slices:
-        base = out_slice.base if out_slice.base is not None else spec.base
-        _check_contract(method, out_slice.sources, base)
+    slices = _spec_slices(spec)
     matching, order = None, list(range(len(checkpoints)))
     if spec.modules is not None:
         matching, order, items = _module_tensors(spec, checkpoints)
