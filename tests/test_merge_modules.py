@@ -211,3 +211,14 @@ def test_what_stays_refused_is_one_line(tmp_path, text, message):
     assert result.exit_code == 2, result.output
     assert message in result.output and len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_the_grafted_text_decoder_loads_and_computes_as_the_fine_tune(mixed, tmp_path):
+    from transformers import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
+
+    out = surgery_run(_mixed_config(mixed, "passthrough", ["trained"]), tmp_path)
+    ids = torch.tensor([[1, 5, 6, 7, 8]])
+    with torch.no_grad():
+        merged = Gemma3ForConditionalGeneration.from_pretrained(out)(input_ids=ids).logits
+        trained = Gemma3ForCausalLM.from_pretrained(mixed["trained"])(input_ids=ids).logits
+    assert torch.equal(merged, trained)
