@@ -202,6 +202,10 @@ def test_a_vision_tower_from_a_text_only_model_is_refused(mixed, tmp_path):
             "resi",
         ),
         (M + "models: [{model: a+adapter}]\n", "mergekit-yaml applies them"),
+        (
+            M + "modules: {default: {slices: [{sources: [{model: a, layer_range: [0, 1]}]}]}}\n",
+            "modules.default: slices inside a module are not supported; give models:",
+        ),
     ],
 )
 def test_what_stays_refused_is_one_line(tmp_path, text, message):
