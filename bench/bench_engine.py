@@ -10,9 +10,9 @@ each; about 0.97B parameters = 1.9 GB each by default), then runs, in one proces
 - interpolate alpha 0.3:  surgery interpolate | mergekit-yaml (linear, weights 0.7/0.3)
 
 and, for each, its I/O floor (`IO_FLOOR`): one process that reads every input once and writes
-one output of the same size, nothing else. It prints wall time and peak private memory (RssAnon)
-of each with ratios to ours, then each operation over its floor (bound: 1.5x) and over
-mergekit, and the cores and load average at the start and the end.
+one output of the same size, nothing else. It prints wall time, CPU time (user + system) and
+peak private memory (RssAnon) of each with ratios to ours, then each operation over its floor
+(bound: 1.5x) and over mergekit, and the cores and load average at the start and the end.
 Run by hand:  python bench/bench_engine.py [--work DIR] [--layers 19] [--hidden 2048] [--repeat 3]
               [--no-peers]   (surgery and the floors only)
 
@@ -26,9 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
+import statistics
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -99,12 +102,32 @@ def write_checkpoint(path: Path, config: dict, seed: int) -> None:
     (path / "config.json").write_text(json.dumps(config))
 
 
-def timed(command: list[str], out: Path, inputs: list[str]) -> Measurement:
+@dataclass
+class Timed(Measurement):
+    """A measurement with the CPU time (user + system) of the process tree, in seconds: what
+    the run costs the cores, which a busy machine changes less than the wall time."""
+
+    cpu: float = 0.0
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str], out: Path, inputs: list[str]) -> Timed:
     """Measure one run with warm inputs, then delete its output: old outputs would otherwise
     fill the page cache and push the next run's inputs out of it."""
+    before = _children_cpu()
     result = measure(command, inputs=inputs)
+    cpu = _children_cpu() - before  # the command's process tree, reaped by `measure`
     shutil.rmtree(out, ignore_errors=True)
-    return result
+    return Timed(**vars(result), cpu=cpu)
+
+
+def median_timed(runs: Sequence[Timed]) -> Timed:
+    """`median_run`, with the median CPU time."""
+    return Timed(**vars(median_run(runs)), cpu=statistics.median(r.cpu for r in runs))
 
 
 def mergekit(config_text: str, work: Path, name: str, inputs: list[str]) -> Measurement:
@@ -285,7 +308,7 @@ def run(
     for _ in range(repeat):  # every command once per round: a slow spell hits them all
         for op, tool, command in commands:
             runs[op, tool].append(command())
-    return [(op, tool, median_run(measured)) for (op, tool), measured in runs.items()]
+    return [(op, tool, median_timed(measured)) for (op, tool), measured in runs.items()]
 
 
 # A small vision tower beside the multimodal BASE: tensors with no counterpart in TRAINED.
@@ -350,7 +373,7 @@ def run_layouts(
     for _ in range(repeat):
         for _, tool, command in commands:
             runs[tool].append(command())
-    return [("revert", tool, median_run(measured)) for tool, measured in runs.items()]
+    return [("revert", tool, median_timed(measured)) for tool, measured in runs.items()]
 
 
 def report(results: list[tuple[str, str, Measurement]]) -> str:
@@ -358,13 +381,15 @@ def report(results: list[tuple[str, str, Measurement]]) -> str:
     and mergekit (the linear merge runs soup's YAML in mergekit: its row is soup's)."""
     ours = {op: m for op, tool, m in results if tool == "surgery"}
     lines = [
-        "| operation | tool | wall s | peak RssAnon MB | time vs surgery | memory vs surgery |",
-        "|---|---|---|---|---|---|",
+        "| operation | tool | wall s | CPU s | peak RssAnon MB | time vs surgery "
+        "| memory vs surgery |",
+        "|---|---|---|---|---|---|---|",
     ]
     for op, tool, m in results:
         status = "" if m.returncode == 0 else f" (exit {m.returncode})"
         lines.append(
-            f"| {op} | {tool}{status} | {m.seconds:.1f} | {m.peak_anon / 2**20:.0f} | "
+            f"| {op} | {tool}{status} | {m.seconds:.1f} | {getattr(m, 'cpu', 0):.1f} | "
+            f"{m.peak_anon / 2**20:.0f} | "
             f"{m.seconds / ours[op].seconds:.2f}x | "
             f"{m.peak_anon / max(1, ours[op].peak_anon):.2f}x |"
         )
