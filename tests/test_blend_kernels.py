@@ -116,3 +116,27 @@ def test_chunk_blender_reuses_its_buffers_across_sizes():
         got = blender.blend(tensor, [(_raw(values), "BF16", 1.0)] * 2, 2.0)
         assert np.array_equal(got, values.view(torch.int16).numpy().view(np.uint16))
     assert len(blender._buffers) == 2 and all(len(b) == 1000 for b in blender._buffers.values())
+
+
+def test_bf16_blends_in_split_order_refuse_overflow_and_pass_nans_as_the_plain_order():
+    """bf16 to bf16 blends of an even count run in split order (`decode_split_into`); near
+    bf16's limit, or with NaN in an input, they give what the plain order (an odd count) gives."""
+    tensor = SimpleNamespace(name="w", dtype="BF16")
+    big = torch.full((4999,), 3e38, dtype=torch.bfloat16)
+    big[::7] = -3e38
+    values = _values("BF16", 5, 4999)
+    nan = values.clone()
+    nan[3] = float("nan")
+    assert _refused(ChunkBlender().blend, tensor, [(_raw(big[:300]), "BF16", 1.0)] * 2, 1.0)
+    for inputs, weights, divisor in (
+        ([nan, values], (1.0, 1.0), 2.0),
+        ([big, values], (0.5, 0.5), 1.0),
+        ([values, big, values], (1.0, 0.25, 1.0), 1.5),
+    ):
+        pairs = list(zip(inputs, weights, strict=True))
+        blends = [
+            ChunkBlender().blend(tensor, [(_raw(v[:n]), "BF16", w) for v, w in pairs], divisor)
+            for n in (4998, 4999)  # split order, plain order
+        ]
+        assert np.array_equal(blends[0], blends[1][:4998])
+        assert (blends[1][3] == 0x7FC0) == (inputs[0] is nan)

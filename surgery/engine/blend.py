@@ -22,7 +22,15 @@ import numpy as np
 
 from surgery.core.dtypes import accumulator_for, itemsize, torch_dtype
 from surgery.core.errors import SurgeryError
-from surgery.engine.float_codec import NUMPY, decode, decode_into, encode, may_overflow
+from surgery.engine.float_codec import (
+    NUMPY,
+    decode,
+    decode_into,
+    decode_split_into,
+    encode,
+    encode_split,
+    may_overflow,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -161,16 +169,38 @@ class ChunkBlender:
             divisor: what the weighted sum is divided by.
 
         Returns:
-            The chunk rounded once to `tensor.dtype`, as an array of its bytes' dtype.
+            The chunk rounded once to `tensor.dtype`, as an array of its bytes' dtype; it may
+            be a view of this blender's buffers, valid until the next call.
 
         Raises:
             SurgeryError: the rounded chunk has inf or NaN where every input was finite.
         """
         work = NUMPY[accumulator_name(tensor.dtype, (dtype for _, dtype, _ in chunks))]
         count = len(chunks[0][0]) // itemsize(chunks[0][1])
+        # bf16 to bf16 (the usual merge) runs in split order (`decode_split_into`): fewer passes.
+        split = work is np.float32 and count % 2 == 0 and tensor.dtype == "BF16"
+        split = split and all(dtype == "BF16" for _, dtype, _ in chunks)
+        acc = self._quotient(chunks, divisor, work, count, split)
+        if split and not may_overflow(acc, "BF16"):
+            return encode_split(acc, self._buffer("scratch", work, count))
+        if split:  # near bf16's limit: again in plain order, where `encode_checked` counts
+            acc = self._quotient(chunks, divisor, work, count, split=False)
+        inputs = lambda: (decode(raw, dtype, np.float64) for raw, dtype, _ in chunks)  # noqa: E731
+        return encode_checked(tensor, acc, inputs)
+
+    def _quotient(
+        self,
+        chunks: Sequence[tuple[memoryview, str, float]],
+        divisor: float,
+        work: type,
+        count: int,
+        split: bool,
+    ) -> np.ndarray:
+        """sum(w_i * x_i) / divisor in `work` floats, in split order when `split`."""
         acc, scratch = self._buffer("acc", work, count), self._buffer("scratch", work, count)
         for position, (raw, dtype, weight) in enumerate(chunks):
-            values = decode_into(raw, dtype, acc if position == 0 else scratch)
+            into = acc if position == 0 else scratch
+            values = decode_split_into(raw, into) if split else decode_into(raw, dtype, into)
             if position == 0 and weight != 1.0:
                 values *= work(weight)
             elif position and (weight == 1.0 or work is np.float64):
@@ -184,8 +214,7 @@ class ChunkBlender:
                 acc[:] = wide
         if divisor != 1.0:
             acc /= work(divisor)
-        inputs = lambda: (decode(raw, dtype, np.float64) for raw, dtype, _ in chunks)  # noqa: E731
-        return encode_checked(tensor, acc, inputs)
+        return acc
 
     def _buffer(self, role: str, work: type, count: int) -> np.ndarray:
         buffer = self._buffers.get((role, work))

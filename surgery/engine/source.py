@@ -60,6 +60,16 @@ class LocalFile:
             raise CheckpointError(f"{self.path}: unexpected end of file (truncated?)")
         return memoryview(self._map)[offset : offset + nbytes]
 
+    def will_need(self, offset: int, nbytes: int) -> None:
+        """Have the kernel start reading these bytes into the page cache now, in the background:
+        a blend faulting through a cold mapping would otherwise wait on each small read-ahead.
+        Costs a page-cache lookup per page when they are already there."""
+        if self._map is None or nbytes <= 0:
+            return
+        start = offset - offset % mmap.PAGESIZE
+        with contextlib.suppress(OSError, ValueError):  # only advice
+            self._map.madvise(mmap.MADV_WILLNEED, start, min(offset + nbytes, self.size) - start)
+
     def read_into(self, offset: int, buffer: memoryview) -> None:
         """Fill `buffer` from `offset`; a short file is a truncated checkpoint."""
         done = 0

@@ -292,10 +292,13 @@ class _TensorWriter:
 
     def _blend(self, fd: int, tensor: OutputTensor, offset: int, part: range) -> None:
         size = itemsize(tensor.dtype)
-        inputs = [
-            (tensor_bytes(self.pool.get(s.tensor.file), s.tensor), s.tensor.dtype, s.weight)
-            for s in tensor.sources
-        ]
+        inputs = []
+        for source in tensor.sources:
+            info, handle = source.tensor, self.pool.get(source.tensor.file)
+            if isinstance(handle, LocalFile):  # this part's bytes, read ahead of its chunks
+                step = itemsize(info.dtype)
+                handle.will_need(info.start + part.start * step, len(part) * step)
+            inputs.append((tensor_bytes(handle, info), info.dtype, source.weight))
         for start in range(part.start, part.stop, CHUNK_ELEMENTS):
             stop = min(start + CHUNK_ELEMENTS, part.stop)
             chunks = [(values[start:stop], dtype, weight) for values, dtype, weight in inputs]
