@@ -11,23 +11,15 @@ from __future__ import annotations
 from surgery.interrupts import Interrupted, install_signal_handlers
 
 # isort: split
+import importlib
 import os
 import sys
+from collections.abc import Callable, Iterator, MutableMapping
 
 import click
 
-from demo.command import demo
-from diagnose.command import localize, sweep
-from diagnose.scorers import TRAIN_EVAL
-from eval.command import eval_command
-from eval.search.command import search_command
-from eval.study.command import compare
 from surgery import __version__
-from surgery.commands import checkpoints, reading
-from surgery.commands.drift import drift
 from surgery.core.errors import SurgeryError
-from surgery.options import with_threads
-from train.command import build_train_command
 
 __all__ = ["COMMANDS", "Interrupted", "cli", "install_signal_handlers", "main"]
 
@@ -123,27 +115,86 @@ def cli(debug: bool) -> None:
     """
 
 
-# Every command, once; `SECTIONS` groups them in --help.
-COMMANDS = [
-    *checkpoints.COMMANDS,
-    *reading.COMMANDS,
-    drift,
-    sweep,
-    localize,
-    search_command,
-    build_train_command(TRAIN_EVAL),
-    eval_command,
-    compare,
-    demo,
-]
+def _train_command() -> click.Command:
+    """`surgery train`, with the eval wrapper's periodic scoring (`-t/--task`)."""
+    from diagnose.scorers import TRAIN_EVAL
+    from train.command import build_train_command
+
+    return build_train_command(TRAIN_EVAL)
+
+
+# Every command, once, as "module:attribute" (a command, or a function that builds one).
+# A command's module is imported when the command is needed: `surgery revert` does not pay for
+# importing eval, train and the demo (about 0.3 s of start-up). `SECTIONS` groups them in --help.
+COMMANDS = {
+    "revert": "surgery.commands.checkpoints:revert",
+    "soup": "surgery.commands.checkpoints:soup",
+    "interpolate": "surgery.commands.checkpoints:interpolate",
+    "merge": "surgery.commands.checkpoints:merge",
+    "extract-lora": "surgery.commands.checkpoints:extract_lora",
+    "inspect": "surgery.commands.reading:inspect",
+    "verify": "surgery.commands.reading:verify",
+    "push": "surgery.commands.reading:push",
+    "drift": "surgery.commands.drift:drift",
+    "sweep": "diagnose.command:sweep",
+    "localize": "diagnose.command:localize",
+    "search": "eval.search.command:search_command",
+    "train": "cli:_train_command",
+    "eval": "eval.command:eval_command",
+    "compare": "eval.study.command:compare",
+    "demo": "demo.command:demo",
+}
 # The commands that compute (torch, numpy blends, the engine's writer threads) take `--threads`
 # and follow one thread rule; those that only read headers, push or compare numbers do not.
 COMPUTING = {
     *("revert", "soup", "interpolate", "merge", "extract-lora", "drift"),
     *("sweep", "localize", "search", "train", "eval", "demo"),
 }
-for command in COMMANDS:
-    cli.add_command(with_threads(command) if command.name in COMPUTING else command)
+
+
+def load_command(name: str) -> click.Command:
+    """Import and build the command `name` of `COMMANDS` (with `--threads` where it computes)."""
+    module, attribute = COMMANDS[name].split(":")
+    target = getattr(
+        sys.modules[__name__] if module == "cli" else importlib.import_module(module), attribute
+    )
+    command = target if isinstance(target, click.Command) else target()
+    if command.name in COMPUTING:
+        from surgery.options import with_threads
+
+        command = with_threads(command)
+    return command
+
+
+class LazyCommands(MutableMapping):
+    """The group's command table: names known up front, each command loaded on first use."""
+
+    def __init__(self, loaders: dict[str, Callable[[str], click.Command]]) -> None:
+        self._loaders = loaders
+        self._loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            if name not in self._loaders:
+                raise KeyError(name)
+            self._loaded[name] = self._loaders[name](name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        self._loaded.pop(name, None)
+        self._loaders.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*self._loaders, *self._loaded]))
+
+    def __len__(self) -> int:
+        return len(set(self._loaders) | set(self._loaded))
+
+
+cli.commands = LazyCommands(dict.fromkeys(COMMANDS, load_command))
 
 
 def main() -> None:

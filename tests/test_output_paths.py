@@ -81,6 +81,11 @@ def _argv(command: str, param: click.Parameter, target, base, trained, tmp_path)
         "compare": [trained, "--base", base],
         "search": [base, trained, "--suite", suite, "--trials", "8"],
     }[command]
+    if param.name == "intermediate_dir":  # a config of stages is the one that writes there
+        staged = tmp_path / "stages.yml"
+        final = config.read_text().replace(f"model: {trained}", "model: first")
+        staged.write_text(f"name: first\n{config.read_text()}---\n{final}")
+        positional = [staged, tmp_path / "merged"]
     if isinstance(param, click.Argument):
         return [command, *positional, target]
     return [command, *positional, param.opts[-1], target]

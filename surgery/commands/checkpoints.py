@@ -141,7 +141,7 @@ def interpolate(alpha, beta, layers, stack, modules, extrapolate, write, base, t
 )
 @click.option(
     "--intermediate-dir",
-    type=click.Path(file_okay=False),
+    type=OutputFolder(file_okay=False),
     help="Where a multi-stage CONFIG writes its named stages' results (unchanged ones are "
     "reused). [default: OUT.stages beside OUT]",
 )
