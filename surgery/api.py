@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from surgery.core.errors import LayerSpecError, SurgeryError
 from surgery.engine.ops.interpolate import plan_interpolate
+from surgery.engine.ops.merge.spec import MergeConfigError, MergeSpec
 from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
@@ -38,8 +39,14 @@ if TYPE_CHECKING:
 WRITE = WriteOptions()
 
 
-def write_plan(plan: Plan, out: str | Path, write: WriteOptions = WRITE) -> Path:
-    """Check the output path against the plan's inputs, then write the checkpoint and its card.
+def write_plan(
+    plan: Plan,
+    out: str | Path,
+    write: WriteOptions = WRITE,
+    files: dict[str, bytes] | None = None,
+) -> Path:
+    """Check the output path against the plan's inputs, then write the checkpoint and its card
+    (and `files`, a merge's tokenizer files, by name).
 
     Raises:
         OutputError: OUT is or lies inside an input, contains one, or exists without `force`.
@@ -51,7 +58,7 @@ def write_plan(plan: Plan, out: str | Path, write: WriteOptions = WRITE) -> Path
         out,
         quiet=write.quiet,
         max_shard_size=write.max_shard_size,
-        extra_files=card_file(plan, out),
+        extra_files={**(files or {}), **card_file(plan, out)},
         replace=write.force,
     )
 
@@ -238,17 +245,45 @@ def merge(
         MismatchError: the models do not line up.
     """
     write = _no_dtype(write.with_(**changes), "the config's dtype: key sets the output dtype")
-    # Imported here: the merge methods bring numpy, which no other command needs at start-up.
-    from surgery.engine.ops.merge.planner import plan_merge
-
     spec = replace(read_config(config, seed=seed), mergekit_arithmetic=mergekit_arithmetic)
     # Companion files of every model: the planner picks which one the output copies them from.
-    plan = plan_merge(spec, open_inputs(spec.models, ranges=not write.download))
+    plan, files = merge_plan(spec, open_inputs(spec.models, ranges=not write.download))
     if not write.download and rereads_remote(plan):
         # Ranges would fetch those tensors once per pass; a download fetches them once.
         notice("note", "merge: reduction passes read inputs twice; downloading Hub inputs")
-        plan = plan_merge(spec, open_inputs(spec.models))
-    return write_plan(plan, out, write)
+        plan, files = merge_plan(spec, open_inputs(spec.models))
+    return write_plan(plan, out, write, files)
+
+
+def merge_plan(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> tuple[Plan, dict]:
+    """The plan of a merge and the tokenizer files it writes (none when it copies its donor's).
+
+    With a tokenizer to build (`tokenizer_source` or `tokenizer:`), the vocabulary map comes
+    from the models' tokenizers (`surgery.vocabulary`); without one, models whose tokenizers
+    differ are refused.
+
+    Raises:
+        MergeConfigError: tokenizers that differ without a tokenizer choice, or a bad one.
+    """
+    from surgery.engine.ops.merge.planner import plan_merge
+    from surgery.vocabulary import (
+        TOKENIZER_FILES,
+        build_tokenizer,
+        differing_vocabulary,
+        warn_unused_template,
+    )
+
+    if spec.tokenizer is None:
+        warn_unused_template(spec.chat_template)
+        differ = differing_vocabulary(checkpoints, [f"model {m}" for m in spec.models])
+        if differ is not None:
+            raise MergeConfigError(
+                f"{differ}: set tokenizer_source (union, base or a model) or a tokenizer: block"
+            )
+        return plan_merge(spec, checkpoints), {}
+    built = build_tokenizer(spec.tokenizer, spec.models, checkpoints, spec.base, spec.chat_template)
+    plan = plan_merge(spec, checkpoints, built.rows)
+    return replace(plan, omit_files=frozenset(TOKENIZER_FILES)), built.files
 
 
 def extract_lora(

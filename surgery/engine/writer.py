@@ -50,7 +50,7 @@ from surgery.engine.reader import (
 from surgery.engine.recipe import public_recipe
 from surgery.engine.shard_hash import OrderedHash, PendingBytes
 from surgery.engine.source import ByteSource, LocalFile, SourcePool
-from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_bytes, tensor_values
+from surgery.engine.values import BLOCK_BYTES, StreamedValues, element_bytes, tensor_values
 
 if TYPE_CHECKING:
     import torch
@@ -293,7 +293,7 @@ class _TensorWriter:
     def _blend(self, fd: int, tensor: OutputTensor, offset: int, part: range) -> None:
         size = itemsize(tensor.dtype)
         inputs = [
-            (tensor_bytes(self.pool.get(s.tensor.file), s.tensor), s.tensor.dtype, s.weight)
+            (element_bytes(self.pool, s.tensor), s.tensor.dtype, s.weight)
             for s in tensor.sources
         ]
         for start in range(part.start, part.stop, CHUNK_ELEMENTS):
@@ -510,7 +510,7 @@ def companion_files(plan: Plan) -> list[tuple[Path, str]]:
         return []
     # Links may point anywhere under the checkpoint's root (a Hub snapshot's blobs).
     root = (plan.files_from.root or folder).resolve()
-    return _companions_in(folder, folder, root)
+    return [f for f in _companions_in(folder, folder, root) if f[1] not in plan.omit_files]
 
 
 def _companions_in(folder: Path, top: Path, root: Path) -> list[tuple[Path, str]]:
@@ -576,7 +576,7 @@ def bytes_needed(
     plan: Plan,
     headers: Sequence[bytes],
     companions: Sequence[tuple[Path, str]],
-    extra_files: Mapping[str, str],
+    extra_files: Mapping[str, str | bytes],
 ) -> int:
     """Everything the run writes: shards (headers and tensors), index, recipe, copied companion
     files and extra files, each rounded up by a block."""
@@ -584,8 +584,12 @@ def bytes_needed(
     index = sum(len(t.name) + 40 for t in plan.tensors) + 100 * len(headers) + 200
     files = [plan.total_bytes + sum(map(len, headers)), recipe, index]
     files += [source.stat().st_size for source, _ in companions]
-    files += [len(text.encode()) for text in extra_files.values()]
+    files += [len(_encoded(text)) for text in extra_files.values()]
     return sum(files) + _BLOCK * (len(headers) + len(files))
+
+
+def _encoded(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode()
 
 
 def _os_error_line(out: Path, error: OSError) -> OutputError:
@@ -654,7 +658,7 @@ def execute(
     *,
     quiet: bool = False,
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
-    extra_files: Mapping[str, str] | None = None,
+    extra_files: Mapping[str, str | bytes] | None = None,
     replace: bool | None = None,
     carry: Sequence[str] = (),
 ) -> Path:
@@ -664,7 +668,8 @@ def execute(
     surgery_recipe.json (`shard_sha256`); `surgery verify` checks them.
 
     Args:
-        extra_files: text files to add to the output by name (a model card), written last.
+        extra_files: files to add to the output by name (a model card, a merge's tokenizer),
+            text or bytes, written last.
         replace: whether an existing `out` may be replaced (see `staged_output`; --force).
         carry: entries of an existing `out` to keep in the new one (training's resumable
             checkpoints); see `staged_output`.
@@ -712,7 +717,7 @@ def execute(
             recipe = {THREADS_KEY: current_threads(), **plan.recipe, SHA256_KEY: hashes}
             (staging / RECIPE_NAME).write_text(json.dumps(recipe, indent=2, sort_keys=True) + "\n")
             for name, text in extra_files.items():
-                (staging / name).write_text(text)
+                (staging / name).write_bytes(_encoded(text))
     except OSError as error:
         raise _os_error_line(Path(out), error) from error
     return Path(out)

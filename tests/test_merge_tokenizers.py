@@ -1,0 +1,153 @@
+"""Merges of models whose vocabularies differ, with mergekit 0.1.5 as the oracle.
+
+Each expert adds tokens of its own script to the tiny tokenizer and grows its embeddings (as
+language adaptation does). mergekit runs in process on the same YAML; its `referenced_models`
+is a Python set, whose order (the union's order of added tokens) changes from process to
+process, so the oracle runs with it pinned to the config's order, which is the order this tool
+uses. Every tensor must agree within 1 float32 ulp, and the tokenizers token for token.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from cli import cli
+from surgery import api
+from surgery.core.errors import SurgeryError
+from tests.support import tiny_models
+from tests.support.checks import load_state, ulp_distance
+
+# Tokens each expert adds (its "script"); the shared one is added by two experts, in another
+# order, so the union must line it up by token, not by id.
+DEVANAGARI = ["नमस्ते", "दुनिया", "भाषा", "shared_tok"]
+CYRILLIC = ["shared_tok", "привет", "мир", "язык"]
+# Same count of added tokens as DEVANAGARI, other tokens: equal-size vocabularies that differ.
+GREEK = ["γειά", "κόσμος", "γλώσσα", "λέξη"]
+
+
+def _expert(arch: str, path: Path, tokens: list[str], seed: int) -> Path:
+    """The tiny model trained (seeded noise) with `tokens` added and rows grown for them."""
+    tokenizer = tiny_models.make_tokenizer()
+    tokenizer.add_tokens(tokens)
+    model = tiny_models.perturb(tiny_models.build_model(arch), seed=seed)
+    if arch == "gemma3mm":
+        model = tiny_models.text_only(model)
+    old = model.get_input_embeddings().weight.shape[0]
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(seed + 1)
+        out = model.get_output_embeddings()
+        params = {id(p): p for p in (model.get_input_embeddings().weight, out.weight)}
+        for param in params.values():
+            param[old:] = (torch.randn(param[old:].shape, generator=gen) * 0.05).to(param.dtype)
+    # float32: TIES's magnitude thresholds on bf16 deltas tie too often to compare.
+    model.float().save_pretrained(path, max_shard_size=tiny_models.SHARD_SIZE)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _family(arch: str, root: Path) -> dict[str, Path]:
+    base = tiny_models.build_model(arch)
+    if arch == "gemma3mm":
+        base = tiny_models.text_only(base)
+    tiny_models.save(base.float(), root / "base")
+    return {
+        "base": root / "base",
+        "deva": _expert(arch, root / "deva", DEVANAGARI, 300),
+        "cyr": _expert(arch, root / "cyr", CYRILLIC, 400),
+        "greek": _expert(arch, root / "greek", GREEK, 500),
+    }
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> dict[str, Path]:
+    return _family("llama", tmp_path_factory.mktemp("vocab-llama"))
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory) -> dict[str, Path]:
+    # Gemma-3's text model (tied embeddings: one vocabulary tensor).
+    return _family("gemma3mm", tmp_path_factory.mktemp("vocab-gemma"))
+
+
+def mergekit_run(config: dict, out: Path) -> Path:
+    """mergekit's merge of `config`, its models taken in the config's order (see above)."""
+    from mergekit.config import MergeConfiguration
+    from mergekit.merge import run_merge
+    from mergekit.options import MergeOptions
+
+    def ordered(self) -> list:
+        scopes = [self, *(self.modules or {}).values()]
+        refs = [m.model for scope in scopes for m in scope.models or ()]
+        refs += [s.model for scope in scopes for sl in scope.slices or () for s in sl.sources]
+        refs += [self.base_model] if self.base_model is not None else []
+        return list(dict.fromkeys(refs))
+
+    options = MergeOptions(copy_tokenizer=True, write_model_card=False, quiet=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MergeConfiguration, "referenced_models", ordered)
+        run_merge(MergeConfiguration.model_validate(config), str(out), options)
+    return out
+
+
+def surgery_run(config: dict, folder: Path) -> Path:
+    path = folder.with_suffix(".yml")
+    path.write_text(yaml.safe_dump(config, allow_unicode=True))
+    return api.merge(path, folder, quiet=True)
+
+
+def _vocab(folder: Path) -> dict[str, int]:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder)).get_vocab()
+
+
+def assert_same_as_mergekit(config: dict, tmp_path: Path) -> Path:
+    ours = surgery_run(config, tmp_path / "ours")
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    assert _vocab(ours) == _vocab(theirs)
+    mine, other = load_state(ours), load_state(theirs)
+    assert set(mine) == set(other)
+    ulps = {k: ulp_distance(mine[k], other[k]) for k in mine}
+    assert max(ulps.values()) <= 1, {k: v for k, v in ulps.items() if v > 1}
+    config_out = json.loads((ours / "config.json").read_text())
+    assert config_out["vocab_size"] == json.loads((theirs / "config.json").read_text())[
+        "vocab_size"
+    ]
+    return ours
+
+
+def _models(family: dict, method: str) -> dict:
+    config: dict = {"merge_method": method, "dtype": "float32", "out_dtype": "bfloat16"}
+    # Weights that never cancel exactly (a sum near 0 has no ulp to agree within).
+    names, params = ["deva", "cyr", "greek"], [{"weight": w} for w in (0.47, 0.31, 0.22)]
+    if method == "ties":
+        names.append("base")
+        params = [{"weight": 0.61, "density": 0.5}, {"weight": 0.37, "density": 0.7}]
+        params += [{"weight": 0.29, "density": 0.6}, {}]
+        config["base_model"] = str(family["base"])
+    if method == "slerp":  # two models, the first the base
+        names, params = ["deva", "cyr"], [{}, {}]
+        config["base_model"] = str(family["deva"])
+        config["parameters"] = {"t": 0.4}
+    config["models"] = [
+        {"model": str(family[n]), "parameters": p} for n, p in zip(names, params, strict=True)
+    ]
+    return config
+
+
+SOURCES = ["union", "base", "model"]
+
+
+@pytest.mark.parametrize("method", ["linear", "ties", "slerp"])
+@pytest.mark.parametrize("source", SOURCES)
+def test_tokenizer_source_matches_mergekit(llama, tmp_path, method, source):
+    config = _models(llama, method)
+    config["tokenizer_source"] = str(llama["cyr"]) if source == "model" else source
+    assert_same_as_mergekit(config, tmp_path)
