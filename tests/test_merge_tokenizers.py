@@ -161,3 +161,30 @@ def test_linear_in_mergekit_arithmetic_is_float32_exact(llama, tmp_path, source)
     config = _models(llama, "linear") | {"out_dtype": "float32"}
     config["tokenizer_source"] = str(llama["cyr"]) if source == "model" else source
     assert_same_as_mergekit(config, tmp_path, mergekit_arithmetic=True)
+
+
+def _tokens_block(family: dict, config: dict) -> dict:
+    """A `tokenizer:` block with every kind of `tokens:` entry, over the config's models."""
+    first, second = config["models"][0]["model"], config["models"][1]["model"]
+    common = tiny_models.make_tokenizer().convert_ids_to_tokens(60)
+    return {
+        "source": "union",
+        "pad_to_multiple_of": 64,
+        "tokens": {
+            "shared_tok": {"source": second},
+            "привет": {"source": {"kind": "zero"}},
+            "नमस्ते": {"source": {"kind": "model_token", "model": second, "token": "мир"}},
+            "brand_new_tok": {"source": {"kind": "model_token", "model": first, "token_id": 5}},
+            common: {"source": {"kind": "model_token", "model": second, "token_id": 9}, "force": True},
+            "दुनिया": {"source": first, "force": True},
+        },
+    }
+
+
+@pytest.mark.parametrize("method", ["linear", "ties", "slerp"])
+def test_tokens_block_matches_mergekit(llama, tmp_path, method):
+    config = _models(llama, method)
+    config["tokenizer"] = _tokens_block(llama, config)
+    ours = assert_same_as_mergekit(config, tmp_path)
+    record = json.loads((ours / "surgery_recipe.json").read_text())["tokenizer"]
+    assert record["rows"] % 64 == 0 and record["rows"] >= record["tokens"]
