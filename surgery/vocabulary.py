@@ -265,8 +265,9 @@ def _record(spec, counts: Counter, tokens: int, size: int, models, base) -> dict
     sources = Counter()
     for key, count in counts.items():
         sources[role(key)] += count
+    named = spec.source if spec.source not in models else role(f"model:{models.index(spec.source)}")
     return {
-        "source": spec.source,
+        "source": named,
         "tokens": tokens,
         "rows": size,
         "added_rows": dict(sorted(sources.items())),

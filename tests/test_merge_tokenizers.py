@@ -188,3 +188,88 @@ def test_tokens_block_matches_mergekit(llama, tmp_path, method):
     ours = assert_same_as_mergekit(config, tmp_path)
     record = json.loads((ours / "surgery_recipe.json").read_text())["tokenizer"]
     assert record["rows"] % 64 == 0 and record["rows"] >= record["tokens"]
+
+
+def _refused(config: dict, tmp_path: Path, *words: str) -> str:
+    """`surgery merge` refuses `config` in one line, exit 2, and writes nothing."""
+    path = tmp_path / "bad.yml"
+    path.write_text(yaml.safe_dump(config, allow_unicode=True))
+    result = CliRunner().invoke(cli, ["merge", str(path), str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    message = result.output.strip().splitlines()
+    assert len(message) == 1 and all(w in message[0] for w in words), result.output
+    assert not (tmp_path / "out").exists()
+    return message[0]
+
+
+def test_tokens_source_must_be_a_model_of_the_config(llama, tmp_path):
+    config = _models(llama, "linear")
+    config["tokenizer"] = {"tokens": {"shared_tok": {"source": str(llama["base"])}}}
+    _refused(config, tmp_path, "tokenizer.tokens['shared_tok']", "not a model of the config")
+
+
+@pytest.mark.parametrize("experts", [("deva", "cyr"), ("deva", "greek")])
+def test_vocabularies_that_differ_need_a_tokenizer_choice(llama, tmp_path, experts):
+    # deva and cyr differ in tokens and rows; deva and greek have as many rows, other tokens.
+    config = _models(llama, "linear")
+    config["models"] = [m for m in config["models"] if Path(m["model"]).name in experts]
+    _refused(config, tmp_path, "tokenizer_source", "differ")
+
+
+def test_one_vocabulary_needs_no_choice_and_keeps_the_donors_files(llama, tmp_path):
+    config = _models(llama, "linear")
+    config["models"] = [{"model": str(llama["deva"])}, {"model": str(llama["deva"])}]
+    config["models"][1]["parameters"] = config["models"][0]["parameters"] = {"weight": 1.0}
+    out = surgery_run(config, tmp_path / "same")
+    assert "tokenizer" not in json.loads((out / "surgery_recipe.json").read_text())
+    same = (out / "tokenizer.json").read_bytes() == (llama["deva"] / "tokenizer.json").read_bytes()
+    assert same
+
+
+def test_both_tokenizer_keys_are_refused(llama, tmp_path):
+    config = _models(llama, "linear") | {"tokenizer_source": "union", "tokenizer": {}}
+    _refused(config, tmp_path, "tokenizer_source or tokenizer")
+
+
+def test_chat_template_without_a_tokenizer_is_ignored_with_a_warning(llama, tmp_path, capsys):
+    config = _models(llama, "linear")
+    config["models"] = [{"model": str(llama["deva"]), "parameters": {"weight": 1.0}}]
+    config["chat_template"] = "{{ messages }}"
+    surgery_run(config, tmp_path / "out")
+    assert "chat_template is ignored" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_gemma3_text_matches_mergekit(gemma, tmp_path, block):
+    # Tied embeddings: one vocabulary tensor, the head reads it.
+    config = _models(gemma, "linear")
+    if block:
+        config["tokenizer"] = _tokens_block(gemma, config)
+    else:
+        config["tokenizer_source"] = "union"
+    assert_same_as_mergekit(config, tmp_path)
+
+
+def test_union_model_loads_and_tokenizes_with_each_experts_tokens(llama, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = _models(llama, "linear") | {"tokenizer_source": "union"}
+    out = surgery_run(config, tmp_path / "union")
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    vocab = tokenizer.get_vocab()
+    for expert, words in (("deva", DEVANAGARI[:3]), ("cyr", CYRILLIC[1:]), ("greek", GREEK)):
+        ids = tokenizer(" ".join(words), add_special_tokens=False)["input_ids"]
+        assert {vocab[w] for w in words} <= set(ids), (expert, ids)
+        # Only this expert has these tokens: every model got its rows, so the normalized linear
+        # blend is its rows (rounded once to bf16), and so are the logits' head rows.
+        theirs = AutoModelForCausalLM.from_pretrained(str(llama[expert]), dtype=torch.float32)
+        own = AutoTokenizer.from_pretrained(str(llama[expert])).convert_tokens_to_ids(words)
+        for mine, source in (
+            (model.get_input_embeddings().weight, theirs.get_input_embeddings().weight),
+            (model.get_output_embeddings().weight, theirs.get_output_embeddings().weight),
+        ):
+            expected = source[own].to(torch.bfloat16).float()
+            torch.testing.assert_close(mine[[vocab[w] for w in words]], expected, atol=0, rtol=8e-3)
+        logits = model(torch.tensor([ids])).logits
+        assert torch.isfinite(logits).all()
