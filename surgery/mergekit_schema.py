@@ -267,12 +267,12 @@ def _tokenizer_block(value: object) -> dict | None:
     if not isinstance(tokens, dict):
         raise _fail("tokenizer.tokens", "must be a mapping of tokens")
     pad = value.get("pad_to_multiple_of")
-    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or pad < 1):
+    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or pad < 0):
         raise _fail("tokenizer.pad_to_multiple_of", "must be a positive integer")
     return {
         "source": _tokenizer_source(value.get("source", "union"), "tokenizer.source"),
         "tokens": {str(k): _token(v, f"tokenizer.tokens[{k!r}]") for k, v in tokens.items()},
-        "pad_to_multiple_of": pad,
+        "pad_to_multiple_of": pad or None,  # 0 pads nothing, as in mergekit
     }
 
 

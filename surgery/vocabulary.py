@@ -59,7 +59,8 @@ def _load(folder: Path | None, label: str):
     try:
         return transformers.AutoTokenizer.from_pretrained(str(folder), use_fast=True)
     except Exception as error:  # transformers raises many types for a missing tokenizer
-        raise SurgeryError(f"cannot load the tokenizer of {label}: {error}".splitlines()[0])
+        message = f"cannot load the tokenizer of {label}: {error}".splitlines()[0]
+        raise SurgeryError(message) from None
 
 
 def _size(checkpoint: Checkpoint, tokenizer) -> int:

@@ -19,7 +19,6 @@ from click.testing import CliRunner
 
 from cli import cli
 from surgery import api
-from surgery.core.errors import SurgeryError
 from tests.support import tiny_models
 from tests.support.checks import load_state, ulp_distance
 
@@ -118,9 +117,9 @@ def assert_same_as_mergekit(config: dict, tmp_path: Path, **options) -> Path:
     ulps = {k: ulp_distance(mine[k], other[k]) for k in mine}
     assert max(ulps.values()) <= 1, {k: v for k, v in ulps.items() if v > 1}
     config_out = json.loads((ours / "config.json").read_text())
-    assert config_out["vocab_size"] == json.loads((theirs / "config.json").read_text())[
-        "vocab_size"
-    ]
+    assert (
+        config_out["vocab_size"] == json.loads((theirs / "config.json").read_text())["vocab_size"]
+    )
     return ours
 
 
@@ -175,7 +174,10 @@ def _tokens_block(family: dict, config: dict) -> dict:
             "привет": {"source": {"kind": "zero"}},
             "नमस्ते": {"source": {"kind": "model_token", "model": second, "token": "мир"}},
             "brand_new_tok": {"source": {"kind": "model_token", "model": first, "token_id": 5}},
-            common: {"source": {"kind": "model_token", "model": second, "token_id": 9}, "force": True},
+            common: {
+                "source": {"kind": "model_token", "model": second, "token_id": 9},
+                "force": True,
+            },
             "दुनिया": {"source": first, "force": True},
         },
     }

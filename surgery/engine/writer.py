@@ -293,8 +293,7 @@ class _TensorWriter:
     def _blend(self, fd: int, tensor: OutputTensor, offset: int, part: range) -> None:
         size = itemsize(tensor.dtype)
         inputs = [
-            (element_bytes(self.pool, s.tensor), s.tensor.dtype, s.weight)
-            for s in tensor.sources
+            (element_bytes(self.pool, s.tensor), s.tensor.dtype, s.weight) for s in tensor.sources
         ]
         for start in range(part.start, part.stop, CHUNK_ELEMENTS):
             stop = min(start + CHUNK_ELEMENTS, part.stop)

@@ -22,7 +22,6 @@ from surgery.engine.ops.merge import mergekit_arithmetic, registry
 from surgery.engine.ops.merge.architectures import is_pre_weight
 from surgery.engine.ops.merge.equivalent import with_local_paths
 from surgery.engine.ops.merge.method import REQUIRED, Base, Method, Param, Scope, TensorJob
-from surgery.engine.ops.merge.vocabulary import VocabularyMap, is_vocabulary_tensor, permuted
 from surgery.engine.ops.merge.spec import (
     MergeConfigError,
     MergeSpec,
@@ -31,6 +30,7 @@ from surgery.engine.ops.merge.spec import (
     SliceSource,
     evaluate,
 )
+from surgery.engine.ops.merge.vocabulary import VocabularyMap, is_vocabulary_tensor, permuted
 from surgery.engine.plan import OutputTensor, Plan, copy_of, require_equal_non_float
 from surgery.engine.quantized import (
     refuse_cast,

@@ -110,8 +110,9 @@ class PermutedBytes:
 
     def _rounded(self, values: np.ndarray) -> np.ndarray:
         """`values` rounded to the tensor's dtype (each step of a mean is, as in torch)."""
-        return decode(memoryview(encode(values, self.tensor.dtype)).cast("B"), self.tensor.dtype,
-                      self.work)
+        return decode(
+            memoryview(encode(values, self.tensor.dtype)).cast("B"), self.tensor.dtype, self.work
+        )
 
     def _row(self, row: int) -> np.ndarray:
         take = self.tensor.takes[row]
