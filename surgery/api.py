@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from surgery.core.errors import LayerSpecError, SurgeryError
+from surgery.core.errors import LayerSpecError, MismatchError, SurgeryError
 from surgery.engine.ops.interpolate import plan_interpolate
-from surgery.engine.ops.merge.spec import MergeConfigError, MergeSpec
+from surgery.engine.ops.merge.spec import MergeSpec, TokenizerSpec
 from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
@@ -171,15 +171,43 @@ def soup(
     out: str | Path,
     weights: Sequence[float] | None = None,
     *,
+    tokenizer_source: str | Path | None = None,
     write: WriteOptions = WRITE,
     **changes: object,
 ) -> Path:
-    """Write the (weighted) average of `experts` to `out`. See `plan_soup` and `write_plan`."""
+    """Write the (weighted) average of `experts` to `out`. See `plan_soup` and `write_plan`.
+
+    `tokenizer_source` (`union`, `base`: the first expert's, or a model) writes that tokenizer
+    and lays every expert's embedding and head rows out on it, by mergekit's rules
+    (`surgery.vocabulary`); without it the experts' tokenizers must agree.
+    """
     write = write.with_(**changes)
-    plan = plan_soup(
-        _open_inputs(list(experts), write.download, files_from=0), weights, dtype=write.dtype
-    )
-    return write_plan(plan, out, write)
+    if tokenizer_source is None:
+        checkpoints = _open_inputs(list(experts), write.download, files_from=0)
+        labels = [f"expert {i + 1} ({c.path})" for i, c in enumerate(checkpoints)]
+        _refuse_differing(checkpoints, labels, "pass --tokenizer-source (union, base or a model)")
+        return write_plan(plan_soup(checkpoints, weights, dtype=write.dtype), out, write)
+    from surgery.vocabulary import TOKENIZER_FILES, build_tokenizer
+
+    # Every expert's tokenizer is read: companions of all of them.
+    checkpoints = open_inputs(list(experts), ranges=not write.download)
+    spec = TokenizerSpec(str(tokenizer_source))
+    built = build_tokenizer(spec, [str(e) for e in experts], checkpoints, None)
+    plan = plan_soup(checkpoints, weights, dtype=write.dtype, vocabulary=built.rows)
+    return write_plan(replace(plan, omit_files=frozenset(TOKENIZER_FILES)), out, write, built.files)
+
+
+def _refuse_differing(checkpoints: Sequence[Checkpoint], labels: Sequence[str], hint: str) -> None:
+    """Refuse inputs whose tokenizers differ (`surgery.vocabulary.differing_vocabulary`).
+
+    Raises:
+        MismatchError: naming the inputs and what to pass instead.
+    """
+    from surgery.vocabulary import differing_vocabulary
+
+    differ = differing_vocabulary(checkpoints, labels)
+    if differ is not None:
+        raise MismatchError(f"{differ}: {hint}")
 
 
 def interpolate(
@@ -263,23 +291,16 @@ def merge_plan(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> tuple[Plan
     differ are refused.
 
     Raises:
-        MergeConfigError: tokenizers that differ without a tokenizer choice, or a bad one.
+        MismatchError: tokenizers that differ without a tokenizer choice.
+        MergeConfigError: a tokenizer choice that cannot be built.
     """
     from surgery.engine.ops.merge.planner import plan_merge
-    from surgery.vocabulary import (
-        TOKENIZER_FILES,
-        build_tokenizer,
-        differing_vocabulary,
-        warn_unused_template,
-    )
+    from surgery.vocabulary import TOKENIZER_FILES, build_tokenizer, warn_unused_template
 
     if spec.tokenizer is None:
         warn_unused_template(spec.chat_template)
-        differ = differing_vocabulary(checkpoints, [f"model {m}" for m in spec.models])
-        if differ is not None:
-            raise MergeConfigError(
-                f"{differ}: set tokenizer_source (union, base or a model) or a tokenizer: block"
-            )
+        labels = [f"model {m}" for m in spec.models]
+        _refuse_differing(checkpoints, labels, "set tokenizer_source (union, base or a model)")
         return plan_merge(spec, checkpoints), {}
     built = build_tokenizer(spec.tokenizer, spec.models, checkpoints, spec.base, spec.chat_template)
     plan = plan_merge(spec, checkpoints, built.rows)

@@ -275,3 +275,35 @@ def test_union_model_loads_and_tokenizes_with_each_experts_tokens(llama, tmp_pat
             torch.testing.assert_close(mine[[vocab[w] for w in words]], expected, atol=0, rtol=8e-3)
         logits = model(torch.tensor([ids])).logits
         assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_soup_tokenizer_source_matches_mergekit_linear(llama, tmp_path, source):
+    # A soup is mergekit's linear merge of equal weights; `base` is the first expert, as
+    # mergekit takes it without a base model.
+    experts = [str(llama[n]) for n in ("deva", "cyr", "greek")]
+    choice = experts[1] if source == "model" else source
+    args = ["soup", *experts, str(tmp_path / "ours"), "--tokenizer-source", choice]
+    result = CliRunner().invoke(cli, [*args, "--dtype", "bf16", "--quiet"])
+    assert result.exit_code == 0, result.output
+    config = {
+        "merge_method": "linear",
+        "dtype": "float32",
+        "out_dtype": "bfloat16",
+        "models": [{"model": e, "parameters": {"weight": 1.0}} for e in experts],
+        "tokenizer_source": choice,
+    }
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    assert _vocab(tmp_path / "ours") == _vocab(theirs)
+    mine, other = load_state(tmp_path / "ours"), load_state(theirs)
+    ulps = {k: ulp_distance(mine[k], other[k]) for k in mine}
+    assert max(ulps.values()) <= 1, {k: v for k, v in ulps.items() if v > 1}
+
+
+@pytest.mark.parametrize("experts", [("deva", "cyr"), ("deva", "greek")])
+def test_soup_of_differing_vocabularies_names_the_option(llama, tmp_path, experts):
+    args = ["soup", *(str(llama[n]) for n in experts), str(tmp_path / "out")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "--tokenizer-source" in result.output
+    assert not (tmp_path / "out").exists()

@@ -30,7 +30,12 @@ from surgery.engine.ops.merge.spec import (
     SliceSource,
     evaluate,
 )
-from surgery.engine.ops.merge.vocabulary import VocabularyMap, is_vocabulary_tensor, permuted
+from surgery.engine.ops.merge.vocabulary import (
+    VocabularyMap,
+    common_float,
+    is_vocabulary_tensor,
+    permuted,
+)
 from surgery.engine.plan import OutputTensor, Plan, copy_of, require_equal_non_float
 from surgery.engine.quantized import (
     refuse_cast,
@@ -229,13 +234,6 @@ def _out_dtype(spec: MergeSpec, inputs: Sequence[TensorInfo]) -> str:
     return "F64" if "F64" in dtypes else "F32"
 
 
-def _common_float(dtypes: set[str]) -> str:
-    """The dtype inputs of these dtypes are promoted to (as torch promotes them)."""
-    if len(dtypes) == 1:
-        return next(iter(dtypes))
-    return "F64" if "F64" in dtypes else "F32"
-
-
 class _Planner:
     def __init__(
         self,
@@ -313,7 +311,7 @@ class _Planner:
         columns: list[TensorInfo | None] = [None] * len(self.ckpts)
         for model, info in zip(models, infos, strict=True):
             columns[model] = info
-        dtype = self.spec.dtype or _common_float({t.dtype for t in infos})
+        dtype = self.spec.dtype or common_float({t.dtype for t in infos})
         return [permuted(m, columns, self.vocabulary, dtype) for m in models]
 
     def _check_scales(

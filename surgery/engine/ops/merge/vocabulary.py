@@ -62,6 +62,13 @@ def is_vocabulary_tensor(tensor: TensorInfo, vocab_rows: int | None) -> bool:
     return vocab_rows is not None and len(tensor.shape) == 2 and tensor.shape[0] == vocab_rows
 
 
+def common_float(dtypes: set[str]) -> str:
+    """The dtype tensors of these dtypes are promoted to (as torch promotes them)."""
+    if len(dtypes) == 1:
+        return next(iter(dtypes))
+    return "F64" if "F64" in dtypes else "F32"
+
+
 def permuted(
     model: int, columns: Sequence[TensorInfo | None], vocabulary: VocabularyMap, dtype: str
 ) -> PermutedTensor:
