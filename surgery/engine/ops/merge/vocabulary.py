@@ -10,17 +10,15 @@ Rows are gathered chunk by chunk as a kernel reads them, so memory stays bounded
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-
-from surgery.engine.float_codec import decode, encode
 from surgery.engine.reader import TensorInfo
-from surgery.engine.source import SourcePool
-from surgery.engine.values import tensor_bytes
+
+if TYPE_CHECKING:
+    from surgery.engine.ops.merge.permuted_rows import PermutedBytes
+    from surgery.engine.source import SourcePool
 
 # One output row of one model: the (model, input row) pairs it is made of.
 Take = tuple[tuple[int, int], ...]
@@ -54,6 +52,9 @@ class PermutedTensor(TensorInfo):
 
     def gathered_bytes(self, pool: SourcePool) -> PermutedBytes:
         """Its bytes by element, gathered from the columns' as they are read."""
+        # numpy only once rows are gathered: a revert imports this module, never numpy.
+        from surgery.engine.ops.merge.permuted_rows import PermutedBytes
+
         return PermutedBytes(pool, self)
 
 
@@ -85,61 +86,3 @@ def permuted(
         columns=tuple(columns),
         takes=vocabulary.rows[model],
     )
-
-
-def _work(dtype: str) -> type[np.floating]:
-    return np.float64 if dtype == "F64" else np.float32
-
-
-class PermutedBytes:
-    """A `PermutedTensor`'s bytes, `[start:stop]` by element, gathered row by row on demand."""
-
-    def __init__(self, pool: SourcePool, tensor: PermutedTensor) -> None:
-        self.tensor = tensor
-        self.width = math.prod(tensor.shape[1:])
-        self.work = _work(tensor.dtype)
-        self.sources = [
-            None if c is None else tensor_bytes(pool.get(c.file), c) for c in tensor.columns
-        ]
-        self._pad: np.ndarray | None = None
-
-    def __getitem__(self, key: slice) -> memoryview:
-        first, last = key.start // self.width, -(-key.stop // self.width)
-        rows = np.stack([self._row(r) for r in range(first, last)]).reshape(-1)
-        offset = key.start - first * self.width
-        data = encode(rows[offset : offset + key.stop - key.start], self.tensor.dtype)
-        return memoryview(data).cast("B")
-
-    def _input_row(self, model: int, row: int) -> np.ndarray:
-        column = self.tensor.columns[model]
-        raw = self.sources[model][row * self.width : (row + 1) * self.width]
-        return decode(raw, column.dtype, self.work)
-
-    def _rounded(self, values: np.ndarray) -> np.ndarray:
-        """`values` rounded to the tensor's dtype (each step of a mean is, as in torch)."""
-        return decode(
-            memoryview(encode(values, self.tensor.dtype)).cast("B"), self.tensor.dtype, self.work
-        )
-
-    def _row(self, row: int) -> np.ndarray:
-        take = self.tensor.takes[row]
-        if take is PAD:
-            return self._padding()
-        if not take:
-            return np.zeros(self.width, self.work)
-        if len(take) == 1:
-            return self._rounded(self._input_row(*take[0]))
-        total = np.zeros(self.width, self.work)
-        for model, source_row in take:
-            total = self._rounded(total + self._rounded(self._input_row(model, source_row)))
-        return self._rounded(total / self.work(len(take)))
-
-    def _padding(self) -> np.ndarray:
-        """The mean of the rows before the padding (computed once, in float64)."""
-        if self._pad is None:
-            count = sum(t is not PAD for t in self.tensor.takes)
-            total = np.zeros(self.width, np.float64)
-            for row in range(count):
-                total += self._row(row)
-            self._pad = self._rounded((total / count).astype(self.work))
-        return self._pad
