@@ -241,10 +241,11 @@ def test_chat_template_without_a_tokenizer_is_ignored_with_a_warning(llama, tmp_
     assert "chat_template is ignored" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("method", ["linear", "ties", "slerp"])
 @pytest.mark.parametrize("block", [False, True])
-def test_gemma3_text_matches_mergekit(gemma, tmp_path, block):
+def test_gemma3_text_matches_mergekit(gemma, tmp_path, block, method):
     # Tied embeddings: one vocabulary tensor, the head reads it.
-    config = _models(gemma, "linear")
+    config = _models(gemma, method)
     if block:
         config["tokenizer"] = _tokens_block(gemma, config)
     else:
@@ -307,3 +308,15 @@ def test_soup_of_differing_vocabularies_names_the_option(llama, tmp_path, expert
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1 and "--tokenizer-source" in result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("template", ["{% for m in messages %}{{ m.content }}{% endfor %}", "auto"])
+def test_chat_template_is_set_on_the_built_tokenizer(llama, tmp_path, template):
+    from transformers import AutoTokenizer
+
+    config = _models(llama, "linear") | {"tokenizer_source": "base", "chat_template": template}
+    ours = surgery_run(config, tmp_path / "ours")
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    mine = AutoTokenizer.from_pretrained(str(ours)).chat_template
+    assert mine == AutoTokenizer.from_pretrained(str(theirs)).chat_template
+    assert mine == (None if template == "auto" else template)  # the tiny experts have none
