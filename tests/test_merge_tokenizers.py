@@ -144,17 +144,27 @@ def _models(family: dict, method: str) -> dict:
 
 
 SOURCES = ["union", "base", "model"]
+METHODS = ["linear", "ties", "slerp"]
 
 
-@pytest.mark.parametrize("method", ["linear", "ties", "slerp"])
-@pytest.mark.parametrize("source", SOURCES)
-def test_tokenizer_source_matches_mergekit(llama, tmp_path, method, source):
+def first_fast(*axes: list) -> list:
+    """Every combination of the axes; all but the first (the union linear merge, about a second)
+    marked slow: the fast suite keeps one of each check."""
+    combos = [()]
+    for axis in axes:
+        combos = [(*c, v) for c in combos for v in axis]
+    params = [pytest.param(*c, marks=pytest.mark.slow) for c in combos]
+    return [pytest.param(*combos[0]), *params[1:]]
+
+
+@pytest.mark.parametrize(("source", "method"), first_fast(SOURCES, METHODS))
+def test_tokenizer_source_matches_mergekit(llama, tmp_path, source, method):
     config = _models(llama, method)
     config["tokenizer_source"] = str(llama["cyr"]) if source == "model" else source
     assert_same_as_mergekit(config, tmp_path)
 
 
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", first_fast(SOURCES))
 def test_linear_in_mergekit_arithmetic_is_float32_exact(llama, tmp_path, source):
     # Computed as mergekit computes, op by op in float32: every float32 tensor within 1 ulp.
     config = _models(llama, "linear") | {"out_dtype": "float32"}
@@ -183,7 +193,7 @@ def _tokens_block(family: dict, config: dict) -> dict:
     }
 
 
-@pytest.mark.parametrize("method", ["linear", "ties", "slerp"])
+@pytest.mark.parametrize("method", first_fast(METHODS))
 def test_tokens_block_matches_mergekit(llama, tmp_path, method):
     config = _models(llama, method)
     config["tokenizer"] = _tokens_block(llama, config)
@@ -241,8 +251,7 @@ def test_chat_template_without_a_tokenizer_is_ignored_with_a_warning(llama, tmp_
     assert "chat_template is ignored" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("method", ["linear", "ties", "slerp"])
-@pytest.mark.parametrize("block", [False, True])
+@pytest.mark.parametrize(("block", "method"), first_fast([True, False], METHODS))
 def test_gemma3_text_matches_mergekit(gemma, tmp_path, block, method):
     # Tied embeddings: one vocabulary tensor, the head reads it.
     config = _models(gemma, method)
@@ -278,7 +287,7 @@ def test_union_model_loads_and_tokenizes_with_each_experts_tokens(llama, tmp_pat
         assert torch.isfinite(logits).all()
 
 
-@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("source", first_fast(SOURCES))
 def test_soup_tokenizer_source_matches_mergekit_linear(llama, tmp_path, source):
     # A soup is mergekit's linear merge of equal weights; `base` is the first expert, as
     # mergekit takes it without a base model.
@@ -310,7 +319,9 @@ def test_soup_of_differing_vocabularies_names_the_option(llama, tmp_path, expert
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("template", ["{% for m in messages %}{{ m.content }}{% endfor %}", "auto"])
+@pytest.mark.parametrize(
+    "template", first_fast(["{% for m in messages %}{{ m.content }}{% endfor %}", "auto"])
+)
 def test_chat_template_is_set_on_the_built_tokenizer(llama, tmp_path, template):
     from transformers import AutoTokenizer
 

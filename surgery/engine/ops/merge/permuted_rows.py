@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from surgery.core.dtypes import itemsize
 from surgery.engine.float_codec import decode, encode
 from surgery.engine.reader import TensorInfo
 from surgery.engine.source import SourcePool
@@ -34,10 +35,23 @@ class PermutedBytes:
 
     def __getitem__(self, key: slice) -> memoryview:
         first, last = key.start // self.width, -(-key.stop // self.width)
-        rows = np.stack([self._row(r) for r in range(first, last)]).reshape(-1)
-        offset = key.start - first * self.width
-        data = encode(rows[offset : offset + key.stop - key.start], self.tensor.dtype)
-        return memoryview(data).cast("B")
+        size = itemsize(self.tensor.dtype)
+        row_bytes = self.width * size
+        out = bytearray((last - first) * row_bytes)
+        for position, row in enumerate(range(first, last)):
+            out[position * row_bytes : (position + 1) * row_bytes] = self._row_bytes(row)
+        offset = (key.start - first * self.width) * size
+        return memoryview(out)[offset : offset + (key.stop - key.start) * size]
+
+    def _row_bytes(self, row: int) -> memoryview:
+        """Row `row`'s bytes: a copy of an input row of the tensor's dtype as it is, any other
+        row computed and rounded to it."""
+        take = self.tensor.takes[row]
+        if take is not PAD and len(take) == 1:
+            model, source_row = take[0]
+            if self.tensor.columns[model].dtype == self.tensor.dtype:
+                return self.sources[model][source_row * self.width : (source_row + 1) * self.width]
+        return memoryview(encode(self._row(row), self.tensor.dtype)).cast("B")
 
     def _input_row(self, model: int, row: int) -> np.ndarray:
         column = self.tensor.columns[model]
