@@ -278,12 +278,17 @@ def _record(spec, counts: Counter, tokens: int, size: int, models, base) -> dict
 # --- Detection: do the models' vocabularies differ? ---
 
 
+def _tokenizer_file(checkpoint: Checkpoint) -> Path | None:
+    folder = checkpoint.folder
+    path = folder / "tokenizer.json" if folder is not None else None
+    return path if path is not None and path.is_file() else None
+
+
 def tokenizer_vocabulary(checkpoint: Checkpoint) -> dict[str, int] | None:
     """A checkpoint's vocabulary (token -> id, ids below its config's vocab_size) read from
     its tokenizer.json alone (no transformers); None when it has none that parses."""
-    folder = checkpoint.folder
-    path = folder / "tokenizer.json" if folder is not None else None
-    if path is None or not path.is_file():
+    path = _tokenizer_file(checkpoint)
+    if path is None:
         return None
     try:
         data = json.loads(path.read_text())
@@ -303,6 +308,10 @@ def differing_vocabulary(checkpoints: Sequence[Checkpoint], labels: Sequence[str
     """Which inputs' vocabularies differ from the first's (same ids for the same tokens), in
     words, or None when they agree or cannot be read. Equal-size vocabularies whose tokens
     differ are caught here: their rows line up, their tokens do not."""
+    files = [_tokenizer_file(c) for c in checkpoints]
+    one_size = len({vocab_rows(c.config) for c in checkpoints}) == 1
+    if one_size and None not in files and len({f.read_bytes() for f in files}) == 1:
+        return None  # one file, one size: nothing to parse
     first = tokenizer_vocabulary(checkpoints[0])
     if first is None:
         return None
