@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from surgery.core.errors import SurgeryError
 from surgery.engine.naming import vocab_rows
@@ -27,6 +28,9 @@ from surgery.engine.ops.merge.spec import MergeConfigError, TokenizerSpec, Token
 from surgery.engine.ops.merge.vocabulary import PAD, Take, VocabularyMap
 from surgery.engine.progress import notice
 from surgery.engine.reader import Checkpoint
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase as Tokenizer
 
 # The tokenizer files a checkpoint may carry (mergekit's `_copy_tokenizer` list): an output
 # that gets a built tokenizer takes none of them from the donor.
@@ -51,7 +55,7 @@ class BuiltTokenizer:
     rows: VocabularyMap
 
 
-def _load(folder: Path | None, label: str):
+def _load(folder: Path | None, label: str) -> Tokenizer:
     import transformers
 
     if folder is None:
@@ -63,11 +67,35 @@ def _load(folder: Path | None, label: str):
         raise SurgeryError(message) from None
 
 
-def _size(checkpoint: Checkpoint, tokenizer) -> int:
+def _size(checkpoint: Checkpoint, tokenizer: Tokenizer) -> int:
     return vocab_rows(checkpoint.config) or len(tokenizer.get_vocab())
 
 
-def _union(base, tokenizers: Sequence, sizes: Sequence[int]):
+def _stripped(tokenizer: Tokenizer, size: int, label: str) -> Tokenizer:
+    """mergekit's `get_stripped_tokenizer`: the base tokenizer without the tokens whose ids
+    are past its model's rows (a BPE tokenizer's vocabulary, added tokens and merges)."""
+    unused = {t for t, i in tokenizer.get_vocab().items() if i >= size}
+    if not unused:
+        return tokenizer
+    import tokenizers
+
+    data = json.loads(tokenizer._tokenizer.to_str())
+    if not tokenizer.is_fast or data["model"]["type"] != "BPE":
+        raise MergeConfigError(
+            f"{label}'s tokenizer has tokens past its {size} rows; only a BPE tokenizer's are "
+            "dropped (as in mergekit)"
+        )
+    data["added_tokens"] = [e for e in data["added_tokens"] if e["id"] < size]
+    data["model"]["vocab"] = {t: i for t, i in data["model"]["vocab"].items() if t not in unused}
+    pairs = [m.split(" ") if isinstance(m, str) else m for m in data["model"]["merges"]]
+    data["model"]["merges"] = [
+        m for m, pair in zip(data["model"]["merges"], pairs, strict=True) if unused.isdisjoint(pair)
+    ]
+    tokenizer._tokenizer = tokenizers.Tokenizer.from_str(json.dumps(data))
+    return tokenizer
+
+
+def _union(base: Tokenizer, tokenizers: Sequence[Tokenizer], sizes: Sequence[int]) -> Tokenizer:
     """mergekit's `build_union_tokenizer`: the base tokenizer plus every other token."""
     import transformers
 
@@ -94,7 +122,13 @@ def _union(base, tokenizers: Sequence, sizes: Sequence[int]):
     return result
 
 
-def _output_tokenizer(spec: TokenizerSpec, base_index: int, tokenizers, sizes, models):
+def _output_tokenizer(
+    spec: TokenizerSpec,
+    base_index: int,
+    tokenizers: Sequence[Tokenizer],
+    sizes: Sequence[int],
+    models: Sequence[str],
+) -> Tokenizer:
     if spec.source == "base":
         return tokenizers[base_index]
     if spec.source == "union":
@@ -186,7 +220,7 @@ def _padded(size: int, multiple: int | None) -> int:
     return size
 
 
-def _files(tokenizer, chat_template: str | None) -> dict[str, bytes]:
+def _files(tokenizer: Tokenizer, chat_template: str | None) -> dict[str, bytes]:
     if chat_template is not None:
         tokenizer.chat_template = chat_template
     with tempfile.TemporaryDirectory() as folder:
@@ -194,7 +228,7 @@ def _files(tokenizer, chat_template: str | None) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in sorted(Path(folder).iterdir()) if p.is_file()}
 
 
-def _chat_template(value: str | None, tokenizers: Sequence) -> str | None:
+def _chat_template(value: str | None, tokenizers: Sequence[Tokenizer]) -> str | None:
     """mergekit's `_set_chat_template`: `auto` (the template most models have) or a template's
     text; mergekit's named templates are not shipped here."""
     if value is None:
@@ -233,6 +267,9 @@ def build_tokenizer(
     tokenizers = [_load(c.folder, label) for c, label in zip(checkpoints, labels, strict=True)]
     sizes = [_size(c, t) for c, t in zip(checkpoints, tokenizers, strict=True)]
     base_index = base if base is not None else 0
+    tokenizers[base_index] = _stripped(
+        tokenizers[base_index], sizes[base_index], labels[base_index]
+    )
     out = _output_tokenizer(spec, base_index, tokenizers, sizes, list(models))
     specs = dict(spec.tokens)
     existing = set(out.get_vocab())
@@ -253,7 +290,14 @@ def build_tokenizer(
     return BuiltTokenizer(files, VocabularyMap(tuple(rows), size, len(vocab_out), record))
 
 
-def _record(spec, counts: Counter, tokens: int, size: int, models, base) -> dict:
+def _record(
+    spec: TokenizerSpec,
+    counts: Counter,
+    tokens: int,
+    size: int,
+    models: Sequence[str],
+    base: int | None,
+) -> dict:
     """What the recipe says: the tokenizer written and where the rows of tokens some model
     lacks (or forced ones) came from, counted per source."""
 

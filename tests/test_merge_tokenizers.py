@@ -331,3 +331,16 @@ def test_chat_template_is_set_on_the_built_tokenizer(llama, tmp_path, template):
     mine = AutoTokenizer.from_pretrained(str(ours)).chat_template
     assert mine == AutoTokenizer.from_pretrained(str(theirs)).chat_template
     assert mine == (None if template == "auto" else template)  # the tiny experts have none
+
+
+def test_base_tokens_past_its_rows_are_dropped_as_mergekit_does(llama, tmp_path):
+    # The base's tokenizer names two tokens its embeddings have no rows for.
+    tokenizer = tiny_models.make_tokenizer()
+    tokenizer.add_tokens(["unused_a", "unused_b"])
+    base = tiny_models.build_model("llama").float()
+    base.save_pretrained(tmp_path / "short", max_shard_size=tiny_models.SHARD_SIZE)
+    tokenizer.save_pretrained(tmp_path / "short")
+    config = _models(llama, "ties") | {"base_model": str(tmp_path / "short")}
+    config["tokenizer_source"] = "union"
+    ours = assert_same_as_mergekit(config, tmp_path)
+    assert "unused_a" not in _vocab(ours)
