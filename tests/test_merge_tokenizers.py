@@ -344,3 +344,19 @@ def test_base_tokens_past_its_rows_are_dropped_as_mergekit_does(llama, tmp_path)
     config["tokenizer_source"] = "union"
     ours = assert_same_as_mergekit(config, tmp_path)
     assert "unused_a" not in _vocab(ours)
+
+
+def test_slices_slerp_union_matches_mergekit(llama, tmp_path):
+    # The classic SLERP config, by slices: embeddings from the first slice, head from the last.
+    n = tiny_models.NUM_LAYERS
+    sources = [{"model": str(llama[m]), "layer_range": [0, n]} for m in ("deva", "cyr")]
+    config = {
+        "merge_method": "slerp",
+        "base_model": str(llama["deva"]),
+        "dtype": "float32",
+        "out_dtype": "bfloat16",
+        "slices": [{"sources": sources}],
+        "parameters": {"t": [{"filter": "mlp", "value": [0, 0.7, 1]}, {"value": 0.3}]},
+        "tokenizer_source": "union",
+    }
+    assert_same_as_mergekit(config, tmp_path)
