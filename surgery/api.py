@@ -192,7 +192,8 @@ def soup(
     # Every expert's tokenizer is read: companions of all of them.
     checkpoints = open_inputs(list(experts), ranges=not write.download)
     spec = TokenizerSpec(str(tokenizer_source))
-    built = build_tokenizer(spec, [str(e) for e in experts], checkpoints, None)
+    roles = [f"expert{i + 1}" for i in range(len(experts))]
+    built = build_tokenizer(spec, [str(e) for e in experts], checkpoints, None, roles=roles)
     plan = plan_soup(checkpoints, weights, dtype=write.dtype, vocabulary=built.rows)
     return write_plan(replace(plan, omit_files=frozenset(TOKENIZER_FILES)), out, write, built.files)
 

@@ -250,6 +250,7 @@ def build_tokenizer(
     checkpoints: Sequence[Checkpoint],
     base: int | None,
     chat_template: str | None = None,
+    roles: Sequence[str] | None = None,
 ) -> BuiltTokenizer:
     """The output tokenizer of a merge and the row map of its vocabulary tensors.
 
@@ -259,6 +260,7 @@ def build_tokenizer(
         checkpoints: the opened models, in that order (their folders hold the tokenizers).
         base: the base model's index, if the config has one.
         chat_template: the config's `chat_template` (set on the output tokenizer).
+        roles: how the recipe names each model (default: a merge's `base`, `model2`, ...).
 
     Raises:
         SurgeryError: a tokenizer that cannot be loaded, a token source without the token.
@@ -285,7 +287,9 @@ def build_tokenizer(
     size = _padded(len(vocab_out), spec.pad_to_multiple_of)
     rows = [tuple(r) + (PAD,) * (size - len(vocab_out)) for r in rows]
     template = _chat_template(chat_template, tokenizers)
-    record = _record(spec, table.counts, len(vocab_out), size, models, base)
+    if roles is None:
+        roles = ["base" if i == base else f"model{i + 1}" for i in range(len(models))]
+    record = _record(spec, table.counts, len(vocab_out), size, models, roles)
     files = _files(out, template)
     return BuiltTokenizer(files, VocabularyMap(tuple(rows), size, len(vocab_out), record))
 
@@ -296,16 +300,13 @@ def _record(
     tokens: int,
     size: int,
     models: Sequence[str],
-    base: int | None,
+    roles: Sequence[str],
 ) -> dict:
     """What the recipe says: the tokenizer written and where the rows of tokens some model
-    lacks (or forced ones) came from, counted per source."""
+    lacks (or forced ones) came from, counted per source (models by their recipe roles)."""
 
     def role(key: str) -> str:
-        if not key.startswith("model:"):
-            return key
-        index = int(key.split(":")[1])
-        return "base" if index == base else f"model{index + 1}"
+        return roles[int(key.split(":")[1])] if key.startswith("model:") else key
 
     sources = Counter()
     for key, count in counts.items():

@@ -360,3 +360,36 @@ def test_slices_slerp_union_matches_mergekit(llama, tmp_path):
         "tokenizer_source": "union",
     }
     assert_same_as_mergekit(config, tmp_path)
+
+
+def test_recipe_and_card_count_where_added_rows_came_from(llama, tmp_path):
+    config = _models(llama, "linear") | {"tokenizer_source": "union"}
+    out = surgery_run(config, tmp_path / "union")
+    record = json.loads((out / "surgery_recipe.json").read_text())["tokenizer"]
+    base_tokens = len(tiny_models.make_tokenizer())
+    # Each script's tokens come from their only model; shared_tok (deva and cyr, no base) is
+    # their mean.
+    assert record == {
+        "source": "union",
+        "tokens": base_tokens + 11,
+        "rows": base_tokens + 11,
+        "added_rows": {"mean": 1, "model1": 3, "model2": 3, "model3": 4},
+    }
+    card = (out / "README.md").read_text()
+    assert "built from `union`" in card and "3 from model1, 3 from model2, 4 from model3" in card
+    soup = CliRunner().invoke(
+        cli,
+        [
+            "soup",
+            str(llama["deva"]),
+            str(llama["cyr"]),
+            str(tmp_path / "soup"),
+            "--tokenizer-source",
+            "base",
+            "--quiet",
+        ],
+    )
+    assert soup.exit_code == 0, soup.output
+    record = json.loads((tmp_path / "soup" / "surgery_recipe.json").read_text())["tokenizer"]
+    # The first expert's tokenizer: cyr lacks deva's 3 tokens, which come from deva alone.
+    assert record["source"] == "base" and record["added_rows"] == {"expert1": 3}
