@@ -60,6 +60,8 @@ class PermutedBytes:
 
     def _rounded(self, values: np.ndarray) -> np.ndarray:
         """`values` rounded to the tensor's dtype (each step of a mean is, as in torch)."""
+        if self.tensor.dtype in ("F32", "F64") and values.dtype == self.work:
+            return values  # the work dtype is the tensor's: nothing to round
         return decode(
             memoryview(encode(values, self.tensor.dtype)).cast("B"), self.tensor.dtype, self.work
         )
