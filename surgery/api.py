@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from surgery.core.errors import LayerSpecError, SurgeryError
+from surgery.core.errors import LayerSpecError, MismatchError, SurgeryError
 from surgery.engine.ops.interpolate import plan_interpolate
-from surgery.engine.ops.merge.spec import MergeSpec
+from surgery.engine.ops.merge.spec import MergeSpec, TokenizerSpec
 from surgery.engine.ops.revert import plan_revert
 from surgery.engine.ops.soup import plan_soup
 from surgery.engine.output_dir import check_output
@@ -52,8 +52,14 @@ if TYPE_CHECKING:
 WRITE = WriteOptions()
 
 
-def write_plan(plan: Plan, out: str | Path, write: WriteOptions = WRITE) -> Path:
-    """Check the output path against the plan's inputs, then write the checkpoint and its card.
+def write_plan(
+    plan: Plan,
+    out: str | Path,
+    write: WriteOptions = WRITE,
+    files: dict[str, bytes] | None = None,
+) -> Path:
+    """Check the output path against the plan's inputs, then write the checkpoint and its card
+    (and `files`, a merge's tokenizer files, by name).
 
     Raises:
         OutputError: OUT is or lies inside an input, contains one, or exists without `force`.
@@ -65,7 +71,7 @@ def write_plan(plan: Plan, out: str | Path, write: WriteOptions = WRITE) -> Path
         out,
         quiet=write.quiet,
         max_shard_size=write.max_shard_size,
-        extra_files=card_file(plan, out),
+        extra_files={**(files or {}), **card_file(plan, out)},
         replace=write.force,
     )
 
@@ -178,15 +184,44 @@ def soup(
     out: str | Path,
     weights: Sequence[float] | None = None,
     *,
+    tokenizer_source: str | Path | None = None,
     write: WriteOptions = WRITE,
     **changes: object,
 ) -> Path:
-    """Write the (weighted) average of `experts` to `out`. See `plan_soup` and `write_plan`."""
+    """Write the (weighted) average of `experts` to `out`. See `plan_soup` and `write_plan`.
+
+    `tokenizer_source` (`union`, `base`: the first expert's, or a model) writes that tokenizer
+    and lays every expert's embedding and head rows out on it, by mergekit's rules
+    (`surgery.vocabulary`); without it the experts' tokenizers must agree.
+    """
     write = write.with_(**changes)
-    plan = plan_soup(
-        _open_inputs(list(experts), write.download, files_from=0), weights, dtype=write.dtype
-    )
-    return write_plan(plan, out, write)
+    if tokenizer_source is None:
+        checkpoints = _open_inputs(list(experts), write.download, files_from=0)
+        labels = [f"expert {i + 1} ({c.path})" for i, c in enumerate(checkpoints)]
+        _refuse_differing(checkpoints, labels, "pass --tokenizer-source (union, base or a model)")
+        return write_plan(plan_soup(checkpoints, weights, dtype=write.dtype), out, write)
+    from surgery.vocabulary import TOKENIZER_FILES, build_tokenizer
+
+    # Every expert's tokenizer is read: companions of all of them.
+    checkpoints = open_inputs(list(experts), ranges=not write.download)
+    spec = TokenizerSpec(str(tokenizer_source))
+    roles = [f"expert{i + 1}" for i in range(len(experts))]
+    built = build_tokenizer(spec, [str(e) for e in experts], checkpoints, None, roles=roles)
+    plan = plan_soup(checkpoints, weights, dtype=write.dtype, vocabulary=built.rows)
+    return write_plan(replace(plan, omit_files=frozenset(TOKENIZER_FILES)), out, write, built.files)
+
+
+def _refuse_differing(checkpoints: Sequence[Checkpoint], labels: Sequence[str], hint: str) -> None:
+    """Refuse inputs whose tokenizers differ (`surgery.vocabulary.differing_vocabulary`).
+
+    Raises:
+        MismatchError: naming the inputs and what to pass instead.
+    """
+    from surgery.vocabulary import differing_vocabulary
+
+    differ = differing_vocabulary(checkpoints, labels)
+    if differ is not None:
+        raise MismatchError(f"{differ}: {hint}")
 
 
 def interpolate(
@@ -262,8 +297,8 @@ def merge(
     options = {"seed": seed, "mergekit_arithmetic": mergekit_arithmetic}
     stages = read_stages_file(config)
     if len(stages) == 1:
-        spec = _merge_spec(stages[0].data, options)
-        return write_plan(_merge_plan(spec, write), out, write)
+        plan, files = _merge_plan(_merge_spec(stages[0].data, options), write)
+        return write_plan(plan, out, write, files)
     out = Path(out)
     folder = Path(intermediate_dir) if intermediate_dir else default_intermediate_dir(out)
     result = _run_stages(stages, out, folder, options, write)
@@ -283,17 +318,15 @@ def _merge_spec(data: dict, options: dict) -> MergeSpec:
     return spec
 
 
-def _merge_plan(spec: MergeSpec, write: WriteOptions) -> Plan:
-    # Imported here: the merge methods bring numpy, which no other command needs at start-up.
-    from surgery.engine.ops.merge.planner import plan_merge
-
+def _merge_plan(spec: MergeSpec, write: WriteOptions) -> tuple[Plan, dict]:
+    """The plan of one document and the tokenizer files it writes (see `merge_plan`)."""
     # Companion files of every model: the planner picks which one the output copies them from.
-    plan = plan_merge(spec, open_inputs(spec.models, ranges=not write.download))
+    plan, files = merge_plan(spec, open_inputs(spec.models, ranges=not write.download))
     if not write.download and rereads_remote(plan):
         # Ranges would fetch those tensors once per pass; a download fetches them once.
         notice("note", "merge: reduction passes read inputs twice; downloading Hub inputs")
-        plan = plan_merge(spec, open_inputs(spec.models))
-    return plan
+        plan, files = merge_plan(spec, open_inputs(spec.models))
+    return plan, files
 
 
 def _run_stages(
@@ -308,19 +341,43 @@ def _run_stages(
     graph, digest_options = [], {**options, "max_shard_size": write.max_shard_size}
     for stage, spec in zip(stages, specs, strict=True):
         target = out if stage.name is None else folder / stage.name
-        plan = _merge_plan(spec, write)
+        plan, files = _merge_plan(spec, write)
         digest = fingerprint(stage, digest_options, plan.inputs)
         graph.append(stage_record(stage, digest, target, plan.mergekit_config))
         if stage.name is None:
             plan.recipe[GRAPH_KEY] = graph
-            return write_plan(plan, out, write)
+            return write_plan(plan, out, write, files)
         if reusable(target, stage, digest):
             notice("note", f"{stage.label}: {target} is unchanged; reused")
             continue
         notice("note", f"{stage.label}: writing {target}")
         plan.recipe[STAGE_KEY] = {"name": stage.name, "fingerprint": digest}
-        write_plan(plan, target, replace(write, force=True, push_to=None))
+        write_plan(plan, target, replace(write, force=True, push_to=None), files)
     raise AssertionError("read_stages puts the unnamed stage last")
+
+
+def merge_plan(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> tuple[Plan, dict]:
+    """The plan of a merge and the tokenizer files it writes (none when it copies its donor's).
+
+    With a tokenizer to build (`tokenizer_source` or `tokenizer:`), the vocabulary map comes
+    from the models' tokenizers (`surgery.vocabulary`); without one, models whose tokenizers
+    differ are refused.
+
+    Raises:
+        MismatchError: tokenizers that differ without a tokenizer choice.
+        MergeConfigError: a tokenizer choice that cannot be built.
+    """
+    from surgery.engine.ops.merge.planner import plan_merge
+    from surgery.vocabulary import TOKENIZER_FILES, build_tokenizer, warn_unused_template
+
+    if spec.tokenizer is None:
+        warn_unused_template(spec.chat_template)
+        labels = [f"model {m}" for m in spec.models]
+        _refuse_differing(checkpoints, labels, "set tokenizer_source (union, base or a model)")
+        return plan_merge(spec, checkpoints), {}
+    built = build_tokenizer(spec.tokenizer, spec.models, checkpoints, spec.base, spec.chat_template)
+    plan = plan_merge(spec, checkpoints, built.rows)
+    return replace(plan, omit_files=frozenset(TOKENIZER_FILES)), built.files
 
 
 def extract_lora(

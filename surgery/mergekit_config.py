@@ -18,6 +18,8 @@ from surgery.engine.ops.merge.spec import (
     OutputSlice,
     Setting,
     SliceSource,
+    TokenizerSpec,
+    TokenSpec,
 )
 from surgery.mergekit_schema import validate
 
@@ -81,10 +83,6 @@ def parse_config(text: str, *, seed: int = 0) -> MergeSpec:
     from surgery.engine.ops.merge import registry
 
     registry.get(config["merge_method"])
-    if config["tokenizer_source"] not in (None, "base"):
-        raise MergeConfigError(
-            f"tokenizer_source {config['tokenizer_source']} is not supported (only base)"
-        )
     models: list[str] = []
 
     def index(name: str) -> int:
@@ -110,10 +108,49 @@ def parse_config(text: str, *, seed: int = 0) -> MergeSpec:
         dtype=_dtype(config["dtype"], "dtype"),
         out_dtype=_dtype(config["out_dtype"], "out_dtype"),
         tokenizer_source=config["tokenizer_source"],
+        tokenizer=_tokenizer_spec(config, models),
+        chat_template=config["chat_template"],
         seed=seed,
         config=data,
         modules=modules,
     )
+
+
+# --- Tokenizers ---
+
+
+def _model_index(models: list[str], name: str, where: str) -> int:
+    """The index of a model of the config; a token's row can only come from one."""
+    if name not in models:
+        raise MergeConfigError(
+            f"{where}: {name} is not a model of the config ({', '.join(models)})"
+        )
+    return models.index(name)
+
+
+def _token_spec(models: list[str], token: str, entry: dict) -> TokenSpec:
+    source = entry["source"]
+    if source is None:
+        return TokenSpec(force=entry["force"])
+    where = f"tokenizer.tokens[{token!r}].source"
+    model = None if source["kind"] == "zero" else _model_index(models, source["model"], where)
+    return TokenSpec(
+        kind=source["kind"],
+        model=model,
+        token=source.get("token"),
+        token_id=source.get("token_id"),
+        force=entry["force"],
+    )
+
+
+def _tokenizer_spec(config: dict, models: list[str]) -> TokenizerSpec | None:
+    """The tokenizer to build (`tokenizer_source` or the `tokenizer:` block), or None."""
+    block = config["tokenizer"]
+    if block is None:
+        source = config["tokenizer_source"]
+        return None if source is None else TokenizerSpec(source)
+    tokens = tuple((t, _token_spec(models, t, e)) for t, e in block["tokens"].items())
+    return TokenizerSpec(block["source"], tokens, block["pad_to_multiple_of"])
 
 
 def render_config(config: dict) -> str:

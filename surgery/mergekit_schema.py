@@ -19,11 +19,9 @@ import math
 from surgery.engine.ops.merge.spec import Conditional, MergeConfigError, Setting
 
 _TOP = {"merge_method", "models", "slices", "base_model", "parameters", "dtype", "out_dtype"}
-_TOP |= {"tokenizer_source"}
+_TOP |= {"tokenizer_source", "tokenizer", "chat_template"}
 _TOP |= {"modules"}
 _UNSUPPORTED = {
-    "tokenizer": "tokenizer (vocabulary merging)",
-    "chat_template": "chat_template",
     "residual_weight": "residual_weight",
 }
 _MODEL_KEYS = {"model", "parameters"}
@@ -237,7 +235,8 @@ def validate(data: object) -> dict:
 
     Returns:
         A dict with `merge_method`, `models`, `slices` and `modules` (one of them set, the others
-        None), `base_model`, `parameters`, `dtype`, `out_dtype` and `tokenizer_source`.
+        None), `base_model`, `parameters`, `dtype`, `out_dtype`, `tokenizer_source`, `tokenizer`
+        (its `source`, `tokens` and `pad_to_multiple_of`) and `chat_template`.
 
     Raises:
         MergeConfigError: one line naming the first problem and where it is.
@@ -265,5 +264,90 @@ def validate(data: object) -> dict:
         "parameters": _parameters(data.get("parameters"), "parameters"),
         "dtype": _text(data.get("dtype"), "dtype"),
         "out_dtype": _text(data.get("out_dtype"), "out_dtype"),
-        "tokenizer_source": _text(data.get("tokenizer_source"), "tokenizer_source"),
+        **_tokenizer_keys(data),
+    }
+
+
+# --- Tokenizers (mergekit's `tokenizer_source`, `tokenizer:` and `chat_template`) ---
+
+_TOKENIZER_KEYS = {"source", "tokens", "pad_to_multiple_of"}
+_TOKEN_KEYS = {"source", "force"}
+_EMBEDDING_KEYS = {"kind", "model", "token", "token_id"}
+
+
+def _tokenizer_source(value: object, where: str) -> str:
+    """`union`, `base` or a model reference."""
+    if value in ("union", "base"):
+        return value
+    return model_reference(value, where)
+
+
+def _token_source(value: object, where: str) -> dict | str | None:
+    """A token's embedding source: None, a model reference, `{kind: zero}` or
+    `{kind: model_token, model, token | token_id}` (mergekit's `TokenEmbeddingConfig.source`)."""
+    if value is None:
+        return None
+    if not (isinstance(value, dict) and "kind" in value):
+        return {"kind": "model", "model": model_reference(value, where)}
+    _mapping(value, _EMBEDDING_KEYS, where)
+    if value["kind"] == "zero":
+        if set(value) != {"kind"}:
+            raise _fail(where, "a zero embedding takes no other key")
+        return {"kind": "zero"}
+    if value["kind"] != "model_token":
+        raise _fail(f"{where}.kind", "must be 'zero' or 'model_token'")
+    if "model" not in value:
+        raise _fail(f"{where}.model", "field required")
+    token, token_id = value.get("token"), value.get("token_id")
+    if (token is None) == (token_id is None):
+        raise _fail(where, "give exactly one of token_id or token")
+    if token_id is not None and (isinstance(token_id, bool) or not isinstance(token_id, int)):
+        raise _fail(f"{where}.token_id", "must be an integer")
+    return {
+        "kind": "model_token",
+        "model": model_reference(value["model"], f"{where}.model"),
+        "token": _text(token, f"{where}.token"),
+        "token_id": token_id,
+    }
+
+
+def _token(entry: object, where: str) -> dict:
+    _mapping(entry, _TOKEN_KEYS, where)
+    force = entry.get("force", False)
+    if not isinstance(force, bool):
+        raise _fail(f"{where}.force", "must be a boolean")
+    return {"source": _token_source(entry.get("source"), f"{where}.source"), "force": force}
+
+
+def _tokenizer_block(value: object) -> dict | None:
+    if value is None:
+        return None
+    _mapping(value, _TOKENIZER_KEYS, "tokenizer")
+    tokens = value.get("tokens") or {}
+    if not isinstance(tokens, dict):
+        raise _fail("tokenizer.tokens", "must be a mapping of tokens")
+    pad = value.get("pad_to_multiple_of")
+    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or pad < 0):
+        raise _fail("tokenizer.pad_to_multiple_of", "must be a positive integer")
+    return {
+        "source": _tokenizer_source(value.get("source", "union"), "tokenizer.source"),
+        "tokens": {str(k): _token(v, f"tokenizer.tokens[{k!r}]") for k, v in tokens.items()},
+        "pad_to_multiple_of": pad or None,  # 0 pads nothing, as in mergekit
+    }
+
+
+def _tokenizer_keys(data: dict) -> dict:
+    """`tokenizer_source`, `tokenizer` and `chat_template`, checked as mergekit checks them."""
+    source = data.get("tokenizer_source")
+    block = _tokenizer_block(data.get("tokenizer"))
+    if source is not None and block is not None:
+        raise MergeConfigError(
+            "invalid mergekit config: give tokenizer_source or tokenizer, not both"
+        )
+    return {
+        "tokenizer_source": None
+        if source is None
+        else _tokenizer_source(source, "tokenizer_source"),
+        "tokenizer": block,
+        "chat_template": _text(data.get("chat_template"), "chat_template"),
     }

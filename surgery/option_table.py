@@ -135,6 +135,10 @@ OPTIONS: dict[str, Meaning] = {
     "--in-memory": Meaning("sweep: score points blended in memory", "when the model fits"),
     "--write-and-reload": Meaning("sweep: score points written and reloaded"),
     "--weights": Meaning("soup: the experts' weights", "uniform"),
+    "--tokenizer-source": Meaning(
+        "soup: the output tokenizer when the experts' differ (union, base or a model)",
+        "one vocabulary required",
+    ),
     "--mergekit-arithmetic": Meaning("merge: compute op by op as mergekit does", "off"),
     "--intermediate-dir": Meaning(
         "merge: where a multi-stage config writes its named stages", "OUT.stages beside OUT"

@@ -365,10 +365,13 @@ def test_outputs_carry_a_mergekit_config_that_reproduces_them(llama, tmp_path, c
     ("text", "message"),
     [
         ("merge_method: nonesuch\nmodels: [{model: a}]\n", "'nonesuch' is not supported"),
-        ("merge_method: linear\nmodels: [{model: a}]\nchat_template: x\n", "chat_template"),
+        ("merge_method: linear\nmodels: [{model: a}]\nchat_template: [x]\n", "chat_template"),
         ("merge_method: linear\nmodels: [{model: a}]\nfoo: 1\n", "key 'foo'"),
         ("merge_method: linear\nmodels: [{model: a, weight: 1}]\n", "models[0]: key 'weight'"),
-        ("merge_method: linear\nmodels: [{model: a}]\ntokenizer_source: union\n", "union"),
+        (
+            "merge_method: linear\nmodels: [{model: a}]\ntokenizer_source: union\ntokenizer: {}\n",
+            "tokenizer_source or tokenizer",
+        ),
         ("merge_method: linear\n", "invalid mergekit config"),
         ("- 1\n", "mapping"),
     ],

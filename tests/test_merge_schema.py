@@ -62,6 +62,19 @@ CORPUS = [
     M + "models: [{model: a}]\ntokenizer_source: base\n",
     M + "models: [{model: a}]\ntokenizer_source: 3\n",
     M + "models: [{model: a}]\nparameters: 0.5\n",
+    # Tokenizers: tokenizer_source, the tokenizer: block and chat_template.
+    M + "models: [{model: a}]\ntokenizer_source: union\nchat_template: chatml\n",
+    M + "models: [{model: a}]\ntokenizer_source: b@main\n",
+    M + "models: [{model: a}]\ntokenizer: {}\n",
+    M
+    + "models: [{model: a}]\ntokenizer: {source: b, pad_to_multiple_of: 8, tokens: {x: {source: a},"
+    " y: {source: {kind: zero}}, z: {source: {kind: model_token, model: a, token: q}, force: true},"
+    " w: {source: {kind: model_token, model: a, token_id: 3}}, v: {force: true}}}\n",
+    M + "models: [{model: a}]\ntokenizer_source: union\ntokenizer: {source: base}\n",
+    M + "models: [{model: a}]\ntokenizer: {tokens: {x: {source: {kind: one}}}}\n",
+    M + "models: [{model: a}]\ntokenizer: {tokens: {x: {force: maybe}}}\n",
+    M + "models: [{model: a}]\ntokenizer: {tokens: [x]}\n",
+    M + "models: [{model: a}]\nchat_template: [x]\n",
     # mergekit's other seven methods, with their parameters.
     "merge_method: sce\nbase_model: a\nmodels: [{model: a}, {model: b}]\n"
     "parameters: {select_topk: 0.5, int8_mask: true}\n",
@@ -110,6 +123,29 @@ def _plain(setting: object) -> object:
     return setting
 
 
+def _plain_tokenizer(block: dict | None) -> dict | None:
+    """Our reading of a `tokenizer:` block in the form mergekit dumps it."""
+    if block is None:
+        return None
+
+    def source(value: dict | None) -> object:
+        if value is None or value["kind"] == "model":
+            return None if value is None else value["model"]
+        return {k: v for k, v in value.items() if v is not None}
+
+    tokens = {
+        token: {
+            k: v
+            for k, v in {"source": source(e["source"]), "force": e["force"]}.items()
+            if v is not None
+        }
+        for token, e in block["tokens"].items()
+    }
+    plain = {"source": block["source"], "tokens": tokens or None}
+    plain["pad_to_multiple_of"] = block["pad_to_multiple_of"]
+    return {k: v for k, v in plain.items() if v is not None}
+
+
 def _same_reading(ours: dict, theirs: dict) -> None:
     assert ours["merge_method"] == theirs["merge_method"]
     for mine, their in zip(ours["models"] or [], theirs.get("models", []), strict=True):
@@ -119,8 +155,9 @@ def _same_reading(ours: dict, theirs: dict) -> None:
         for source, their_source in zip(mine["sources"], their["sources"], strict=True):
             assert source["model"] == their_source["model"]
             assert list(source["layer_range"]) == list(their_source["layer_range"])
-    for key in ("base_model", "dtype", "out_dtype", "tokenizer_source"):
+    for key in ("base_model", "dtype", "out_dtype", "tokenizer_source", "chat_template"):
         assert ours[key] == theirs.get(key)
+    assert _plain_tokenizer(ours["tokenizer"]) == theirs.get("tokenizer")
     assert {k: _plain(v) for k, v in ours["parameters"].items()} == theirs.get("parameters", {})
 
 
@@ -149,4 +186,16 @@ def test_corpus_has_both_outcomes():
 )
 def test_stricter_than_mergekit_where_mergekit_ignores_or_we_cannot(text, message):
     with pytest.raises(MergeConfigError, match=re.escape(message)):
+        validate(yaml.safe_load(text))
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["{kind: model_token, model: a}", "{kind: model_token, model: a, token: q, token_id: 1}"],
+)
+def test_a_broken_model_token_is_refused_not_read_as_a_model(source):
+    # mergekit falls back to reading such a mapping as a plain model reference (its `model`
+    # key), silently taking the token's own row in `a`; here it is an error.
+    text = M + f"models: [{{model: a}}]\ntokenizer: {{tokens: {{x: {{source: {source}}}}}}}\n"
+    with pytest.raises(MergeConfigError, match="token_id or token"):
         validate(yaml.safe_load(text))

@@ -143,10 +143,10 @@ def test_a_run_stopped_in_its_second_stage_reuses_the_first(staged, tmp_path, mo
     shutil.rmtree(tmp_path / "out.stages")
     write_plan = surgery.api.write_plan
 
-    def stop_at_ta(plan, target, write):
+    def stop_at_ta(plan, target, write, *files):
         if Path(target).name == "ta":
             raise KeyboardInterrupt
-        return write_plan(plan, target, write)
+        return write_plan(plan, target, write, *files)
 
     monkeypatch.setattr(surgery.api, "write_plan", stop_at_ta)
     with pytest.raises(KeyboardInterrupt):

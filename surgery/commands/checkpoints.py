@@ -66,10 +66,18 @@ def revert(layers, stack, modules, attention_only, write, base, trained, out):
 @click.option(
     "--weights", default=None, help="Comma-separated weights, normalized (default: uniform)."
 )
+@click.option(
+    "--tokenizer-source",
+    default=None,
+    metavar="union|base|MODEL",
+    help="Experts whose tokenizers differ: write the union of their tokenizers, the first "
+    "expert's (base), or MODEL's, with embedding rows laid out as mergekit does (default: one "
+    "vocabulary required).",
+)
 @write_options()
 @click.argument("experts", nargs=-1, required=True, type=click.Path())
 @click.argument("out", type=OutputFolder())
-def soup(weights, write, experts, out):
+def soup(weights, tokenizer_source, write, experts, out):
     """Average EXPERTS (two or more) into OUT: sum(w_i * expert_i) / sum(w_i).
 
     Float tensors accumulate in float32 (float64 for 32-bit inputs) and are rounded once;
@@ -79,11 +87,13 @@ def soup(weights, write, experts, out):
     Examples:
       surgery soup experts/* out
       surgery soup slavic germanic indic out --weights 2,1,1
+      surgery soup hindi-expert russian-expert out --tokenizer-source union
     """
     from surgery.api import soup as run
     from surgery.engine.ops.soup import parse_weights
 
-    finish(run(list(experts), out, parse_weights(weights, len(experts)), write=write), write)
+    weights = parse_weights(weights, len(experts))
+    finish(run(list(experts), out, weights, tokenizer_source=tokenizer_source, write=write), write)
 
 
 @click.command()

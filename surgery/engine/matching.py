@@ -152,6 +152,7 @@ def _check_pair(
     *,
     vocabulary: bool,
     float_dtypes_may_differ: bool,
+    vocabulary_hint: str = "",
 ) -> bool:
     """Check one matched pair; return whether their row counts differ (a vocabulary)."""
     (ref_label, label), name = labels, tensor.name
@@ -164,6 +165,7 @@ def _check_pair(
             raise MismatchError(
                 f"{shapes} in {label}: their vocabularies differ ({tensor.shape[0]} and "
                 f"{theirs.shape[0]} rows); only checkpoints with one vocabulary are averaged"
+                + (f": {vocabulary_hint}" if vocabulary_hint else "")
             )
         grown = True
     float_ok = float_dtypes_may_differ and tensor.is_float and theirs.is_float
@@ -184,6 +186,7 @@ def match(
     lonely: str | None = None,
     renames: bool = True,
     announce: bool = True,
+    vocabulary_hint: str = "",
 ) -> Matching:
     """Pair the tensors of `checkpoints` (the first is the reference) by canonical name.
 
@@ -195,6 +198,7 @@ def match(
             counterpart, said in a note naming them; None refuses them.
         renames: whether inputs may name their tensors in other layouts.
         announce: say in a note how inputs that differ were matched (once per reference).
+        vocabulary_hint: what the refusal of a vocabulary that differs says to do instead.
 
     Raises:
         MismatchError: different architectures, different tensors of the text model, tensors
@@ -229,6 +233,7 @@ def match(
                 (labels[0], label),
                 vocabulary=vocabulary,
                 float_dtypes_may_differ=float_dtypes_may_differ,
+                vocabulary_hint=vocabulary_hint,
             ):
                 shared = min(reference.tensors[name].shape[0], theirs.shape[0])
                 rows[name] = min(rows.get(name, shared), shared)

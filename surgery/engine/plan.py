@@ -72,6 +72,7 @@ class OutputTensor:
             and first.weight == 1.0
             and self.divisor == 1.0
             and first.tensor.dtype == self.dtype
+            and not first.tensor.gathered
         )
 
     def segments(self) -> list[tuple[OutputTensor, int]]:
@@ -106,6 +107,9 @@ class Plan:
     # TRAINED's, like `cp -r`; shards are hashed side by side, one hash per core. None: split by
     # size.
     shard_groups: Sequence[Sequence[str]] | None = None
+    # Companion files not copied from `files_from` (a merge that writes a tokenizer of its own
+    # leaves out the donor's tokenizer files).
+    omit_files: frozenset[str] = frozenset()
 
     @property
     def total_bytes(self) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import ClassVar
 
 from surgery.core.dtypes import bits, is_float, is_known, nbytes, require_little_endian
 from surgery.core.errors import CheckpointError
@@ -60,6 +61,9 @@ class TensorInfo:
     file: Path
     start: int  # absolute offset in `file`
     nbytes: int
+    # Whether the values are made from other tensors' bytes as they are read (a merge's
+    # vocabulary permuted onto another tokenizer's, `gathered_bytes`), not read at `start`.
+    gathered: ClassVar[bool] = False
 
     @property
     def numel(self) -> int:

@@ -17,6 +17,8 @@ from surgery.engine.source import ByteSource, LocalFile
 if TYPE_CHECKING:
     import torch
 
+    from surgery.engine.source import SourcePool
+
 # Bytes read ahead of a chunk from a source without a mapping: large enough that a request's
 # latency is paid once per block, small enough to bound memory per tensor being read.
 BLOCK_BYTES = 8 * 2**20
@@ -70,6 +72,14 @@ def tensor_bytes(source: ByteSource, info: TensorInfo) -> LocalBytes | StreamedB
     if isinstance(source, LocalFile):
         return LocalBytes(source, info)
     return StreamedBytes(source, info)
+
+
+def element_bytes(pool: SourcePool, info: TensorInfo) -> object:
+    """`info`'s bytes sliced by element, from the pool's sources: `tensor_bytes`, or the bytes
+    a gathered tensor makes (`TensorInfo.gathered`)."""
+    if info.gathered:
+        return info.gathered_bytes(pool)
+    return tensor_bytes(pool.get(info.file), info)
 
 
 class StreamedValues:

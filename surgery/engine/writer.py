@@ -50,7 +50,7 @@ from surgery.engine.reader import (
 from surgery.engine.recipe import public_recipe
 from surgery.engine.shard_hash import OrderedHash, PendingBytes
 from surgery.engine.source import ByteSource, LocalFile, SourcePool
-from surgery.engine.values import BLOCK_BYTES, StreamedValues, tensor_bytes, tensor_values
+from surgery.engine.values import BLOCK_BYTES, StreamedValues, element_bytes, tensor_values
 
 if TYPE_CHECKING:
     import torch
@@ -294,11 +294,12 @@ class _TensorWriter:
         size = itemsize(tensor.dtype)
         inputs = []
         for source in tensor.sources:
-            info, handle = source.tensor, self.pool.get(source.tensor.file)
+            info = source.tensor
+            handle = None if info.gathered else self.pool.get(info.file)
             if isinstance(handle, LocalFile):  # this part's bytes, read ahead of its chunks
                 step = itemsize(info.dtype)
                 handle.will_need(info.start + part.start * step, len(part) * step)
-            inputs.append((tensor_bytes(handle, info), info.dtype, source.weight))
+            inputs.append((element_bytes(self.pool, info), info.dtype, source.weight))
         for start in range(part.start, part.stop, CHUNK_ELEMENTS):
             stop = min(start + CHUNK_ELEMENTS, part.stop)
             chunks = [(values[start:stop], dtype, weight) for values, dtype, weight in inputs]
@@ -513,7 +514,7 @@ def companion_files(plan: Plan) -> list[tuple[Path, str]]:
         return []
     # Links may point anywhere under the checkpoint's root (a Hub snapshot's blobs).
     root = (plan.files_from.root or folder).resolve()
-    return _companions_in(folder, folder, root)
+    return [f for f in _companions_in(folder, folder, root) if f[1] not in plan.omit_files]
 
 
 def _companions_in(folder: Path, top: Path, root: Path) -> list[tuple[Path, str]]:
@@ -579,7 +580,7 @@ def bytes_needed(
     plan: Plan,
     headers: Sequence[bytes],
     companions: Sequence[tuple[Path, str]],
-    extra_files: Mapping[str, str],
+    extra_files: Mapping[str, str | bytes],
 ) -> int:
     """Everything the run writes: shards (headers and tensors), index, recipe, copied companion
     files and extra files, each rounded up by a block."""
@@ -587,8 +588,12 @@ def bytes_needed(
     index = sum(len(t.name) + 40 for t in plan.tensors) + 100 * len(headers) + 200
     files = [plan.total_bytes + sum(map(len, headers)), recipe, index]
     files += [source.stat().st_size for source, _ in companions]
-    files += [len(text.encode()) for text in extra_files.values()]
+    files += [len(_encoded(text)) for text in extra_files.values()]
     return sum(files) + _BLOCK * (len(headers) + len(files))
+
+
+def _encoded(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode()
 
 
 def _os_error_line(out: Path, error: OSError) -> OutputError:
@@ -657,7 +662,7 @@ def execute(
     *,
     quiet: bool = False,
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
-    extra_files: Mapping[str, str] | None = None,
+    extra_files: Mapping[str, str | bytes] | None = None,
     replace: bool | None = None,
     carry: Sequence[str] = (),
 ) -> Path:
@@ -667,7 +672,8 @@ def execute(
     surgery_recipe.json (`shard_sha256`); `surgery verify` checks them.
 
     Args:
-        extra_files: text files to add to the output by name (a model card), written last.
+        extra_files: files to add to the output by name (a model card, a merge's tokenizer),
+            text or bytes, written last.
         replace: whether an existing `out` may be replaced (see `staged_output`; --force).
         carry: entries of an existing `out` to keep in the new one (training's resumable
             checkpoints); see `staged_output`.
@@ -715,7 +721,7 @@ def execute(
             recipe = {THREADS_KEY: current_threads(), **plan.recipe, SHA256_KEY: hashes}
             (staging / RECIPE_NAME).write_text(json.dumps(recipe, indent=2, sort_keys=True) + "\n")
             for name, text in extra_files.items():
-                (staging / name).write_text(text)
+                (staging / name).write_bytes(_encoded(text))
     except OSError as error:
         raise _os_error_line(Path(out), error) from error
     return Path(out)

@@ -144,7 +144,7 @@ def matching_sentences(recipe: dict) -> str:
     for role, names in (matching.get("without_counterpart") or {}).items():
         parts.append(f" {role.capitalize()}'s {names} had no counterpart in the other input.")
     vocabulary = matching.get("vocabulary")
-    if vocabulary:
+    if vocabulary and not recipe.get("tokenizer"):  # a merged tokenizer says where rows come from
         rows = ", ".join(f"{count} in {role}" for role, count in vocabulary["rows"].items())
         parts.append(
             f" The vocabulary differs ({rows} rows of {', '.join(vocabulary['tensors'])}): the "
@@ -152,6 +152,23 @@ def matching_sentences(recipe: dict) -> str:
             "from trained."
         )
     return "".join(parts)
+
+
+def tokenizer_sentence(recipe: dict) -> str:
+    """Which tokenizer a merge wrote and where the rows of tokens some input lacks came from
+    (the recipe's `tokenizer`), in words; empty when it copied its donor's."""
+    tokenizer = recipe.get("tokenizer")
+    if not tokenizer:
+        return ""
+    text = (
+        f" The tokenizer was built from `{tokenizer['source']}` ({tokenizer['tokens']} tokens, "
+        f"{tokenizer['rows']} embedding rows)"
+    )
+    added = tokenizer.get("added_rows") or {}
+    if not added:
+        return text + "; every input has every token."
+    counts = ", ".join(f"{count} from {source}" for source, count in added.items())
+    return text + f"; rows of tokens some input lacks: {counts}."
 
 
 def _l2sp_sentence(recipe: dict) -> str:
@@ -232,7 +249,7 @@ def render_card(recipe: dict, title: str, results: dict | None = None) -> str:
         f"Made with checkpoint-surgery {recipe.get('version', '')} "
         f"(`surgery {recipe.get('operation')}`).",
         "",
-        describe_operation(recipe) + matching_sentences(recipe),
+        describe_operation(recipe) + matching_sentences(recipe) + tokenizer_sentence(recipe),
         "",
         "## Inputs",
         "",

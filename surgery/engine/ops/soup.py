@@ -7,7 +7,14 @@ from collections.abc import Sequence
 
 from surgery.core.errors import SurgeryError
 from surgery.engine.matching import match
+from surgery.engine.naming import vocab_rows
 from surgery.engine.ops.merge.equivalent import soup_config
+from surgery.engine.ops.merge.vocabulary import (
+    VocabularyMap,
+    common_float,
+    is_vocabulary_tensor,
+    permuted,
+)
 from surgery.engine.plan import Plan, Source, blend_of, copy_of, require_equal_non_float
 from surgery.engine.quantized import check_scales
 from surgery.engine.reader import Checkpoint, openers
@@ -47,6 +54,7 @@ def plan_soup(
     weights: Sequence[float] | None = None,
     *,
     dtype: str | None = None,
+    vocabulary: VocabularyMap | None = None,
 ) -> Plan:
     """Plan sum(w_i * expert_i) / sum(w_i) for every float tensor.
 
@@ -54,7 +62,9 @@ def plan_soup(
     checkpoints bit-identical to them for uniform or integer weights. Non-float tensors are
     copied from the first expert and must be identical in all. Experts may name their tensors in
     other layouts of one model (`surgery.engine.matching`); the output takes the first's. Every
-    expert must hold every tensor, with one vocabulary.
+    expert must hold every tensor, with one vocabulary, unless `vocabulary` (built from the
+    tokenizers above the engine) lays every expert's embedding and head rows out on the output
+    vocabulary.
 
     Raises:
         SurgeryError: fewer than two experts, or bad weights.
@@ -65,13 +75,24 @@ def plan_soup(
     weights = list(weights) if weights is not None else [1.0] * len(experts)
     check_weights(weights)
     labels = [f"expert {i + 1} ({e.path})" for i, e in enumerate(experts)]
-    matching = match(experts, labels, float_dtypes_may_differ=dtype is not None)
+    matching = match(
+        experts,
+        labels,
+        float_dtypes_may_differ=dtype is not None,
+        vocabulary=vocabulary is not None,
+        vocabulary_hint="pass --tokenizer-source (union, base or a model)",
+    )
     total = sum(weights)
     tensors = []
     with SourcePool(openers(experts)) as pool:
         scales = check_scales(matching, labels, pool, dtype=dtype, blended=experts[0].tensors)
         for name, first in experts[0].tensors.items():
             column = [matching.partner(name, i) for i in range(len(experts))]
+            if vocabulary is not None and is_vocabulary_tensor(
+                first, vocab_rows(experts[0].config)
+            ):
+                rows_dtype = common_float({t.dtype for t in column})  # the inputs', not --dtype
+                column = [permuted(i, column, vocabulary, rows_dtype) for i in range(len(column))]
             if name in scales:  # identical in every expert (checked): never blended
                 tensors.append(copy_of(first))
                 continue
@@ -88,7 +109,9 @@ def plan_soup(
         weights=list(weights),
         dtype=dtype,
         matching=matching.record(roles),
+        tokenizer=vocabulary.record if vocabulary is not None else None,
     )
+    exact = matching.exact and vocabulary is None
     return Plan(
         "soup",
         tensors,
@@ -96,5 +119,6 @@ def plan_soup(
         files_from=experts[0],
         inputs=list(experts),
         dtype=dtype,
-        mergekit_config=soup_config(experts, weights, dtype) if matching.exact else None,
+        mergekit_config=soup_config(experts, weights, dtype) if exact else None,
+        config_updates={} if vocabulary is None else {"vocab_size": vocabulary.size},
     )

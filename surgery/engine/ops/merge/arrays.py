@@ -16,7 +16,7 @@ from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.reader import TensorInfo
 from surgery.engine.shard_hash import OrderedHash
 from surgery.engine.source import SourcePool
-from surgery.engine.values import tensor_bytes
+from surgery.engine.values import element_bytes
 
 # Elements per chunk: the writer's blend chunk (surgery/engine/writer.py CHUNK_ELEMENTS).
 CHUNK_ELEMENTS = 2**17
@@ -36,7 +36,7 @@ class Inputs:
     def __init__(self, pool: SourcePool, tensors: Sequence[TensorInfo], work: type) -> None:
         self.tensors = list(tensors)
         self.work = work
-        self.bytes = [tensor_bytes(pool.get(t.file), t) for t in self.tensors]
+        self.bytes = [element_bytes(pool, t) for t in self.tensors]
         self.numel = self.tensors[0].numel
 
     def chunk(self, index: int, start: int, stop: int) -> np.ndarray:

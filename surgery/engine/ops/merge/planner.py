@@ -17,7 +17,7 @@ from functools import partial
 from surgery.core.errors import MismatchError
 from surgery.core.layers import Stack, select_stack, stack_layer
 from surgery.engine.matching import Matching, match
-from surgery.engine.naming import layout_of
+from surgery.engine.naming import layout_of, vocab_rows
 from surgery.engine.ops.merge import mergekit_arithmetic, registry
 from surgery.engine.ops.merge.architectures import is_pre_weight
 from surgery.engine.ops.merge.equivalent import with_local_paths
@@ -31,6 +31,12 @@ from surgery.engine.ops.merge.spec import (
     Setting,
     SliceSource,
     evaluate,
+)
+from surgery.engine.ops.merge.vocabulary import (
+    VocabularyMap,
+    common_float,
+    is_vocabulary_tensor,
+    permuted,
 )
 from surgery.engine.plan import OutputTensor, Plan, copy_of, require_equal_non_float
 from surgery.engine.quantized import (
@@ -291,8 +297,15 @@ def _out_dtype(spec: MergeSpec, inputs: Sequence[TensorInfo]) -> str:
 
 
 class _Planner:
-    def __init__(self, spec: MergeSpec, ckpts: Sequence[Checkpoint], pool: SourcePool) -> None:
+    def __init__(
+        self,
+        spec: MergeSpec,
+        ckpts: Sequence[Checkpoint],
+        pool: SourcePool,
+        vocabulary: VocabularyMap | None = None,
+    ) -> None:
         self.spec, self.ckpts, self.pool = spec, ckpts, pool
+        self.vocabulary = vocabulary
         self.method = registry.get(spec.method)
         self.build = self.method.build
         if spec.mergekit_arithmetic:
@@ -304,6 +317,7 @@ class _Planner:
         spec, method = self.spec, self.method
         base = item.slice.base if item.slice.base is not None else spec.base
         infos = [_input(self.ckpts, spec, s, n) for s, n in item.inputs]
+        infos = self._on_vocabulary(item, infos)
         shapes = {t.shape for t in infos}
         if len(shapes) != 1:
             raise MismatchError(f"{item.name!r} has different shapes in the inputs: {shapes}")
@@ -344,6 +358,23 @@ class _Planner:
             seed=spec.seed,
         )
         return replace(self.build(job), name=item.name)
+
+    def _on_vocabulary(self, item: _Tensor, infos: list[TensorInfo]) -> list[TensorInfo]:
+        """The inputs of a vocabulary tensor permuted onto the output vocabulary (when the merge
+        has one, see `vocabulary`); other tensors' inputs as they are."""
+        if self.vocabulary is None:
+            return infos
+        models = [s.model for s, _ in item.inputs]
+        if not all(
+            is_vocabulary_tensor(t, vocab_rows(self.ckpts[m].config))
+            for t, m in zip(infos, models, strict=True)
+        ):
+            return infos
+        columns: list[TensorInfo | None] = [None] * len(self.ckpts)
+        for model, info in zip(models, infos, strict=True):
+            columns[model] = info
+        dtype = self.spec.dtype or common_float({t.dtype for t in infos})
+        return [permuted(m, columns, self.vocabulary, dtype) for m in models]
 
     def _check_scales(
         self, item: _Tensor, infos: Sequence[TensorInfo], labels: Sequence[str]
@@ -393,8 +424,13 @@ def _spec_slices(spec: MergeSpec) -> tuple[OutputSlice, ...]:
     return (OutputSlice(tuple(SliceSource(i, 0, 0, spec.model_parameters[i]) for i in models)),)
 
 
-def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
+def plan_merge(
+    spec: MergeSpec, checkpoints: Sequence[Checkpoint], vocabulary: VocabularyMap | None = None
+) -> Plan:
     """Plan a merge of `checkpoints` (opened from `spec.models`, in that order).
+
+    `vocabulary` (built from the tokenizers above the engine) lays every model's embedding and
+    head rows out on the output vocabulary before the method blends them.
 
     Raises:
         MergeConfigError: an unknown method or parameter, a method's input contract broken,
@@ -410,17 +446,25 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
         matching, order, items = _module_tensors(spec, checkpoints)
     elif spec.slices is None:
         labels = [_label(spec, i) for i in range(len(checkpoints))]
-        matching = match(checkpoints, labels, float_dtypes_may_differ=True)
+        matching = match(
+            checkpoints,
+            labels,
+            float_dtypes_may_differ=True,
+            vocabulary=vocabulary is not None,
+            vocabulary_hint="set tokenizer_source (union, base or a model)",
+        )
         items = _full_model_tensors(matching, slices[0])
     else:
         items = _sliced_tensors(spec, checkpoints, slices)
     with SourcePool() as pool:
-        planner = _Planner(spec, checkpoints, pool)
+        planner = _Planner(spec, checkpoints, pool, vocabulary)
         tensors = [planner.tensor(item) for item in items]
     donor = checkpoints[spec.base if spec.base is not None else 0]
     updates = {}
     if spec.slices is not None:
         updates["num_hidden_layers"] = sum(s.num_layers for s in spec.slices)
+    if vocabulary is not None:
+        updates["vocab_size"] = vocabulary.size
     config = with_local_paths(spec.config, spec.models, checkpoints)
     # The base model is named so (a card then says which input it is); the seed only where
     # the method draws random masks (a TIES card must not speak of masks it has none of).
@@ -433,6 +477,7 @@ def plan_merge(spec: MergeSpec, checkpoints: Sequence[Checkpoint]) -> Plan:
         mergekit_arithmetic=spec.mergekit_arithmetic or None,
         config=config,
         matching=matching.record([roles[i] for i in order]) if matching is not None else None,
+        tokenizer=vocabulary.record if vocabulary is not None else None,
     )
     return Plan(
         "merge",

@@ -95,6 +95,32 @@ class ModuleSpec:
 
 
 @dataclass(frozen=True)
+class TokenSpec:
+    """Where one token's embedding row comes from (mergekit's `TokenEmbeddingConfig`).
+
+    `kind` is `model` (that model's row of the token), `zero`, `model_token` (that model's row
+    of `token` or of row `token_id`) or None (mergekit's default rule); `model` indexes
+    `MergeSpec.models`; `force` replaces the row even in models that have the token.
+    """
+
+    kind: str | None = None
+    model: int | None = None
+    token: str | None = None
+    token_id: int | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """The output tokenizer: `source` (`union`, `base` or a model reference), per-token row
+    sources, and the row count's padding (mergekit's `TokenizerConfig`)."""
+
+    source: str
+    tokens: tuple[tuple[str, TokenSpec], ...] = ()
+    pad_to_multiple_of: int | None = None
+
+
+@dataclass(frozen=True)
 class MergeSpec:
     """A whole merge: method, models (paths, resolved above the engine), slices, parameters.
 
@@ -109,7 +135,9 @@ class MergeSpec:
     parameters: dict[str, Setting] = field(default_factory=dict)
     dtype: str | None = None  # safetensors names
     out_dtype: str | None = None
-    tokenizer_source: str | None = None  # "base" or None
+    tokenizer_source: str | None = None  # as given: "union", "base", a model, or None
+    tokenizer: TokenizerSpec | None = None  # the tokenizer to build, None: copy the donor's
+    chat_template: str | None = None
     seed: int = 0
     config: dict = field(default_factory=dict)  # the YAML as given, for the recipe
     # Compute as mergekit does, in `dtype` op by op (see `mergekit_arithmetic`), not in float32.
