@@ -12,12 +12,14 @@ import numpy as np
 _RESCALE_EPS = 1e-7
 
 Deltas = Callable[[], Iterator[tuple[int, np.ndarray]]]
+# The deltas at given positions (a sample), or None where the inputs cannot be gathered from.
+Sampled = Callable[[np.ndarray], np.ndarray | None]
 
 
 class Sparsifier(ABC):
     """Drops elements of one model's delta (its task vector), chunk by chunk.
 
-    `setup` runs the reduction passes; then `apply` must see the chunks in order, once per pass.
+    `setup` runs the reduction passes; then `apply` masks any chunk, in any order.
     """
 
     def __init__(self, deltas: Deltas, numel: int, rescale: bool) -> None:
@@ -30,7 +32,6 @@ class Sparsifier(ABC):
         if not self.rescale:
             return
         before = after = 0.0
-        self.reset()
         for start, delta in self.deltas():
             # Pairwise sums in the chunk's dtype (as mergekit's torch.sum), added up in float64:
             # an order of magnitude faster than summing in float64 or gathering the kept values.
@@ -43,8 +44,6 @@ class Sparsifier(ABC):
 
     def apply(self, start: int, delta: np.ndarray) -> np.ndarray:
         """The kept (and rescaled) values of one chunk; the others become 0."""
-        if start == 0:
-            self.reset()
         kept = delta * self.mask(start, delta)
         if self.factor != 1.0:
             kept *= delta.dtype.type(self.factor)
@@ -52,9 +51,6 @@ class Sparsifier(ABC):
 
     def prepare(self) -> None:  # noqa: B027 (optional hook)
         """Reduction passes before masking (thresholds); none by default."""
-
-    def reset(self) -> None:  # noqa: B027 (optional hook)
-        """Start a pass over the chunks; stateless masks need nothing."""
 
     @abstractmethod
     def mask(self, start: int, delta: np.ndarray) -> np.ndarray:

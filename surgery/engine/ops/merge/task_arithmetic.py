@@ -21,7 +21,7 @@ from surgery.engine.ops.merge.della import Della
 from surgery.engine.ops.merge.kernel import Kernel, computed
 from surgery.engine.ops.merge.magnitude import Magnitude
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
-from surgery.engine.ops.merge.sparsify import Deltas, KeepAll, Sparsifier
+from surgery.engine.ops.merge.sparsify import Deltas, KeepAll, Sampled, Sparsifier
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.plan import OutputTensor, copy_of
 
@@ -78,6 +78,13 @@ class TaskArithmetic(Kernel):
 
         return passes
 
+    def _sampled(self, inputs: Inputs, index: int) -> Sampled:
+        def sampled(positions: np.ndarray) -> np.ndarray | None:
+            base, model = inputs.gather(self.base, positions), inputs.gather(index, positions)
+            return None if base is None or model is None else np.subtract(model, base)
+
+        return sampled
+
     def _sparsifier(self, inputs: Inputs, position: int, index: int) -> Sparsifier:
         params, shared = self.job.per_input[index], self.job.shared
         deltas, numel = self._deltas(inputs, index), inputs.numel
@@ -90,18 +97,13 @@ class TaskArithmetic(Kernel):
             epsilon = float(params.get("epsilon", 0))
             return Della(deltas, numel, rescale, density, epsilon, self.row, key)
         # TIES, DARE and Breadcrumbs see the tensor flat, whatever its shape, as mergekit does.
+        if method == "random":
+            return Dare(deltas, numel, rescale, density, key)
         make: Callable[..., Sparsifier] = {
             "magnitude": Magnitude,
             "magnitude_outliers": partial(Breadcrumbs, gamma=float(params.get("gamma", 0))),
-            "random": partial(Dare, key=key),
         }[method]
-        return make(deltas, numel, rescale, density)
-
-    @property
-    def segmentable(self) -> bool:
-        """Masks that depend on the chunk alone (DARE, DELLA) allow segments; TIES and
-        Breadcrumbs count boundary ties from the first chunk on, so they run whole."""
-        return self.variant.sparsify not in ("magnitude", "magnitude_outliers")
+        return make(deltas, numel, rescale, density, self._sampled(inputs, index))
 
     @property
     def reduces(self) -> bool:
