@@ -113,7 +113,7 @@ def test_deterministic_methods_match_mergekit(llama, gpt2, tmp_path, method, par
 # The three ways a threshold is selected (select.py), each forced on every tensor:
 # (WHOLE_BYTES, SAMPLE_SIZE, the function that must run).
 SELECTION_WAYS = {
-    "in memory": (2**40, 2**16, "_in_memory"),
+    "in memory": (2**40, 2**16, "_in_memory"),  # (its windows are in memory)
     "window": (0, 64, "_in_window"),
     "radix": (0, 2**40, "_radix"),
 }
@@ -130,6 +130,11 @@ def force_selection(monkeypatch, way: str) -> list[str]:
         original = getattr(select, name)
         monkeypatch.setattr(select, name, _recording(original, name, ran))
     return ran
+
+
+# What each way may call: a window within an in-memory selection, radix selection for a tensor
+# too small to sample or where a window misses.
+_INNER = {"_in_memory": {"_in_window"}, "_in_window": {"_radix"}, "_radix": set()}
 
 
 def _recording(function, name: str, ran: list[str]):
@@ -155,7 +160,7 @@ def test_selection_in_memory_in_window_and_by_radix_writes_the_same_bytes(
         with monkeypatch.context() as patch:
             ran = force_selection(patch, way)
             states[way] = assert_valid_output(surgery_run(config, tmp_path, way.replace(" ", "_")))
-        assert function in ran and set(ran) <= {function, "_radix"}, (way, set(ran))
+        assert function in ran and set(ran) <= {function, *_INNER[function]}, (way, set(ran))
         ulps = max_ulps(states[way], theirs)
         assert max(ulps.values()) <= 1, (way, {k: v for k, v in ulps.items() if v > 1})
     first = states["in memory"]
@@ -272,14 +277,22 @@ def test_random_methods_keep_density_and_rescale(gpt2, tmp_path, method, extra):
     assert json.loads((out / "surgery_recipe.json").read_text())["seed"] == 0
 
 
-@pytest.mark.parametrize("way", ["in memory", "window", "window missed", "radix"])
+@pytest.mark.parametrize(
+    "way", ["in memory", "in memory, window missed", "window", "window missed", "radix"]
+)
 def test_selection_finds_exact_ranks_with_ties_every_way(way, monkeypatch):
     rng = np.random.default_rng(0)
     values = np.round(rng.normal(size=50_000), 2).astype(np.float32)  # many ties
     chunks = [values[i : i + 4096] for i in range(0, values.size, 4096)]
-    keys = lambda: (magnitude_keys(c) for c in chunks)  # noqa: E731
+    keys = lambda first: (  # noqa: E731
+        (i * 4096, magnitude_keys(c)) for i, c in enumerate(chunks) if i * 4096 >= first
+    )
     sample = None
-    if way != "in memory":
+    if way == "in memory, window missed":  # windows of one sampled key: a partition then
+        monkeypatch.setattr(select, "SAMPLE_SIZE", 16)
+        monkeypatch.setattr(select, "_WINDOW_SIGMAS", 0)
+        monkeypatch.setattr(select, "_WINDOW_SLACK", 0)
+    if not way.startswith("in memory"):
         monkeypatch.setattr(select, "WHOLE_BYTES", 0)
         monkeypatch.setattr(select, "_radix", _counting(select._radix, way))
     if way == "window":

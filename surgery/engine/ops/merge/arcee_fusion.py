@@ -108,8 +108,9 @@ class ArceeFusion(Kernel):
                 pass  # the selection's passes then read the divergences
             ranks = _ranks(inputs.numel)
             width = 32 if work == np.float32 else 64
-            keys = lambda: (  # noqa: E731
-                ordered_keys(v) for _, v in self._importances(inputs, divergence)
+            keys = lambda first: (  # noqa: E731
+                (s, ordered_keys(v))
+                for s, v in self._importances(inputs, divergence, range(first, inputs.numel))
             )
             found = select_ranks(keys, width, ranks, inputs.numel)
             return [key_value(f.key, work) for f in found], divergence

@@ -15,6 +15,8 @@ it nearly cancels), not only the tied ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from surgery.engine.ops.merge.arrays import Inputs, Output
@@ -63,11 +65,11 @@ class Sce(Kernel):
         if self.topk <= 0:
             return False
 
-        def keys():
-            for _, chunk in inputs.chunks():
-                yield magnitude_keys(_variance(self._deltas(chunk)))
+        def keys(first: int) -> Iterator[tuple[int, np.ndarray]]:
+            for start, chunk in inputs.chunks(part=range(first, inputs.numel)):
+                yield start, magnitude_keys(_variance(self._deltas(chunk)))
 
-        nonzero = sum(int(np.count_nonzero(k)) for k in keys())
+        nonzero = sum(int(np.count_nonzero(k)) for _, k in keys(0))
         # mergekit: int(count_nonzero(var) * density), a float32 product.
         k = int(np.float32(nonzero) * np.float32(self.topk))
         if k == 0:

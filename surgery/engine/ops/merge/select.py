@@ -36,16 +36,19 @@ SAMPLE_SIZE = 2**16
 # few sample ranks for the smallest p: a miss (then radix selection) is rarer than 1 in 10^6.
 _WINDOW_SIGMAS, _WINDOW_SLACK = 6.0, 16
 
-Keys = Callable[[], Iterator[np.ndarray]]
+# Starts a pass over (start, key chunk) in order from element `start` (a chunk's start).
+Keys = Callable[[int], Iterator[tuple[int, np.ndarray]]]
 
 
 @dataclass(frozen=True)
 class Found:
-    """The key of one rank, how many keys are smaller, and how many equal it."""
+    """The key of one rank, how many keys are smaller, and how many equal it; where known, the
+    chunks' starts and how many keys equal it in each (so a tie is found without a pass)."""
 
     key: int
     less: int
     equal: int
+    ties: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def magnitude_keys(values: np.ndarray) -> np.ndarray:
@@ -85,23 +88,34 @@ def select_ranks(
     return found if found is not None else _radix(keys, width, ranks)
 
 
-def _counted(keys: np.ndarray, key: int, below: int = 0) -> Found:
-    """`key` with its counts among `keys` (all keys equal to it among them), `below` more
-    smaller keys elsewhere."""
-    key = keys.dtype.type(key)
-    return Found(
-        int(key), below + int(np.count_nonzero(keys < key)), int(np.count_nonzero(keys == key))
-    )
-
-
 def _in_memory(keys: Keys, width: int, ranks: list[int], numel: int) -> list[Found]:
+    """The keys gathered in order (one pass), then a window around each rank from a strided
+    sample of them (compares in memory); a rank outside its window is found in a copy."""
     whole = np.empty(numel, np.uint32 if width == 32 else np.uint64)
-    filled = 0
-    for chunk in keys():
-        whole[filled : filled + len(chunk)] = chunk
-        filled += len(chunk)
-    whole.partition(sorted(set(ranks)))  # in place: the order is not needed once the keys are
-    return [_counted(whole, whole[rank]) for rank in ranks]
+    starts = []
+    for start, chunk in keys(0):
+        whole[start : start + len(chunk)] = chunk
+        starts.append(start)
+    bounds = [*starts[1:], numel]
+
+    def again(first: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+        for start, stop in zip(starts, bounds, strict=True):
+            if start >= first:
+                yield start, whole[start:stop]
+
+    sample = np.sort(whole[np.arange(min(SAMPLE_SIZE, numel)) * numel // min(SAMPLE_SIZE, numel)])
+    found = _in_window(again, sample, ranks, numel)
+    if found is not None:
+        return found
+    ordered = whole.copy()
+    ordered.partition(sorted(set(ranks)))
+    found = []
+    for rank in ranks:
+        key = ordered[rank]
+        counts = np.array([np.count_nonzero(c == key) for _, c in again()])
+        less = int(np.count_nonzero(ordered < key))
+        found.append(Found(int(key), less, int(counts.sum()), (np.array(starts), counts)))
+    return found
 
 
 def _in_window(keys: Keys, sample: np.ndarray, ranks: list[int], numel: int) -> list | None:
@@ -117,8 +131,9 @@ def _in_window(keys: Keys, sample: np.ndarray, ranks: list[int], numel: int) -> 
         hi = sample[estimate + margin] if estimate + margin < m else None
         bounds.append((lo, hi))
     limit = WINDOW_BYTES // sample.itemsize
-    below, kept, held = [0] * len(ranks), [[] for _ in ranks], 0
-    for chunk in keys():
+    below, kept, held, starts = [0] * len(ranks), [[] for _ in ranks], 0, []
+    for start, chunk in keys(0):
+        starts.append(start)
         for i, (lo, hi) in enumerate(bounds):
             inside = np.ones(len(chunk), bool) if lo is None else chunk >= lo
             if lo is not None:
@@ -135,7 +150,10 @@ def _in_window(keys: Keys, sample: np.ndarray, ranks: list[int], numel: int) -> 
         if not count <= rank < count + len(window):
             return None
         window.partition(rank - count)
-        found.append(_counted(window, window[rank - count], count))
+        key = window[rank - count]
+        ties = np.array([np.count_nonzero(part == key) for part in parts])
+        less = count + int(np.count_nonzero(window < key))
+        found.append(Found(int(key), less, int(ties.sum()), (np.array(starts), ties)))
     return found
 
 
@@ -151,7 +169,7 @@ def _radix(keys: Keys, width: int, ranks: list[int]) -> list[Found]:
     targets = [_Target(rank) for rank in ranks]
     for shift in range(width - _BITS, -1, -_BITS):
         hists = [np.zeros(1 << _BITS, np.int64) for _ in targets]
-        for chunk in keys():
+        for _, chunk in keys(0):
             for target, hist in zip(targets, hists, strict=True):
                 part = chunk
                 if shift + _BITS < width:
@@ -171,16 +189,21 @@ def _radix(keys: Keys, width: int, ranks: list[int]) -> list[Found]:
     return [Found(t.prefix, t.less, t.equal) for t in targets]
 
 
-def locate(keys: Keys, key: int, index: int) -> int:
-    """The position of the `index`-th (0-based) key equal to `key`, in one pass that stops there."""
-    seen = position = 0
-    for chunk in keys():
-        ties = np.flatnonzero(chunk == chunk.dtype.type(key))
+def locate(keys: Keys, found: Found, index: int) -> int:
+    """The position of the `index`-th (0-based) key equal to `found.key`: in the one chunk that
+    holds it where the counts per chunk are known, else in a pass that stops there."""
+    first = seen = 0
+    if found.ties is not None:
+        starts, counts = found.ties
+        total = np.cumsum(counts)
+        at = int(np.searchsorted(total, index, side="right"))
+        first, seen = int(starts[at]), int(total[at - 1]) if at else 0
+    for start, chunk in keys(first):
+        ties = np.flatnonzero(chunk == chunk.dtype.type(found.key))
         if seen + len(ties) > index:
-            return position + int(ties[index - seen])
+            return start + int(ties[index - seen])
         seen += len(ties)
-        position += len(chunk)
-    raise ValueError(f"no key {key} of index {index}")
+    raise ValueError(f"no key {found.key} of index {index}")
 
 
 class RankRange:
@@ -200,7 +223,7 @@ class RankRange:
         numel: int,
         sample: np.ndarray | None = None,
     ) -> None:
-        self.empty = hi <= lo
+        self.empty, self.numel = hi <= lo, numel
         self.low = self.high = None  # None: no boundary on that side
         self.low_from, self.high_to = 0, numel
         # Rank 0 and rank numel - 1 need no selection: every key lies on their inner side (TIES
@@ -214,32 +237,42 @@ class RankRange:
         found = dict(zip(wanted, found, strict=True))
         if "low" in found:
             low = found["low"]
-            self.low = low.key
+            self.low = _typed(low.key, width)
             if lo > low.less:  # the ties before rank lo are dropped
-                self.low_from = locate(keys, low.key, lo - low.less)
+                self.low_from = locate(keys, low, lo - low.less)
         if "high" in found:
             high = found["high"]
-            self.high = high.key
+            self.high = _typed(high.key, width)
             if hi - high.less < high.equal:  # the ties from rank hi on are dropped
-                self.high_to = locate(keys, high.key, hi - high.less)
+                self.high_to = locate(keys, high, hi - high.less)
 
     def mask(self, keys: np.ndarray, start: int) -> np.ndarray:
         """Which elements of the chunk of `keys` at element `start` to keep."""
         if self.empty:
             return np.zeros(keys.shape, bool)
+        # A bound whose ties are all kept needs no positions (>= and <=, as for unique keys).
+        whole_low = self.low_from == 0 and self.low != self.high
+        whole_high = self.high_to == self.numel and self.low != self.high
         keep = np.ones(keys.shape, bool)
         if self.low is not None:
-            np.greater(keys, keys.dtype.type(self.low), out=keep)
+            (np.greater_equal if whole_low else np.greater)(keys, self.low, out=keep)
         if self.high is not None:
-            keep &= keys < keys.dtype.type(self.high)
+            keep &= (np.less_equal if whole_high else np.less)(keys, self.high)
         # Keys equal to a bound are kept by position; they are few, so only their indices are
         # looked at.
-        for bound in {self.low, self.high} - {None}:
-            ties = np.flatnonzero(keys == keys.dtype.type(bound))
+        partial = {self.low, self.high} - {None}
+        partial -= {self.low} if whole_low else set()
+        partial -= {self.high} if whole_high else set()
+        for bound in partial:
+            ties = np.flatnonzero(keys == bound)
             first = self.low_from - start if bound == self.low else 0
             stop = self.high_to - start if bound == self.high else len(keys)
             keep[ties[np.searchsorted(ties, first) : np.searchsorted(ties, stop)]] = True
         return keep
+
+
+def _typed(key: int, width: int) -> np.unsignedinteger:
+    return (np.uint32 if width == 32 else np.uint64)(key)
 
 
 def ordered_keys(values: np.ndarray) -> np.ndarray:

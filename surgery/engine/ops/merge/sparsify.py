@@ -11,7 +11,8 @@ import numpy as np
 # Below this L1 norm (before or after masking) mergekit does not rescale.
 _RESCALE_EPS = 1e-7
 
-Deltas = Callable[[], Iterator[tuple[int, np.ndarray]]]
+# Starts a pass over (start, delta chunk) from element 0, or from the chunk at the given start.
+Deltas = Callable[..., Iterator[tuple[int, np.ndarray]]]
 # The deltas at given positions (a sample), or None where the inputs cannot be gathered from.
 Sampled = Callable[[np.ndarray], np.ndarray | None]
 
@@ -43,8 +44,8 @@ class Sparsifier(ABC):
             self.factor = before / after
 
     def apply(self, start: int, delta: np.ndarray) -> np.ndarray:
-        """The kept (and rescaled) values of one chunk; the others become 0."""
-        kept = delta * self.mask(start, delta)
+        """The kept (and rescaled) values of one chunk, in place; the others become 0."""
+        kept = np.multiply(delta, self.mask(start, delta), out=delta)  # the caller's to change
         if self.factor != 1.0:
             kept *= delta.dtype.type(self.factor)
         return kept

@@ -70,8 +70,8 @@ class TaskArithmetic(Kernel):
             self.step = max(self.row, CHUNK_ELEMENTS // self.row * self.row)  # whole rows
 
     def _deltas(self, inputs: Inputs, index: int) -> Deltas:
-        def passes() -> Iterator[tuple[int, np.ndarray]]:
-            for start in range(0, inputs.numel, self.step):
+        def passes(first: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+            for start in range(first, inputs.numel, self.step):
                 stop = min(start + self.step, inputs.numel)
                 base = inputs.chunk(self.base, start, stop)
                 yield start, np.subtract(inputs.chunk(index, start, stop), base)
