@@ -26,10 +26,11 @@ import numpy as np
 
 _BITS = 16
 # Keys of a tensor held at once for an in-memory selection (per selection, so per worker): a
-# 2048 x 5632 projection's float32 keys (46 MB) fit, a 32000 x 2048 embedding's do not.
-WHOLE_BYTES = 64 * 2**20
+# 2048 x 2048 projection's float32 keys (16 MB) fit. Larger tensors take a window, as fast (one
+# pass either way) in a few % of the memory.
+WHOLE_BYTES = 16 * 2**20
 # Keys a window may hold (beyond them, radix selection): at most a few % of the tensor's.
-WINDOW_BYTES = 64 * 2**20
+WINDOW_BYTES = 16 * 2**20
 # Sampled keys that bound a window (a stratified sample, see `sample_positions`).
 SAMPLE_SIZE = 2**16
 # Half-width of a window, in standard deviations of a sample rank (sqrt(m p (1 - p))), plus a

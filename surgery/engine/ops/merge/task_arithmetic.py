@@ -117,7 +117,17 @@ class TaskArithmetic(Kernel):
         """Every sparsifier's reduction passes (thresholds, rescaling factors)."""
         sparsifiers = [self._sparsifier(inputs, p, i) for p, i in enumerate(self.others)]
         for sparsifier in sparsifiers:
-            sparsifier.setup()
+            sparsifier.prepare()
+        rescaling = [(s, i) for s, i in zip(sparsifiers, self.others, strict=True) if s.rescale]
+        if rescaling:  # one pass for every model: the base decoded once per chunk
+            for start in range(0, inputs.numel, self.step):
+                stop = min(start + self.step, inputs.numel)
+                base = inputs.chunk(self.base, start, stop)
+                for sparsifier, index in rescaling:
+                    delta = inputs.chunk(index, start, stop)
+                    sparsifier.measure(start, np.subtract(delta, base, out=delta))
+            for sparsifier, _ in rescaling:
+                sparsifier.conclude()
         return sparsifiers
 
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
@@ -156,7 +166,9 @@ class TaskArithmetic(Kernel):
         # d > 0 where the sum is >= 0, d < 0 where it is negative (mergekit's torch.where), as
         # two cheap comparisons: (d > 0) == positive, and d != 0.
         masks = [np.equal(d > 0, positive) & (d != 0) for d in deltas]
-        mixed = _sum([d * m for d, m in zip(deltas, masks, strict=True)])
+        for d, m in zip(deltas, masks, strict=True):
+            np.multiply(d, m, out=d)  # d * m, in the caller's arrays
+        mixed = _sum(deltas, in_place=True)
         divisor = _sum([w * m.astype(mixed.dtype) for w, m in zip(weights, masks, strict=True)])
         divisor[divisor == 0] = 1
         return mixed, divisor
