@@ -107,14 +107,19 @@ def _child(method: str, floor: str, config: str, out: str) -> None:
     cli.main()
 
 
-def floor_times(work: Path, method: str, repeat: int) -> dict[str, list[float]]:
-    """Seconds of each run (the merge, then its floors), alternated `repeat` times."""
+def floor_times(
+    work: Path, method: str, repeat: int, *, merge: bool = True
+) -> dict[str, list[float]]:
+    """Seconds of each run (the merge unless `merge` is False, then its floors), alternated
+    `repeat` times."""
     config, out = work / f"{method}.yml", work / "out-floor"
     if not config.is_file():
         sys.exit(f"{config} is missing: run bench/bench_merge.py --methods {method} first")
     inputs = [str(work / name) for name in INPUTS]
     me = [sys.executable, str(Path(__file__).resolve())]
-    commands = {method: [sys.executable, "-m", "cli", "merge", "-q", str(config), str(out)]}
+    commands = {}
+    if merge:
+        commands[method] = [sys.executable, "-m", "cli", "merge", "-q", str(config), str(out)]
     for floor in FLOORS[method]:
         commands[floor] = [*me, "--child", method, floor, str(config), str(out)]
     times: dict[str, list[float]] = {name: [] for name in commands}

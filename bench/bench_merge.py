@@ -102,7 +102,7 @@ def run(
         theirs = median_run(theirs_runs) if theirs_runs else None
         floor = None
         if method in ARITHMETIC_FLOORS:
-            times = floor_times(work, method, repeat)["arithmetic floor"]
+            times = floor_times(work, method, repeat, merge=False)["arithmetic floor"]
             floor = statistics.median(times)
         mk = f", mergekit {theirs.seconds:.1f} s" if theirs else ""
         print(f"{method}: surgery {ours.seconds:.1f} s{mk}", file=sys.stderr)
