@@ -2,8 +2,9 @@
 
 A float's magnitude orders like its bit pattern read as an unsigned integer, so selection works on
 integer keys. The key of a given rank is found:
-- in memory, where the tensor's keys fit `WHOLE_BYTES`: one pass gathers them and one
-  `ndarray.partition` (linear) finds every rank;
+- in memory, where the tensor's keys fit `WHOLE_BYTES`: one pass gathers them, then a window
+  (below) from a strided sample of them, compared in memory; where it misses, one
+  `ndarray.partition` (linear) of a copy finds every rank;
 - else in a window, where a sample of the keys is given: the sample bounds a narrow range of keys
   around each rank, one pass counts the keys below it and keeps those inside, and a partition of
   those finds the rank (a sample that misses falls back to the next way);
@@ -13,8 +14,9 @@ All three give the same key, the count of smaller keys and the count of equal on
 
 Ties are broken by position: among equal keys the earlier element has the lower rank. A
 `RankRange` turns the rank range kept into key bounds and, where only some of the keys tied at a
-bound are kept, the position of the first one dropped: masks then depend on a chunk and its
-position alone, so any segment of a tensor can be masked on its own.
+bound are kept, the position of the first one kept (low bound) or dropped (high bound), found
+in the one chunk that holds it (counts of tied keys per chunk come with a window): masks then
+depend on a chunk and its position alone, so any segment of a tensor can be masked on its own.
 """
 
 from __future__ import annotations
