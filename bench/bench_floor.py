@@ -1,15 +1,22 @@
-"""Benchmark: the floor of a streamed Model Stock, the real merge with its arithmetic taken out.
+"""Benchmark: the floor of a streamed merge, the real merge with the avoidable work taken out.
 
 Model Stock needs the whole tensors' angles before it can write the first element, so a
-streamed merge reads its four inputs twice. This runs, on bench_merge's checkpoints and config,
-`surgery merge` three ways, each in its own process with warm inputs:
+streamed merge reads its four inputs twice. For `model_stock` this runs, on bench_merge's
+checkpoints and config, `surgery merge` three ways, each in its own process with warm inputs:
 - `model_stock`: the merge as it is;
 - `null, 2 passes`: a kernel that decodes the four inputs in the first pass, decodes them again
   in the second and writes the base's values (rounding, overflow check, sha256 and write kept);
 - `null, 1 pass`: the same without the first pass (no longer a Model Stock: a bound on any).
 What the null kernels take is what no arithmetic can win back; docs/benchmarks.md compares it
 with a quarter of mergekit's time.
-Run by hand:  python bench/bench_floor.py [--work DIR] [--repeat 3]   (after bench_merge.py)
+
+For `della`, `arcee_fusion` and `ramplus_tl` (`--method`), whose arithmetic is heavy (a sort of
+each row and a draw per element; two exp and a log; counts per element), the floor is `arithmetic
+floor`: one pass that does the method's own arithmetic once, with what its reduction passes find
+(rescaling factors, the threshold, the lambdas) replaced by constants. The merge's time over it
+is what the reduction passes cost.
+Run by hand:  python bench/bench_floor.py [--work DIR] [--repeat 3] [--method della]
+              (after bench_merge.py --methods METHOD)
 """
 
 from __future__ import annotations
@@ -44,46 +51,106 @@ def _null_kernel(passes: int) -> None:
     model_stock.ModelStock.map_part = map_part
 
 
-def _child(passes: int, config: str, out: str) -> None:
-    _null_kernel(passes)
+def _della_floor() -> None:
+    """DELLA's map alone: its masks and sums once, no rescaling pass (factor 1)."""
+    from surgery.engine.ops.merge import task_arithmetic
+
+    def prepare(self, inputs):
+        return [self._sparsifier(inputs, p, i) for p, i in enumerate(self.others)]
+
+    task_arithmetic.TaskArithmetic.prepare = prepare
+
+
+def _ramplus_floor() -> None:
+    """ramplus_tl's map alone: lambdas of 1 instead of its counting pass."""
+    from surgery.engine.ops.merge import ram
+
+    ram.Ram.prepare = lambda self, inputs: [1.0] * (len(self.inputs) - 1)
+
+
+def _arcee_floor() -> None:
+    """arcee_fusion in one pass: each chunk's softmax divergences and fused values, against a
+    constant threshold instead of the quantiles of the whole tensor's importances."""
+    import numpy as np
+
+    from surgery.engine.ops.merge import arcee_fusion as arcee
+
+    def map_part(self, inputs, out, part, state):
+        threshold = inputs.work(0.001)
+        for start, (base, other) in inputs.chunks(self.step, part, reuse=True):
+            change = np.subtract(other, base)
+            rows = arcee.row_divergence(base.copy(), other, self.row)
+            change *= arcee.scaled(change, rows, out=other) >= threshold
+            out.put(start, np.add(base, change, out=change))
+
+    arcee.ArceeFusion.prepare = lambda self, inputs: None
+    arcee.ArceeFusion.map_part = map_part
+
+
+# Per method: the floor runs, each a (name, patch) the child process applies before merging.
+FLOORS = {
+    "model_stock": {
+        "null, 2 passes": lambda: _null_kernel(2),
+        "null, 1 pass": lambda: _null_kernel(1),
+    },
+    "della": {"arithmetic floor": _della_floor},
+    "arcee_fusion": {"arithmetic floor": _arcee_floor},
+    "ramplus_tl": {"arithmetic floor": _ramplus_floor},
+}
+
+
+def _child(method: str, floor: str, config: str, out: str) -> None:
+    FLOORS[method][floor]()
     import cli
 
     sys.argv = ["surgery", "merge", "-q", config, out]
     cli.main()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=Path("bench/out"))
-    parser.add_argument("--repeat", type=int, default=3, help="runs per command (median time)")
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child is not None:
-        _child(args.child, *args.rest)
-        return
-    config, out = args.work / "model_stock.yml", args.work / "out-floor"
+def floor_times(
+    work: Path, method: str, repeat: int, *, merge: bool = True
+) -> dict[str, list[float]]:
+    """Seconds of each run (the merge unless `merge` is False, then its floors), alternated
+    `repeat` times."""
+    config, out = work / f"{method}.yml", work / "out-floor"
     if not config.is_file():
-        sys.exit(f"{config} is missing: run bench/bench_merge.py --methods model_stock first")
-    inputs = [str(args.work / name) for name in INPUTS]
+        sys.exit(f"{config} is missing: run bench/bench_merge.py --methods {method} first")
+    inputs = [str(work / name) for name in INPUTS]
     me = [sys.executable, str(Path(__file__).resolve())]
-    commands = {
-        "model_stock": [sys.executable, "-m", "cli", "merge", "-q", str(config), str(out)],
-        "null, 2 passes": [*me, "--child", "2", str(config), str(out)],
-        "null, 1 pass": [*me, "--child", "1", str(config), str(out)],
-    }
+    commands = {}
+    if merge:
+        commands[method] = [sys.executable, "-m", "cli", "merge", "-q", str(config), str(out)]
+    for floor in FLOORS[method]:
+        commands[floor] = [*me, "--child", method, floor, str(config), str(out)]
     times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(args.repeat):  # alternated, so that a slow spell hits all three
+    for _ in range(repeat):  # alternated, so that a slow spell hits all of them
         for name, command in commands.items():
             result = measure(command, inputs=inputs)
             shutil.rmtree(out, ignore_errors=True)
             if result.returncode != 0:
                 sys.exit(f"{name} failed (exit {result.returncode})")
             times[name].append(result.seconds)
-    print("| run | median s | runs s |\n|---|---|---|")
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("bench/out"))
+    parser.add_argument("--repeat", type=int, default=3, help="runs per command (median time)")
+    parser.add_argument("--method", default="model_stock", choices=sorted(FLOORS))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        _child(args.child, *args.rest)
+        return
+    times = floor_times(args.work, args.method, args.repeat)
+    merge = statistics.median(times[args.method])
+    print("| run | median s | runs s | merge over it |\n|---|---|---|---|")
     for name, runs in times.items():
         listed = ", ".join(f"{t:.2f}" for t in runs)
-        print(f"| {name} | {statistics.median(runs):.2f} | {listed} |")
+        median = statistics.median(runs)
+        print(f"| {name} | {median:.2f} | {listed} | {merge / median:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -4,19 +4,27 @@ Reuses bench_engine's Llama-shaped bf16 checkpoints (a base and three experts; a
 parameters = 1.9 GB each by default) and, per method, runs `surgery merge CONFIG OUT` and
 `mergekit-yaml CONFIG OUT`, one process tree at a time with warm inputs, printing wall time and
 peak private memory (RssAnon) of each and their ratios (docs/benchmarks.md's merge table).
+linear always runs first: each method's time is also given over linear's in the same run
+(`x linear`), and della, arcee_fusion and ramplus_tl's over their arithmetic floor
+(bench_floor.py, `x floor`).
 Run by hand:  python bench/bench_merge.py [--work DIR] [--layers 19] [--hidden 2048]
-              [--methods ties,slerp] [--repeat 3]
+              [--methods ties,slerp] [--repeat 3] [--no-mergekit]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_engine import ensure_checkpoints, mergekit, size_arguments, timed
+from bench_floor import FLOORS, floor_times
 from measure import Measurement, median_run
+
+# Methods whose bound is their own arithmetic's floor (bench_floor.py), not linear's time.
+ARITHMETIC_FLOORS = [m for m, floors in FLOORS.items() if "arithmetic floor" in floors]
 
 # Per-method config bodies; {b} is the base, {e1}..{e3} the experts, {n} the layer count.
 _TASK = "base_model: {b}\nmodels:\n" + "".join(
@@ -65,12 +73,21 @@ def config_text(method: str, work: Path, layers: int) -> str:
     return f"merge_method: {method}\ndtype: bfloat16\n{body}"
 
 
-def run(work: Path, layers: int, hidden: int, methods: list[str], repeat: int = 1) -> list:
+def run(
+    work: Path,
+    layers: int,
+    hidden: int,
+    methods: list[str],
+    repeat: int = 1,
+    with_mergekit: bool = True,
+) -> list:
+    """(method, ours, mergekit's or None, arithmetic floor s or None) per method; linear first
+    (every row's time is also shown over linear's, from the same run)."""
     names = ("base", "expert1", "expert2", "expert3")
     ensure_checkpoints(work, layers, hidden, names)
     inputs = [str(work / n) for n in names]
     results = []
-    for method in methods:
+    for method in ["linear", *(m for m in methods if m != "linear")]:
         text = config_text(method, work, layers)
         path = work / f"{method}.yml"
         path.write_text(text)
@@ -79,27 +96,44 @@ def run(work: Path, layers: int, hidden: int, methods: list[str], repeat: int = 
         for _ in range(repeat):  # alternated, so that a slow spell of the machine hits both
             command = [sys.executable, "-m", "cli", "merge", str(path), str(out), "-q"]
             ours_runs.append(timed(command, out, inputs))
-            theirs_runs.append(mergekit(text, work, f"out-mk-{method}", inputs))
-        ours, theirs = median_run(ours_runs), median_run(theirs_runs)
-        print(
-            f"{method}: surgery {ours.seconds:.1f} s, mergekit {theirs.seconds:.1f} s",
-            file=sys.stderr,
-        )
-        results.append((method, ours, theirs))
+            if with_mergekit:
+                theirs_runs.append(mergekit(text, work, f"out-mk-{method}", inputs))
+        ours = median_run(ours_runs)
+        theirs = median_run(theirs_runs) if theirs_runs else None
+        floor = None
+        if method in ARITHMETIC_FLOORS:
+            times = floor_times(work, method, repeat, merge=False)["arithmetic floor"]
+            floor = statistics.median(times)
+        mk = f", mergekit {theirs.seconds:.1f} s" if theirs else ""
+        print(f"{method}: surgery {ours.seconds:.1f} s{mk}", file=sys.stderr)
+        results.append((method, ours, theirs, floor))
     return results
 
 
-def report(results: list[tuple[str, Measurement, Measurement]]) -> str:
+def report(results: list[tuple[str, Measurement, Measurement | None, float | None]]) -> str:
+    """The table: surgery's time over linear's, over its arithmetic floor (della, arcee_fusion,
+    ramplus_tl) and over mergekit's, and the memory of both."""
     lines = [
-        "| method | surgery s | mergekit s | ratio | surgery MB | mergekit MB | memory ratio |",
-        "|---|---|---|---|---|---|---|",
+        "| method | surgery s | x linear | floor s | x floor | mergekit s | ratio "
+        "| surgery MB | mergekit MB | memory ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for method, ours, theirs in results:
-        flag = "" if ours.returncode == 0 and theirs.returncode == 0 else " (failed)"
+    linear = next(ours.seconds for method, ours, _, _ in results if method == "linear")
+    for method, ours, theirs, floor in results:
+        failed = ours.returncode != 0 or (theirs is not None and theirs.returncode != 0)
+        floors = f"{floor:.1f} | {ours.seconds / floor:.2f}x" if floor else "- | -"
+        theirs_columns = (
+            f"{theirs.seconds:.1f} | {ours.seconds / theirs.seconds:.2f}x" if theirs else "- | -"
+        )
+        memory = (
+            f"{theirs.peak_anon / 2**20:.0f} | {ours.peak_anon / theirs.peak_anon:.2f}x"
+            if theirs
+            else "- | -"
+        )
         lines.append(
-            f"| {method}{flag} | {ours.seconds:.1f} | {theirs.seconds:.1f} | "
-            f"{ours.seconds / theirs.seconds:.2f}x | {ours.peak_anon / 2**20:.0f} | "
-            f"{theirs.peak_anon / 2**20:.0f} | {ours.peak_anon / theirs.peak_anon:.2f}x |"
+            f"| {method}{' (failed)' if failed else ''} | {ours.seconds:.1f} | "
+            f"{ours.seconds / linear:.2f}x | {floors} | {theirs_columns} | "
+            f"{ours.peak_anon / 2**20:.0f} | {memory} |"
         )
     return "\n".join(lines)
 
@@ -108,9 +142,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=",".join(CONFIGS))
     parser.add_argument("--repeat", type=int, default=1, help="runs per tool (median time)")
+    parser.add_argument(
+        "--no-mergekit", action="store_true", help="time surgery alone (no mergekit columns)"
+    )
     args = size_arguments(__doc__, "bench/out", parser)
     methods = args.methods.split(",")
-    print(report(run(args.work, args.layers, args.hidden, methods, args.repeat)))
+    results = run(args.work, args.layers, args.hidden, methods, args.repeat, not args.no_mergekit)
+    print(report(results))
 
 
 if __name__ == "__main__":

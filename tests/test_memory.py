@@ -67,7 +67,7 @@ def _merge_peak(
 
 @pytest.mark.slow  # about 100 s on 2 busy cores: six processes, four 32 MB checkpoints
 def test_merge_memory_does_not_grow_with_tensor_size(tmp_path):
-    # TIES finds its magnitude thresholds by radix selection in chunked passes and DELLA ranks
+    # TIES finds its magnitude thresholds in a chunked pass (a sampled window) and DELLA ranks
     # row by row: a 32 MB tensor (64 MB as float32, which mergekit would hold three of and
     # sort) costs the same private memory as a 2 MB one.
     for method in ("ties", "della"):

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from cli import cli
 from surgery import api
+from surgery.engine.ops.merge import select
 from surgery.engine.ops.merge.select import RankRange, magnitude_keys
 from surgery.engine.ops.merge.spec import MergeConfigError
 from tests.support import tiny_models
@@ -107,6 +108,64 @@ def test_deterministic_methods_match_mergekit(llama, gpt2, tmp_path, method, par
     ours = assert_valid_output(surgery_run(config, tmp_path))
     ulps = max_ulps(ours, mergekit_run(config, tmp_path / "mergekit"))
     assert max(ulps.values()) <= 1, {k: v for k, v in ulps.items() if v > 1}
+
+
+# The three ways a threshold is selected (select.py), each forced on every tensor:
+# (WHOLE_BYTES, SAMPLE_SIZE, the function that must run).
+SELECTION_WAYS = {
+    "in memory": (2**40, 2**16, "_in_memory"),  # (its windows are in memory)
+    "window": (0, 64, "_in_window"),
+    "radix": (0, 2**40, "_radix"),
+}
+
+
+def force_selection(monkeypatch, way: str) -> list[str]:
+    """Make every selection take `way` (but radix selection for a tensor too small to sample,
+    or where a window misses); returns the list of ways that ran (by function name)."""
+    whole, sample, _ = SELECTION_WAYS[way]
+    monkeypatch.setattr(select, "WHOLE_BYTES", whole)
+    monkeypatch.setattr(select, "SAMPLE_SIZE", sample)
+    ran: list[str] = []
+    for name in ("_in_memory", "_in_window", "_radix"):
+        original = getattr(select, name)
+        monkeypatch.setattr(select, name, _recording(original, name, ran))
+    return ran
+
+
+# What each way may call: a window within an in-memory selection, radix selection for a tensor
+# too small to sample or where a window misses.
+_INNER = {"_in_memory": {"_in_window"}, "_in_window": {"_radix"}, "_radix": set()}
+
+
+def _recording(function, name: str, ran: list[str]):
+    def recorded(*args):
+        ran.append(name)
+        return function(*args)
+
+    return recorded
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "shared", "base"),
+    [case for case in DETERMINISTIC if case[0] in ("ties", "breadcrumbs", "breadcrumbs_ties")],
+)
+def test_selection_in_memory_in_window_and_by_radix_writes_the_same_bytes(
+    gpt2, tmp_path, monkeypatch, method, params, shared, base
+):
+    # The same config three ways: the same bytes, each within 1 ulp of mergekit (float32 gpt2).
+    config = {"merge_method": method, **models(gpt2, params, base), "parameters": shared}
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    states = {}
+    for way, (_, _, function) in SELECTION_WAYS.items():
+        with monkeypatch.context() as patch:
+            ran = force_selection(patch, way)
+            states[way] = assert_valid_output(surgery_run(config, tmp_path, way.replace(" ", "_")))
+        assert function in ran and set(ran) <= {function, *_INNER[function]}, (way, set(ran))
+        ulps = max_ulps(states[way], theirs)
+        assert max(ulps.values()) <= 1, (way, {k: v for k, v in ulps.items() if v > 1})
+    first = states["in memory"]
+    for way, state in states.items():
+        assert all(same_bits(state[k], first[k]) for k in first), way
 
 
 def test_slerp_slices_with_filtered_gradients_match_mergekit(llama, tmp_path):
@@ -218,19 +277,52 @@ def test_random_methods_keep_density_and_rescale(gpt2, tmp_path, method, extra):
     assert json.loads((out / "surgery_recipe.json").read_text())["seed"] == 0
 
 
-def test_radix_selection_finds_exact_ranks_with_ties():
+@pytest.mark.parametrize(
+    "way", ["in memory", "in memory, window missed", "window", "window missed", "radix"]
+)
+def test_selection_finds_exact_ranks_with_ties_every_way(way, monkeypatch):
     rng = np.random.default_rng(0)
     values = np.round(rng.normal(size=50_000), 2).astype(np.float32)  # many ties
     chunks = [values[i : i + 4096] for i in range(0, values.size, 4096)]
-    keys = lambda: (magnitude_keys(c) for c in chunks)  # noqa: E731
+    keys = lambda first: (  # noqa: E731
+        (i * 4096, magnitude_keys(c)) for i, c in enumerate(chunks) if i * 4096 >= first
+    )
+    sample = None
+    if way == "in memory, window missed":  # windows of one sampled key: a partition then
+        monkeypatch.setattr(select, "SAMPLE_SIZE", 16)
+        monkeypatch.setattr(select, "_WINDOW_SIGMAS", 0)
+        monkeypatch.setattr(select, "_WINDOW_SLACK", 0)
+    if not way.startswith("in memory"):
+        monkeypatch.setattr(select, "WHOLE_BYTES", 0)
+        monkeypatch.setattr(select, "_radix", _counting(select._radix, way))
+    if way == "window":
+        sample = magnitude_keys(values[3::7])
+    if way == "window missed":  # a sample of the smallest magnitudes only: radix selection then
+        sample = np.sort(magnitude_keys(values))[:5000]
     order = np.argsort(np.abs(values), kind="stable")
     cases = [(0, 1), (100, 20_000), (49_000, 50_000), (7, 7), (12_345, 12_346), (0, 50_000)]
     for lo, hi in [*cases, (30_000, 50_000), (1, 49_999)]:
-        keep = RankRange(keys, 32, lo, hi, values.size)
-        mask = np.concatenate([keep.mask(magnitude_keys(c)) for c in chunks])
+        keep = RankRange(keys, 32, lo, hi, values.size, sample)
+        mask = np.concatenate(
+            [keep.mask(magnitude_keys(c), i * 4096) for i, c in enumerate(chunks)]
+        )
         expected = np.zeros(values.size, bool)
         expected[order[lo:hi]] = True
         assert np.array_equal(mask, expected), (lo, hi)
+        # Any chunk masks on its own: segments of a tensor give the same mask in any order.
+        for i in (5, 0, 11):
+            got = keep.mask(magnitude_keys(chunks[i]), i * 4096)
+            assert np.array_equal(got, expected[i * 4096 : i * 4096 + len(chunks[i])])
+
+
+def _counting(radix, way: str):
+    """`_radix`, refusing to run where a window should have found every rank."""
+
+    def counted(*args):
+        assert way != "window", "the window missed a rank"
+        return radix(*args)
+
+    return counted
 
 
 def test_passthrough_slices_renumber_layers_and_update_config(llama, tmp_path):

@@ -16,7 +16,15 @@ from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS
 from surgery.engine.ops.merge.spec import MergeConfigError
 from tests.support import tiny_models
 from tests.support.checks import assert_valid_output, load_state, same_bits
-from tests.test_merge import max_ulps, mergekit_run, models, surgery_run
+from tests.test_merge import (
+    _INNER,
+    SELECTION_WAYS,
+    force_selection,
+    max_ulps,
+    mergekit_run,
+    models,
+    surgery_run,
+)
 
 
 @pytest.fixture(scope="module")
@@ -135,12 +143,23 @@ def _topk_ties_by_position(values: torch.Tensor, k: int, largest: bool = True, *
     return values[indices], indices
 
 
-def test_sce_on_bf16_experts_matches_mergekit_given_the_same_ties(wide_bf16, tmp_path, monkeypatch):
+@pytest.mark.parametrize("way", SELECTION_WAYS)
+def test_sce_on_bf16_experts_matches_mergekit_given_the_same_ties(
+    wide_bf16, tmp_path, monkeypatch, way
+):
+    # Every way of selecting the variance threshold (select.py): the same bytes as in memory.
     config = {"merge_method": "sce", "dtype": "float32", "out_dtype": "bfloat16"}
     config |= models(wide_bf16, [{}, {}, {}]) | {"parameters": {"select_topk": 0.5}}
     name = "model.layers.0.mlp.up_proj.weight"
     assert load_state(wide_bf16["base"])[name].numel() > 2 * CHUNK_ELEMENTS
-    ours = assert_valid_output(surgery_run(config, tmp_path))
+    with monkeypatch.context() as patch:
+        ran = force_selection(patch, way)
+        ours = assert_valid_output(surgery_run(config, tmp_path))
+    function = SELECTION_WAYS[way][2]
+    assert function in ran and set(ran) <= {function, *_INNER[function]}
+    if way != "in memory":
+        reference = assert_valid_output(surgery_run(config, tmp_path, "in_memory"))
+        assert all(same_bits(ours[k], reference[k]) for k in ours)
     inputs = [load_state(m["model"]) for m in config["models"]] + [load_state(wide_bf16["base"])]
     # As it is, mergekit keeps other tied elements: it differs beyond rounding (the case).
     assert _beyond_rounding(ours, mergekit_run(config, tmp_path / "mergekit"), inputs)

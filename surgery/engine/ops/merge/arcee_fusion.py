@@ -3,7 +3,7 @@ the base's elsewhere, as mergekit's `arcee_fusion`.
 
 Importance is |other - base| times the KL divergence of the softmaxes of the row (the last
 dimension) in the two models; the threshold is median + 1.5 IQR of the importances, from
-quantiles of the whole tensor (mergekit's sorted tensor, here radix selection in chunked passes)
+quantiles of the whole tensor (mergekit's sorted tensor, here a selection in memory)
 or, above a million elements, of a random sample of a million (drawn with replacement, as
 mergekit does; here reproducibly from (seed, tensor) with `chunk_rng`, chunk by chunk). Chunks
 hold whole rows, so one row (at most one input's last dimension; a 1-D tensor is one row) is held
@@ -108,10 +108,12 @@ class ArceeFusion(Kernel):
                 pass  # the selection's passes then read the divergences
             ranks = _ranks(inputs.numel)
             width = 32 if work == np.float32 else 64
-            keys = lambda: (  # noqa: E731
-                ordered_keys(v) for _, v in self._importances(inputs, divergence)
+            keys = lambda first: (  # noqa: E731
+                (s, ordered_keys(v))
+                for s, v in self._importances(inputs, divergence, range(first, inputs.numel))
             )
-            return [key_value(key, work) for key, _ in select_ranks(keys, width, ranks)], divergence
+            found = select_ranks(keys, width, ranks, inputs.numel)
+            return [key_value(f.key, work) for f in found], divergence
         # With replacement, as mergekit: how many picks fall in each chunk (multinomial), then
         # where within it; the same distribution as a million positions drawn and sorted, without
         # sorting them (a sort of 10^6 took most of this pass).

@@ -16,7 +16,7 @@ from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.reader import TensorInfo
 from surgery.engine.shard_hash import OrderedHash
 from surgery.engine.source import SourcePool
-from surgery.engine.values import element_bytes
+from surgery.engine.values import LocalBytes, element_bytes
 
 # Elements per chunk: the writer's blend chunk (surgery/engine/writer.py CHUNK_ELEMENTS).
 CHUNK_ELEMENTS = 2**17
@@ -46,6 +46,15 @@ class Inputs:
     def all(self, start: int, stop: int) -> list[np.ndarray]:
         """Elements [start, stop) of every input."""
         return [self.chunk(i, start, stop) for i in range(len(self.tensors))]
+
+    def gather(self, index: int, positions: np.ndarray) -> np.ndarray | None:
+        """The elements of input `index` at `positions`, or None where its bytes are not mapped
+        (a Hub file read by ranges: scattered reads would each be a request)."""
+        data = self.bytes[index]
+        if not isinstance(data, LocalBytes):
+            return None
+        raw = np.frombuffer(data.view, f"u{data.itemsize}")[positions]
+        return decode(memoryview(raw).cast("B"), self.tensors[index].dtype, self.work)
 
     def chunks(
         self, step: int = CHUNK_ELEMENTS, part: range | None = None, *, reuse: bool = False

@@ -4,7 +4,7 @@ and then the smallest, keeping a `density` fraction, as mergekit's `magnitude_ou
 from __future__ import annotations
 
 from surgery.engine.ops.merge.magnitude import Magnitude
-from surgery.engine.ops.merge.sparsify import Deltas
+from surgery.engine.ops.merge.sparsify import Deltas, Sampled
 
 
 class Breadcrumbs(Magnitude):
@@ -12,9 +12,15 @@ class Breadcrumbs(Magnitude):
     (at least 0: fewer outliers are dropped when density asks for more)."""
 
     def __init__(
-        self, deltas: Deltas, numel: int, rescale: bool, density: float, gamma: float
+        self,
+        deltas: Deltas,
+        numel: int,
+        rescale: bool,
+        density: float,
+        sampled: Sampled,
+        gamma: float,
     ) -> None:
-        super().__init__(deltas, numel, rescale, density)
+        super().__init__(deltas, numel, rescale, density, sampled)
         self.gamma = gamma
 
     def keep_range(self) -> tuple[int, int]:

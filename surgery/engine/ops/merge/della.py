@@ -33,11 +33,12 @@ class Della(Sparsifier):
         """Keep-mask of whole rows."""
         rows = np.abs(delta).reshape(-1, self.row)
         order = _stable_order(rows)
-        ranks = np.empty_like(order)
-        np.put_along_axis(ranks, order, np.arange(self.row)[None, :], axis=1)
         work = delta.dtype.type
-        # Rank 0..row-1 scaled to [0, 1], as mergekit's (rank - min) / (max - min).
-        spread = ranks.astype(delta.dtype) / work(max(self.row - 1, 1))
+        # Rank 0..row-1 scaled to [0, 1], as mergekit's (rank - min) / (max - min): the row's
+        # scaled ranks computed once, then scattered to where each rank lies.
+        scaled = np.arange(self.row).astype(delta.dtype) / work(max(self.row - 1, 1))
+        spread = np.empty(rows.shape, delta.dtype)
+        np.put_along_axis(spread, order, scaled[None, :], axis=1)
         probs = work(self.density - self.epsilon) + spread * work(2 * self.epsilon)
         seed, name, model = self.key
         draws = chunk_rng(seed, name, model, start).random(rows.shape, dtype=delta.dtype)
@@ -56,4 +57,4 @@ def _stable_order(rows: np.ndarray) -> np.ndarray:
     keys |= np.arange(rows.shape[1], dtype=np.uint64)
     keys.sort(axis=1)
     keys &= np.uint64((1 << bits) - 1)
-    return keys.astype(np.intp)
+    return keys.view(np.int64)  # the columns, below 2**63: the same integers, no copy

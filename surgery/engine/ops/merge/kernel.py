@@ -25,7 +25,7 @@ class Kernel(ABC):
     `map_part` the elementwise pass over a range of it, given what `prepare` returned."""
 
     # Whether `map_part` may run on separate segments, in separate jobs, once `prepare` is done
-    # (False when the map carries state from chunk to chunk, as TIES's tie counters do).
+    # (False when the map carries state from chunk to chunk).
     segmentable = True
     # Elements per chunk of the map pass; segments are whole multiples of it, so chunk-keyed
     # random masks (DARE, DELLA) are the same however the tensor is split.

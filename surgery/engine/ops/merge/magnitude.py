@@ -1,23 +1,26 @@
 """TIES sparsification: keep the `density` fraction of largest magnitudes (at least one).
 
-The threshold is found exactly by radix selection (surgery/engine/ops/merge/select.py), never by
-sorting the tensor; mergekit sorts it whole (torch.argsort).
+The threshold is found exactly (surgery/engine/ops/merge/select.py: in memory, in a sampled
+window or by radix selection), never by sorting the tensor; mergekit sorts it whole
+(torch.argsort).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from surgery.engine.ops.merge.select import RankRange, magnitude_keys
-from surgery.engine.ops.merge.sparsify import Deltas, Sparsifier
+from surgery.engine.ops.merge.select import RankRange, magnitude_keys, sample_positions
+from surgery.engine.ops.merge.sparsify import Deltas, Sampled, Sparsifier
 
 
 class Magnitude(Sparsifier):
     """Keeps the k = max(1, int(density * n)) largest |delta| (ties broken by position)."""
 
-    def __init__(self, deltas: Deltas, numel: int, rescale: bool, density: float) -> None:
+    def __init__(
+        self, deltas: Deltas, numel: int, rescale: bool, density: float, sampled: Sampled
+    ) -> None:
         super().__init__(deltas, numel, rescale)
-        self.density = density
+        self.density, self.sampled = density, sampled
 
     def keep_range(self) -> tuple[int, int]:
         """Ascending ranks kept."""
@@ -30,17 +33,16 @@ class Magnitude(Sparsifier):
         """Select the boundary magnitudes."""
         width = 64 if self._is_double() else 32
         lo, hi = self.keep_range()
-        keys = lambda: (magnitude_keys(d) for _, d in self.deltas())  # noqa: E731
-        self.range = RankRange(keys, width, lo, hi, self.numel)
+        keys = lambda start: ((s, magnitude_keys(d)) for s, d in self.deltas(start))  # noqa: E731
+        positions = sample_positions(self.numel, width)
+        sample = None if positions is None else self.sampled(positions)
+        sample = None if sample is None else magnitude_keys(sample)
+        self.range = RankRange(keys, width, lo, hi, self.numel, sample)
 
     def _is_double(self) -> bool:
         first = next(self.deltas(), None)  # None: an empty tensor, no chunks (any width works)
         return first is not None and first[1].dtype == np.float64
 
-    def reset(self) -> None:
-        """Restart the tie counters."""
-        self.range.reset()
-
     def mask(self, start: int, delta: np.ndarray) -> np.ndarray:
         """Elements whose rank is in the kept range."""
-        return self.range.mask(magnitude_keys(delta))
+        return self.range.mask(magnitude_keys(delta), start)

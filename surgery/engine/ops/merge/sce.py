@@ -3,8 +3,9 @@
 from its selected task vector's mean square, Erase the elements whose sign disagrees with the
 sum's (TIES's election), then the weighted mean of what is left, added to the base.
 
-Passes: counting the elements of nonzero variance and radix selection of the variance
-threshold (only when select_topk < 1), the mean squares, then the map.
+Passes: counting the elements of nonzero variance and selecting the variance threshold (one
+pass in memory or in a sampled window, see select.py; only when select_topk < 1), the mean
+squares, then the map.
 
 Variances tied at the threshold are kept by position (`RankRange`), mergekit's `torch.topk` keeps
 an arbitrary few of them; since the weights are mean squares of the selected task vectors, that
@@ -14,12 +15,14 @@ it nearly cancels), not only the tied ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from surgery.engine.ops.merge.arrays import Inputs, Output
 from surgery.engine.ops.merge.kernel import Kernel, computed
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
-from surgery.engine.ops.merge.select import RankRange, magnitude_keys
+from surgery.engine.ops.merge.select import RankRange, magnitude_keys, sample_positions
 from surgery.engine.plan import OutputTensor, copy_of
 
 MIN_WEIGHT_SUM = 1e-6
@@ -51,11 +54,6 @@ class Sce(Kernel):
         super().__init__(job.name, [job.inputs[i] for i in order], job.out_dtype)
         self.topk = float(job.shared["select_topk"])
 
-    @property
-    def segmentable(self) -> bool:
-        """The selection counts boundary ties from the first chunk on: whole when selecting."""
-        return not 0 < self.topk < 1
-
     def _deltas(self, chunk: list[np.ndarray]) -> list[np.ndarray]:
         base = chunk[0]
         return [np.subtract(m, base, out=m) for m in chunk[1:]]
@@ -67,38 +65,45 @@ class Sce(Kernel):
         if self.topk <= 0:
             return False
 
-        def keys():
-            for _, chunk in inputs.chunks():
-                yield magnitude_keys(_variance(self._deltas(chunk)))
+        def keys(first: int) -> Iterator[tuple[int, np.ndarray]]:
+            for start, chunk in inputs.chunks(part=range(first, inputs.numel)):
+                yield start, magnitude_keys(_variance(self._deltas(chunk)))
 
-        nonzero = sum(int(np.count_nonzero(k)) for k in keys())
+        nonzero = sum(int(np.count_nonzero(k)) for _, k in keys(0))
         # mergekit: int(count_nonzero(var) * density), a float32 product.
         k = int(np.float32(nonzero) * np.float32(self.topk))
         if k == 0:
             return False
         width = 32 if inputs.work == np.float32 else 64
-        return RankRange(keys, width, inputs.numel - k, inputs.numel, inputs.numel)
+        positions = sample_positions(inputs.numel, width)
+        sample = None if positions is None else self._sample(inputs, positions)
+        return RankRange(keys, width, inputs.numel - k, inputs.numel, inputs.numel, sample)
 
-    def _select(self, selection: RankRange | bool, deltas: list[np.ndarray]) -> None:
+    def _sample(self, inputs: Inputs, positions: np.ndarray) -> np.ndarray | None:
+        """The variance keys at `positions`, or None where the inputs cannot be gathered."""
+        values = [inputs.gather(i, positions) for i in range(len(self.inputs))]
+        if any(v is None for v in values):
+            return None
+        return magnitude_keys(_variance(self._deltas(values)))
+
+    def _select(self, selection: RankRange | bool, deltas: list[np.ndarray], start: int) -> None:
         if selection is True:
             return
         if selection is False:
             for delta in deltas:
                 delta[...] = 0
             return
-        keep = selection.mask(magnitude_keys(_variance(deltas)))
+        keep = selection.mask(magnitude_keys(_variance(deltas)), start)
         for delta in deltas:
             delta *= keep
 
     def prepare(self, inputs: Inputs) -> tuple[RankRange | bool, list[float]]:
         """The selection, then the weights from the selected task vectors' mean squares."""
         selection = self._selection(inputs)
-        if isinstance(selection, RankRange):
-            selection.reset()
         squares = np.zeros(len(self.inputs) - 1)
-        for _, chunk in inputs.chunks():
+        for start, chunk in inputs.chunks():
             deltas = self._deltas(chunk)
-            self._select(selection, deltas)
+            self._select(selection, deltas, start)
             squares += [float(np.add.reduce(d * d)) for d in deltas]
         means = squares / max(inputs.numel, 1)
         total = float(means.sum())
@@ -111,14 +116,12 @@ class Sce(Kernel):
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         """The elected, weighted mean of the selected task vectors, added to the base."""
         selection, weights = state
-        if isinstance(selection, RankRange) and part.start == 0:
-            selection.reset()
         work = inputs.work
         weights = [work(w) for w in weights]
         for start, chunk in inputs.chunks(part=part):
             base = chunk[0].copy()
             deltas = self._deltas(chunk)
-            self._select(selection, deltas)
+            self._select(selection, deltas, start)
             total = deltas[0].copy()
             for delta in deltas[1:]:
                 total += delta

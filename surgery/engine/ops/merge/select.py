@@ -1,11 +1,22 @@
-"""Exact rank selection over float magnitudes in chunked passes (radix selection).
+"""Exact rank selection over float keys (magnitudes or signed values), found three ways.
 
-A float's magnitude orders like its bit pattern read as an unsigned integer, so the element of a
-given rank is found 16 bits at a time: each pass histograms the next 16 bits of the keys whose
-higher bits match what is already known (2 passes for float32, 4 for float64). Nothing is ever
-sorted and memory is one 65536-bucket histogram per target.
+A float's magnitude orders like its bit pattern read as an unsigned integer, so selection works on
+integer keys. The key of a given rank is found:
+- in memory, where the tensor's keys fit `WHOLE_BYTES`: one pass gathers them, then a window
+  (below) from a strided sample of them, compared in memory; where it misses, one
+  `ndarray.partition` (linear) of a copy finds every rank;
+- else in a window, where a sample of the keys is given: the sample bounds a narrow range of keys
+  around each rank, one pass counts the keys below it and keeps those inside, and a partition of
+  those finds the rank (a sample that misses falls back to the next way);
+- else by radix selection: each pass histograms the next 16 bits of the keys whose higher bits
+  match what is already known (2 passes for float32, 4 for float64).
+All three give the same key, the count of smaller keys and the count of equal ones.
 
-Ties are broken by position: among equal magnitudes the earlier element has the lower rank.
+Ties are broken by position: among equal keys the earlier element has the lower rank. A
+`RankRange` turns the rank range kept into key bounds and, where only some of the keys tied at a
+bound are kept, the position of the first one kept (low bound) or dropped (high bound), found
+in the one chunk that holds it (counts of tied keys per chunk come with a window): masks then
+depend on a chunk and its position alone, so any segment of a tensor can be masked on its own.
 """
 
 from __future__ import annotations
@@ -16,6 +27,31 @@ from dataclasses import dataclass
 import numpy as np
 
 _BITS = 16
+# Keys of a tensor held at once for an in-memory selection (per selection, so per worker): a
+# 2048 x 2048 projection's float32 keys (16 MB) fit. Larger tensors take a window, as fast (one
+# pass either way) in a few % of the memory.
+WHOLE_BYTES = 16 * 2**20
+# Keys a window may hold (beyond them, radix selection): at most a few % of the tensor's.
+WINDOW_BYTES = 16 * 2**20
+# Sampled keys that bound a window (a stratified sample, see `sample_positions`).
+SAMPLE_SIZE = 2**16
+# Half-width of a window, in standard deviations of a sample rank (sqrt(m p (1 - p))), plus a
+# few sample ranks for the smallest p: a miss (then radix selection) is rarer than 1 in 10^6.
+_WINDOW_SIGMAS, _WINDOW_SLACK = 6.0, 16
+
+# Starts a pass over (start, key chunk) in order from element `start` (a chunk's start).
+Keys = Callable[[int], Iterator[tuple[int, np.ndarray]]]
+
+
+@dataclass(frozen=True)
+class Found:
+    """The key of one rank, how many keys are smaller, and how many equal it; where known, the
+    chunks' starts and how many keys equal it in each (so a tie is found without a pass)."""
+
+    key: int
+    less: int
+    equal: int
+    ties: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def magnitude_keys(values: np.ndarray) -> np.ndarray:
@@ -24,30 +60,119 @@ def magnitude_keys(values: np.ndarray) -> np.ndarray:
     return np.abs(values).view(unsigned)
 
 
+def sample_positions(numel: int, width: int) -> np.ndarray | None:
+    """Where to sample a tensor of `numel` elements for a window: one random position in each of
+    `SAMPLE_SIZE` equal strata (fixed, so selections never depend on a seed), or None where the
+    tensor's keys are selected in memory anyway."""
+    if numel * width // 8 <= WHOLE_BYTES or numel < 4 * SAMPLE_SIZE:
+        return None
+    starts = np.arange(SAMPLE_SIZE, dtype=np.int64) * numel // SAMPLE_SIZE
+    widths = np.diff(np.append(starts, numel))
+    return starts + np.random.default_rng(0).integers(0, widths)
+
+
+def select_ranks(
+    keys: Keys, width: int, ranks: list[int], numel: int, sample: np.ndarray | None = None
+) -> list[Found]:
+    """The key of each ascending rank (0-based), with its counts of smaller and equal keys.
+
+    Args:
+        keys: starts a new pass over the key chunks, in order, each time it is called.
+        width: bits per key (32 or 64).
+        ranks: ranks to find, each in [0, numel).
+        numel: how many keys `keys` yields in all.
+        sample: keys at `sample_positions(numel, width)`, for a window; None: no window.
+    """
+    if not ranks:
+        return []
+    if numel * width // 8 <= WHOLE_BYTES:
+        return _in_memory(keys, width, ranks, numel)
+    found = None if sample is None else _in_window(keys, np.sort(sample), ranks, numel)
+    return found if found is not None else _radix(keys, width, ranks)
+
+
+def _in_memory(keys: Keys, width: int, ranks: list[int], numel: int) -> list[Found]:
+    """The keys gathered in order (one pass), then a window around each rank from a strided
+    sample of them (compares in memory); a rank outside its window is found in a copy."""
+    whole = np.empty(numel, np.uint32 if width == 32 else np.uint64)
+    starts = []
+    for start, chunk in keys(0):
+        whole[start : start + len(chunk)] = chunk
+        starts.append(start)
+    bounds = [*starts[1:], numel]
+
+    def again(first: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+        for start, stop in zip(starts, bounds, strict=True):
+            if start >= first:
+                yield start, whole[start:stop]
+
+    sample = np.sort(whole[np.arange(min(SAMPLE_SIZE, numel)) * numel // min(SAMPLE_SIZE, numel)])
+    found = _in_window(again, sample, ranks, numel)
+    if found is not None:
+        return found
+    ordered = whole.copy()
+    ordered.partition(sorted(set(ranks)))
+    found = []
+    for rank in ranks:
+        key = ordered[rank]
+        counts = np.array([np.count_nonzero(c == key) for _, c in again()])
+        less = int(np.count_nonzero(ordered < key))
+        found.append(Found(int(key), less, int(counts.sum()), (np.array(starts), counts)))
+    return found
+
+
+def _in_window(keys: Keys, sample: np.ndarray, ranks: list[int], numel: int) -> list | None:
+    """One pass keeping the keys between two sampled keys around each rank; None where a rank
+    falls outside its window (or the windows would hold more than `WINDOW_BYTES`)."""
+    m = len(sample)
+    bounds = []
+    for rank in ranks:
+        p = rank / numel
+        margin = int(_WINDOW_SIGMAS * np.sqrt(m * p * (1 - p))) + _WINDOW_SLACK
+        estimate = int(p * m)
+        lo = sample[estimate - margin] if estimate - margin >= 0 else None
+        hi = sample[estimate + margin] if estimate + margin < m else None
+        bounds.append((lo, hi))
+    limit = WINDOW_BYTES // sample.itemsize
+    below, kept, held, starts = [0] * len(ranks), [[] for _ in ranks], 0, []
+    for start, chunk in keys(0):
+        starts.append(start)
+        for i, (lo, hi) in enumerate(bounds):
+            inside = np.ones(len(chunk), bool) if lo is None else chunk >= lo
+            if lo is not None:
+                below[i] += len(chunk) - int(np.count_nonzero(inside))
+            if hi is not None:
+                inside &= chunk <= hi
+            kept[i].append(chunk[inside])
+            held += len(kept[i][-1])
+        if held > limit:
+            return None
+    found = []
+    for rank, count, parts in zip(ranks, below, kept, strict=True):
+        window = np.concatenate(parts) if parts else sample[:0]
+        if not count <= rank < count + len(window):
+            return None
+        window.partition(rank - count)
+        key = window[rank - count]
+        ties = np.array([np.count_nonzero(part == key) for part in parts])
+        less = count + int(np.count_nonzero(window < key))
+        found.append(Found(int(key), less, int(ties.sum()), (np.array(starts), ties)))
+    return found
+
+
 @dataclass
 class _Target:
     rank: int  # rank still to find within the current prefix
     prefix: int = 0
     less: int = 0  # elements with a smaller key, found so far
+    equal: int = 0
 
 
-def select_ranks(
-    keys: Callable[[], Iterator[np.ndarray]], width: int, ranks: list[int]
-) -> list[tuple[int, int]]:
-    """The key of each ascending rank (0-based) and how many keys are smaller than it.
-
-    Args:
-        keys: starts a new pass over the key chunks each time it is called.
-        width: bits per key (32 or 64).
-        ranks: ranks to find, each in [0, number of keys).
-
-    Returns:
-        (key, count of smaller keys) per rank.
-    """
+def _radix(keys: Keys, width: int, ranks: list[int]) -> list[Found]:
     targets = [_Target(rank) for rank in ranks]
     for shift in range(width - _BITS, -1, -_BITS):
         hists = [np.zeros(1 << _BITS, np.int64) for _ in targets]
-        for chunk in keys():
+        for _, chunk in keys(0):
             for target, hist in zip(targets, hists, strict=True):
                 part = chunk
                 if shift + _BITS < width:
@@ -62,23 +187,48 @@ def select_ranks(
             below = int(cumulative[bucket - 1]) if bucket else 0
             target.less += below
             target.rank -= below
+            target.equal = int(hist[bucket])
             target.prefix = (target.prefix << _BITS) | bucket
-    return [(t.prefix, t.less) for t in targets]
+    return [Found(t.prefix, t.less, t.equal) for t in targets]
+
+
+def locate(keys: Keys, found: Found, index: int) -> int:
+    """The position of the `index`-th (0-based) key equal to `found.key`: in the one chunk that
+    holds it where the counts per chunk are known, else in a pass that stops there."""
+    first = seen = 0
+    if found.ties is not None:
+        starts, counts = found.ties
+        total = np.cumsum(counts)
+        at = int(np.searchsorted(total, index, side="right"))
+        first, seen = int(starts[at]), int(total[at - 1]) if at else 0
+    for start, chunk in keys(first):
+        ties = np.flatnonzero(chunk == chunk.dtype.type(found.key))
+        if seen + len(ties) > index:
+            return start + int(ties[index - seen])
+        seen += len(ties)
+    raise ValueError(f"no key {found.key} of index {index}")
 
 
 class RankRange:
     """Keeps exactly the elements of ascending ranks [lo, hi), ties broken by position.
 
-    `mask` must see the chunks in order, from the first, once per pass (`reset` starts a pass).
+    Kept: keys strictly between the bounds `low` and `high` (a bound of None keeps that side
+    whole), keys equal to `low` from position `low_from` on, keys equal to `high` before position
+    `high_to` (a position bound of a tie kept whole is 0 or `numel`).
     """
 
     def __init__(
-        self, keys: Callable[[], Iterator[np.ndarray]], width: int, lo: int, hi: int, numel: int
+        self,
+        keys: Keys,
+        width: int,
+        lo: int,
+        hi: int,
+        numel: int,
+        sample: np.ndarray | None = None,
     ) -> None:
-        self.empty = hi <= lo
-        self.lo, self.hi = lo, hi
+        self.empty, self.numel = hi <= lo, numel
         self.low = self.high = None  # None: no boundary on that side
-        self.low_less = self.high_less = 0
+        self.low_from, self.high_to = 0, numel
         # Rank 0 and rank numel - 1 need no selection: every key lies on their inner side (TIES
         # keeps ranks [n - k, n): one boundary, one selection).
         wanted = {}
@@ -86,39 +236,46 @@ class RankRange:
             wanted["low"] = lo
         if not self.empty and hi < numel:
             wanted["high"] = hi - 1
-        found = dict(zip(wanted, select_ranks(keys, width, list(wanted.values())), strict=True))
-        self.low, self.low_less = found.get("low", (None, 0))
-        self.high, self.high_less = found.get("high", (None, 0))
-        self.reset()
+        found = select_ranks(keys, width, [*wanted.values()], numel, sample)
+        found = dict(zip(wanted, found, strict=True))
+        if "low" in found:
+            low = found["low"]
+            self.low = _typed(low.key, width)
+            if lo > low.less:  # the ties before rank lo are dropped
+                self.low_from = locate(keys, low, lo - low.less)
+        if "high" in found:
+            high = found["high"]
+            self.high = _typed(high.key, width)
+            if hi - high.less < high.equal:  # the ties from rank hi on are dropped
+                self.high_to = locate(keys, high, hi - high.less)
 
-    def reset(self) -> None:
-        """Start a new pass."""
-        self.seen_low = self.seen_high = 0
-
-    def mask(self, keys: np.ndarray) -> np.ndarray:
-        """Which elements of this chunk to keep."""
+    def mask(self, keys: np.ndarray, start: int) -> np.ndarray:
+        """Which elements of the chunk of `keys` at element `start` to keep."""
         if self.empty:
             return np.zeros(keys.shape, bool)
+        # A bound whose ties are all kept needs no positions (>= and <=, as for unique keys).
+        whole_low = self.low_from == 0 and self.low != self.high
+        whole_high = self.high_to == self.numel and self.low != self.high
         keep = np.ones(keys.shape, bool)
         if self.low is not None:
-            np.greater(keys, self.low, out=keep)
+            (np.greater_equal if whole_low else np.greater)(keys, self.low, out=keep)
         if self.high is not None:
-            keep &= keys < self.high
-        # Keys equal to a boundary are kept by position among the equal ones (counted from the
-        # first chunk); they are few, so only their indices are looked at.
-        if self.low is not None:
-            ties = np.flatnonzero(keys == self.low)
-            first = self.lo - self.low_less - self.seen_low  # the first tie kept, in this chunk
-            last = len(ties)
-            if self.high == self.low:
-                last = self.hi - self.high_less - self.seen_low
-            keep[ties[max(0, first) : max(0, last)]] = True
-            self.seen_low += len(ties)
-        if self.high is not None and self.high != self.low:
-            ties = np.flatnonzero(keys == self.high)
-            keep[ties[: max(0, self.hi - self.high_less - self.seen_high)]] = True
-            self.seen_high += len(ties)
+            keep &= (np.less_equal if whole_high else np.less)(keys, self.high)
+        # Keys equal to a bound are kept by position; they are few, so only their indices are
+        # looked at.
+        partial = {self.low, self.high} - {None}
+        partial -= {self.low} if whole_low else set()
+        partial -= {self.high} if whole_high else set()
+        for bound in partial:
+            ties = np.flatnonzero(keys == bound)
+            first = self.low_from - start if bound == self.low else 0
+            stop = self.high_to - start if bound == self.high else len(keys)
+            keep[ties[np.searchsorted(ties, first) : np.searchsorted(ties, stop)]] = True
         return keep
+
+
+def _typed(key: int, width: int) -> np.unsignedinteger:
+    return (np.uint32 if width == 32 else np.uint64)(key)
 
 
 def ordered_keys(values: np.ndarray) -> np.ndarray:

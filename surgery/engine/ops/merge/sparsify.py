@@ -11,50 +11,48 @@ import numpy as np
 # Below this L1 norm (before or after masking) mergekit does not rescale.
 _RESCALE_EPS = 1e-7
 
-Deltas = Callable[[], Iterator[tuple[int, np.ndarray]]]
+# Starts a pass over (start, delta chunk) from element 0, or from the chunk at the given start.
+Deltas = Callable[..., Iterator[tuple[int, np.ndarray]]]
+# The deltas at given positions (a sample), or None where the inputs cannot be gathered from.
+Sampled = Callable[[np.ndarray], np.ndarray | None]
 
 
 class Sparsifier(ABC):
     """Drops elements of one model's delta (its task vector), chunk by chunk.
 
-    `setup` runs the reduction passes; then `apply` must see the chunks in order, once per pass.
+    `prepare` finds thresholds; where `rescale`, `measure` then sees every chunk once, in order
+    (the caller's pass, shared by the models), and `conclude` sets the factor; then `apply` masks
+    any chunk, in any order.
     """
 
     def __init__(self, deltas: Deltas, numel: int, rescale: bool) -> None:
         self.deltas, self.numel, self.rescale = deltas, numel, rescale
         self.factor = 1.0
+        self.before = self.after = 0.0
 
-    def setup(self) -> None:
-        """Find thresholds (`prepare`), then the rescaling factor if asked for."""
-        self.prepare()
-        if not self.rescale:
-            return
-        before = after = 0.0
-        self.reset()
-        for start, delta in self.deltas():
-            # Pairwise sums in the chunk's dtype (as mergekit's torch.sum), added up in float64:
-            # an order of magnitude faster than summing in float64 or gathering the kept values.
-            magnitude = np.abs(delta)
-            before += float(np.add.reduce(magnitude))
-            magnitude *= self.mask(start, delta)
-            after += float(np.add.reduce(magnitude))
-        if before >= _RESCALE_EPS and after >= _RESCALE_EPS:
-            self.factor = before / after
+    def measure(self, start: int, delta: np.ndarray) -> None:
+        """Add one chunk's L1 norms, before and after masking (the rescaling pass)."""
+        # Pairwise sums in the chunk's dtype (as mergekit's torch.sum), added up in float64:
+        # an order of magnitude faster than summing in float64 or gathering the kept values.
+        magnitude = np.abs(delta)
+        self.before += float(np.add.reduce(magnitude))
+        magnitude *= self.mask(start, delta)
+        self.after += float(np.add.reduce(magnitude))
+
+    def conclude(self) -> None:
+        """The rescaling factor, from the norms `measure` added up."""
+        if self.before >= _RESCALE_EPS and self.after >= _RESCALE_EPS:
+            self.factor = self.before / self.after
 
     def apply(self, start: int, delta: np.ndarray) -> np.ndarray:
-        """The kept (and rescaled) values of one chunk; the others become 0."""
-        if start == 0:
-            self.reset()
-        kept = delta * self.mask(start, delta)
+        """The kept (and rescaled) values of one chunk, in place; the others become 0."""
+        kept = np.multiply(delta, self.mask(start, delta), out=delta)  # the caller's to change
         if self.factor != 1.0:
             kept *= delta.dtype.type(self.factor)
         return kept
 
     def prepare(self) -> None:  # noqa: B027 (optional hook)
         """Reduction passes before masking (thresholds); none by default."""
-
-    def reset(self) -> None:  # noqa: B027 (optional hook)
-        """Start a pass over the chunks; stateless masks need nothing."""
 
     @abstractmethod
     def mask(self, start: int, delta: np.ndarray) -> np.ndarray:

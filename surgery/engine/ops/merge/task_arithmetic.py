@@ -21,7 +21,7 @@ from surgery.engine.ops.merge.della import Della
 from surgery.engine.ops.merge.kernel import Kernel, computed
 from surgery.engine.ops.merge.magnitude import Magnitude
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
-from surgery.engine.ops.merge.sparsify import Deltas, KeepAll, Sparsifier
+from surgery.engine.ops.merge.sparsify import Deltas, KeepAll, Sampled, Sparsifier
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.plan import OutputTensor, copy_of
 
@@ -70,13 +70,20 @@ class TaskArithmetic(Kernel):
             self.step = max(self.row, CHUNK_ELEMENTS // self.row * self.row)  # whole rows
 
     def _deltas(self, inputs: Inputs, index: int) -> Deltas:
-        def passes() -> Iterator[tuple[int, np.ndarray]]:
-            for start in range(0, inputs.numel, self.step):
+        def passes(first: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+            for start in range(first, inputs.numel, self.step):
                 stop = min(start + self.step, inputs.numel)
                 base = inputs.chunk(self.base, start, stop)
                 yield start, np.subtract(inputs.chunk(index, start, stop), base)
 
         return passes
+
+    def _sampled(self, inputs: Inputs, index: int) -> Sampled:
+        def sampled(positions: np.ndarray) -> np.ndarray | None:
+            base, model = inputs.gather(self.base, positions), inputs.gather(index, positions)
+            return None if base is None or model is None else np.subtract(model, base)
+
+        return sampled
 
     def _sparsifier(self, inputs: Inputs, position: int, index: int) -> Sparsifier:
         params, shared = self.job.per_input[index], self.job.shared
@@ -90,18 +97,13 @@ class TaskArithmetic(Kernel):
             epsilon = float(params.get("epsilon", 0))
             return Della(deltas, numel, rescale, density, epsilon, self.row, key)
         # TIES, DARE and Breadcrumbs see the tensor flat, whatever its shape, as mergekit does.
+        if method == "random":
+            return Dare(deltas, numel, rescale, density, key)
         make: Callable[..., Sparsifier] = {
             "magnitude": Magnitude,
             "magnitude_outliers": partial(Breadcrumbs, gamma=float(params.get("gamma", 0))),
-            "random": partial(Dare, key=key),
         }[method]
-        return make(deltas, numel, rescale, density)
-
-    @property
-    def segmentable(self) -> bool:
-        """Masks that depend on the chunk alone (DARE, DELLA) allow segments; TIES and
-        Breadcrumbs count boundary ties from the first chunk on, so they run whole."""
-        return self.variant.sparsify not in ("magnitude", "magnitude_outliers")
+        return make(deltas, numel, rescale, density, self._sampled(inputs, index))
 
     @property
     def reduces(self) -> bool:
@@ -115,7 +117,17 @@ class TaskArithmetic(Kernel):
         """Every sparsifier's reduction passes (thresholds, rescaling factors)."""
         sparsifiers = [self._sparsifier(inputs, p, i) for p, i in enumerate(self.others)]
         for sparsifier in sparsifiers:
-            sparsifier.setup()
+            sparsifier.prepare()
+        rescaling = [(s, i) for s, i in zip(sparsifiers, self.others, strict=True) if s.rescale]
+        if rescaling:  # one pass for every model: the base decoded once per chunk
+            for start in range(0, inputs.numel, self.step):
+                stop = min(start + self.step, inputs.numel)
+                base = inputs.chunk(self.base, start, stop)
+                for sparsifier, index in rescaling:
+                    delta = inputs.chunk(index, start, stop)
+                    sparsifier.measure(start, np.subtract(delta, base, out=delta))
+            for sparsifier, _ in rescaling:
+                sparsifier.conclude()
         return sparsifiers
 
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
@@ -154,7 +166,9 @@ class TaskArithmetic(Kernel):
         # d > 0 where the sum is >= 0, d < 0 where it is negative (mergekit's torch.where), as
         # two cheap comparisons: (d > 0) == positive, and d != 0.
         masks = [np.equal(d > 0, positive) & (d != 0) for d in deltas]
-        mixed = _sum([d * m for d, m in zip(deltas, masks, strict=True)])
+        for d, m in zip(deltas, masks, strict=True):
+            np.multiply(d, m, out=d)  # d * m, in the caller's arrays
+        mixed = _sum(deltas, in_place=True)
         divisor = _sum([w * m.astype(mixed.dtype) for w, m in zip(weights, masks, strict=True)])
         divisor[divisor == 0] = 1
         return mixed, divisor
