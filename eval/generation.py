@@ -147,7 +147,7 @@ def generate(
     Returns:
         One `Generation` per prompt, in order.
     """
-    runs = _greedy(
+    runs = greedy(
         model,
         tokenizer,
         prompts,
@@ -187,7 +187,7 @@ def generate_until(
     token boundaries fall (lm-eval's stop rule); the text is then cut at the first `stop`.
     Other arguments as `generate_lines`.
     """
-    runs = _greedy(
+    runs = greedy(
         model,
         tokenizer,
         prompts,
@@ -232,7 +232,7 @@ Ended = Callable[[list[list[int]]], list[bool]]
 
 
 @torch.no_grad()
-def _greedy(
+def greedy(
     model: Any,
     tokenizer: Any,
     prompts: Sequence[str],
@@ -245,8 +245,16 @@ def _greedy(
     progress: bool,
     desc: str,
 ) -> list[tuple[list[int], str]]:
-    """Each prompt's greedy continuation and why it stopped (one of `STOPS`), longest prompts
-    batched first: `(tokens up to the stop, EOS left out, stop)`."""
+    """Each prompt's greedy continuation and why it stopped, longest prompts batched first.
+
+    Args:
+        ended: which rows have ended (`Ended`): stop "newline" (the line or the stop string).
+        Others: as `generate_lines`.
+
+    Returns:
+        Per prompt, in order: `(generated tokens, EOS left out, stop)`, the stop one of
+        `STOPS`.
+    """
     encoder = TextEncoder(tokenizer, add_bos)
     room = max(1, max_length - max_new_tokens)
     encoded = [encoder(p)[-room:] for p in prompts]
@@ -296,12 +304,20 @@ def row_bytes(model: Any, width: int, max_new_tokens: int) -> int:
     config = model.config.get_text_config(decoder=True)
     element = next(model.parameters()).element_size()
     hidden, heads = config.hidden_size, config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
     inner = getattr(config, "intermediate_size", None) or 4 * hidden
-    cache = 2 * config.num_hidden_layers * kv_heads * head_dim * element
     activations = (4 * hidden + 3 * inner) * element + heads * width * 4
-    return cache * (width + max_new_tokens) + activations * width + 4 * config.vocab_size
+    cache = cache_bytes_per_token(model) * (width + max_new_tokens)
+    return cache + activations * width + 4 * config.vocab_size
+
+
+def cache_bytes_per_token(model: Any) -> int:
+    """Bytes of keys and values one token adds to one row's KV cache (every layer)."""
+    config = model.config.get_text_config(decoder=True)
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    element = next(model.parameters()).element_size()
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * element
 
 
 def _budget(device: torch.device) -> int:
