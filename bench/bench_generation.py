@@ -81,14 +81,16 @@ def write_questions(path: Path, count: int, seed: int = 0) -> Path:
     return path
 
 
-def tasks(folder: Path, items: int) -> list[tuple[str, str, str, int]]:
+def tasks(
+    folder: Path, items: int, flores_tokens: int = FLORES_TOKENS
+) -> list[tuple[str, str, str, int]]:
     """(label, task string, lm-eval stop string, new tokens) of each benchmarked task."""
     flores = write_flores(folder / "flores", items)
     rows = write_questions(folder / "questions.jsonl", items)
-    base = f"flores:{flores}:src=eng_Latn,tgt=ind_Latn"
+    base = f"flores:{flores}:src=eng_Latn,tgt=ind_Latn,max_new_tokens={flores_tokens}"
     return [
-        ("flores 0-shot", f"{base},shots=0", "\n", FLORES_TOKENS),
-        ("flores 2-shot", f"{base},shots=2,shots_split=dev", "\n", FLORES_TOKENS),
+        ("flores 0-shot", f"{base},shots=0", "\n", flores_tokens),
+        ("flores 2-shot", f"{base},shots=2,shots_split=dev", "\n", flores_tokens),
         ("exact_match 2-shot", f"exact_match:{rows}:input=question,target=answer,shots=2", "\n\n",
          ANSWER_TOKENS),
     ]  # fmt: skip
@@ -131,6 +133,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--lm-eval-batch-size", type=int, default=8)
     parser.add_argument("--batch-size", type=int, help="ours; default: sized by memory")
+    parser.add_argument("--flores-tokens", type=int, default=FLORES_TOKENS, help="quick runs")
     args = parser.parse_args()
     import torch
     from lm_eval.models.huggingface import HFLM
@@ -146,13 +149,15 @@ def main() -> None:
     lm = HFLM(pretrained=model, tokenizer=tok, batch_size=args.lm_eval_batch_size, max_length=2048)
     print(
         f"SmolLM2-135M-Instruct, float32, {args.threads} CPU thread(s); {args.items} items per "
-        f"task; lm-eval HFLM.generate_until at batch {args.lm_eval_batch_size}, ours at "
+        f"task, flores up to {args.flores_tokens} new tokens; lm-eval HFLM.generate_until at "
+        f"batch {args.lm_eval_batch_size}, ours at "
         f"{args.batch_size or 'batches sized by memory'}; load {os.getloadavg()[0]:.2f}"
     )
     header = ("task", "items", "lm-eval s", "ours s", "lm-eval it/s", "ours it/s", "ratio", "equal")
     print("{:<20} {:>5} {:>9} {:>7} {:>12} {:>9} {:>6} {:>7}".format(*header))
     with tempfile.TemporaryDirectory() as tmp:
-        for turn, (label, task, stop, tokens) in enumerate(tasks(Path(tmp), args.items)):
+        chosen = tasks(Path(tmp), args.items, args.flores_tokens)
+        for turn, (label, task, stop, tokens) in enumerate(chosen):
             log = Path(tmp) / f"samples{turn}.jsonl"
             prompts = load_task(parse_task(task)).prompts(args.items, 0)  # evaluate's, seed 0
             if turn % 2:

@@ -231,7 +231,7 @@ GENERATION_BUDGET = 1 << 30
 Ended = Callable[[list[list[int]]], list[bool]]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy(
     model: Any,
     tokenizer: Any,
