@@ -23,7 +23,7 @@ import torch
 
 from eval.errors import TaskSpecError
 from eval.model_loading import load_model, model_context, model_device
-from eval.options import ScoringOptions
+from eval.options import DEFAULT_BATCH_SIZE, ScoringOptions
 from eval.tasks import Settings, Task, TaskSpec, check_unique_names, load_task, parse_task
 
 __all__ = ["evaluate", "load_model", "load_task", "load_tasks", "score_checkpoint"]
@@ -57,7 +57,7 @@ def evaluate(
     tokenizer: Any,
     tasks: Sequence[str | TaskSpec | Task],
     *,
-    batch_size: int = 8,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     limit: int | None = None,
     seed: int = 0,
     max_length: int | None = None,
@@ -73,7 +73,8 @@ def evaluate(
         tokenizer: its tokenizer.
         tasks: task strings such as ``"piqa:data/piqa.jsonl:shots=2"`` (grammar in
             `eval.tasks`), or tasks from `load_tasks`.
-        batch_size: items (or windows, or prompts) per forward pass.
+        batch_size: items (or windows, or prompts) per forward pass; left at its default,
+            generation sizes its batches by memory (`eval.generation.generation_batches`).
         limit: score only the first N items of each task (each language for ppl; each Copain
             task); demonstrations are still drawn from the whole file.
         seed: chooses demonstrations and Copain items; the same seed gives the same result.

@@ -1,6 +1,11 @@
 """Greedy generation, batched: to the end of the line (flores, copain) or a stop string
 (exact_match).
 
+One decoding loop from a KV cache serves every task. A batch holds as many prompts as a memory
+budget allows (`generation_batches`), and a row leaves it, cache included, the step it stops:
+no step computes a finished row. The tokens are `model.generate`'s greedy ones (left padding,
+the same attention mask and position ids), and so lm-eval's HF ``generate_until``'s.
+
 Each generation says why it stopped (`STOPS`): its line ended, the model's EOS, or the token
 limit. Where the line ends, and how the scored line is cut, is the `postprocess` rule: our
 `first_line` (stop at the first newline) or the reference's (`reference_line`).
@@ -14,10 +19,11 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig
 
 from eval.batching import left_pad
-from eval.model_loading import model_device, pad_id
+from eval.model_loading import cache_argument, model_device, pad_id, supports_logits_to_keep
+from eval.options import batch_size_given
 from eval.tokens import TextEncoder
 
 # Why a generation ended: a line break (the scored line is complete; what follows is cut), the
@@ -27,37 +33,6 @@ STOPS = ("newline", "eos", "limit")
 POSTPROCESS = ("first_line", "reference")
 
 
-class StopAtLineEnd(StoppingCriteria):
-    """Marks a row done once its line has ended, and remembers how many tokens it had then.
-
-    `first_line`: the last token's text contains a newline. `reference`: the generated text,
-    leading whitespace stripped, contains a newline or a literal backslash-n (the reference's
-    post-processing cuts there, so nothing after it can change the scored line).
-    """
-
-    def __init__(
-        self, tokenizer: Any, newline_ids: torch.Tensor, prompt_length: int, postprocess: str
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.newline_ids = newline_ids
-        self.prompt_length = prompt_length
-        self.postprocess = postprocess
-        self.lengths: dict[int, int] = {}  # row -> generated tokens when its line ended
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-        """Per row: has its line ended (now or before)?"""
-        if self.postprocess == "first_line":
-            ended = torch.isin(input_ids[:, -1], self.newline_ids.to(input_ids.device))
-        else:
-            texts = self.tokenizer.batch_decode(
-                input_ids[:, self.prompt_length :], skip_special_tokens=True
-            )
-            ended = torch.tensor([has_line_break(t) for t in texts], device=input_ids.device)
-        for row in torch.nonzero(ended).flatten().tolist():
-            self.lengths.setdefault(row, input_ids.shape[1] - self.prompt_length)
-        return ended
-
-
 def has_line_break(text: str) -> bool:
     """Whether the reference's post-processing cuts `text`: a newline or a literal backslash-n
     after its leading whitespace."""
@@ -65,14 +40,14 @@ def has_line_break(text: str) -> bool:
     return "\n" in stripped or "\\n" in stripped
 
 
-def newline_token_ids(tokenizer: Any) -> torch.Tensor:
+def newline_token_ids(tokenizer: Any) -> frozenset[int]:
     """Every id whose decoded text contains a newline (one batched decode of the vocabulary).
 
     A newline is one byte, so in byte-level and byte-fallback vocabularies it never straddles
     two tokens: checking single tokens is enough.
     """
     texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
-    return torch.tensor([i for i, text in enumerate(texts) if "\n" in text], dtype=torch.long)
+    return frozenset(i for i, text in enumerate(texts) if "\n" in text)
 
 
 def first_line(text: str) -> str:
@@ -110,7 +85,7 @@ def generate_lines(
     *,
     max_new_tokens: int,
     max_length: int,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     progress: bool = False,
     desc: str = "generating",
     add_bos: bool | None = None,
@@ -123,7 +98,8 @@ def generate_lines(
         prompts: the prompts; BOS is added here as `add_bos` says (`eval.tokens`).
         max_new_tokens: most tokens generated per prompt.
         max_length: most tokens of prompt plus generation; prompts are cut from the left.
-        batch_size: prompts per `generate` call.
+        batch_size: prompts per batch; None (or the default `--batch-size`, not given): as
+            many as a memory budget holds (`generation_batches`).
         progress: show a progress bar.
         desc: its label.
         add_bos: None (as the tokenizer encodes, lm-eval's rule), True or False.
@@ -153,7 +129,7 @@ def generate(
     max_new_tokens: int,
     max_length: int,
     postprocess: str = "first_line",
-    batch_size: int = 8,
+    batch_size: int | None = None,
     progress: bool = False,
     desc: str = "generating",
     add_bos: bool | None = None,
@@ -171,22 +147,11 @@ def generate(
     Returns:
         One `Generation` per prompt, in order.
     """
-    eos = _eos_ids(_greedy_config(model, tokenizer, max_new_tokens))
-    newlines = newline_token_ids(tokenizer)
-
-    def batch(prompt_length: int) -> tuple[dict[str, Any], Callable[[int, list[int]], Any]]:
-        stop = StopAtLineEnd(tokenizer, newlines, prompt_length, postprocess)
-
-        def finish(row: int, tokens: list[int]) -> Generation:
-            return _finish(tokenizer, tokens, stop.lengths.get(row), eos, postprocess)
-
-        return {"stopping_criteria": StoppingCriteriaList([stop])}, finish
-
-    return _greedy(
+    runs = greedy(
         model,
         tokenizer,
         prompts,
-        batch,
+        _line_ended(tokenizer, postprocess),
         max_new_tokens,
         max_length,
         add_bos,
@@ -194,6 +159,12 @@ def generate(
         progress=progress,
         desc=desc,
     )
+    cut = first_line if postprocess == "first_line" else reference_line
+    generations = []
+    for tokens, stop in runs:
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        generations.append(Generation(text, cut(text), stop))
+    return generations
 
 
 def generate_until(
@@ -204,7 +175,7 @@ def generate_until(
     stop: str,
     max_new_tokens: int,
     max_length: int,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     progress: bool = False,
     desc: str = "generating",
     add_bos: bool | None = None,
@@ -212,22 +183,15 @@ def generate_until(
     """Greedy continuation of each prompt up to the first `stop` string (or EOS, or the token
     limit): the text before it, unstripped (lm-eval's ``until``).
 
-    transformers stops a row once its text holds `stop`, wherever the token boundaries fall
-    (``stop_strings``); the text is then cut at the first `stop`. Other arguments as
-    `generate_lines`.
+    A row stops at the first token after which its generated text holds `stop`, wherever the
+    token boundaries fall (lm-eval's stop rule); the text is then cut at the first `stop`.
+    Other arguments as `generate_lines`.
     """
-
-    def batch(prompt_length: int) -> tuple[dict[str, Any], Callable[[int, list[int]], Any]]:
-        def finish(row: int, tokens: list[int]) -> str:
-            return tokenizer.decode(tokens, skip_special_tokens=True).split(stop, 1)[0]
-
-        return {"stop_strings": [stop], "tokenizer": tokenizer}, finish
-
-    return _greedy(
+    runs = greedy(
         model,
         tokenizer,
         prompts,
-        batch,
+        _holds(tokenizer, stop),
         max_new_tokens,
         max_length,
         add_bos,
@@ -235,61 +199,191 @@ def generate_until(
         progress=progress,
         desc=desc,
     )
+    return [
+        tokenizer.decode(tokens, skip_special_tokens=True).split(stop, 1)[0] for tokens, _ in runs
+    ]
 
 
-@torch.no_grad()
-def _greedy(
+def _line_ended(tokenizer: Any, postprocess: str) -> Ended:
+    """A row's line has ended. `first_line`: its last token's text holds a newline.
+    `reference`: its text, leading whitespace stripped, holds a newline or a literal
+    backslash-n (the reference's post-processing cuts there, so nothing after it can change
+    the scored line)."""
+    if postprocess == "first_line":
+        newlines = newline_token_ids(tokenizer)
+        return lambda rows: [row[-1] in newlines for row in rows]
+    return lambda rows: [
+        has_line_break(text) for text in tokenizer.batch_decode(rows, skip_special_tokens=True)
+    ]
+
+
+def _holds(tokenizer: Any, stop: str) -> Ended:
+    """A row's text holds `stop` (decoded as lm-eval's stop check decodes: special tokens
+    kept)."""
+    return lambda rows: [stop in text for text in tokenizer.batch_decode(rows)]
+
+
+# Bytes of KV cache and activations one batch of generation may hold, on a CPU (an accelerator
+# takes half its free memory when that is more): the rows of a batch are as many as fit.
+GENERATION_BUDGET = 1 << 30
+
+# Which of the active rows have ended, given each one's generated tokens (never EOS).
+Ended = Callable[[list[list[int]]], list[bool]]
+
+
+@torch.inference_mode()
+def greedy(
     model: Any,
     tokenizer: Any,
     prompts: Sequence[str],
-    batch: Callable[[int], tuple[dict[str, Any], Callable[[int, list[int]], Any]]],
+    ended: Ended,
     max_new_tokens: int,
     max_length: int,
     add_bos: bool | None,
     *,
-    batch_size: int,
+    batch_size: int | None,
     progress: bool,
     desc: str,
-) -> list[Any]:
-    """Each prompt's greedy continuation, longest prompts batched first. `batch(prompt
-    length)` gives the arguments of ``model.generate`` that end a row, and the function that
-    turns a row's generated tokens (and its row number in the batch) into its result."""
+) -> list[tuple[list[int], str]]:
+    """Each prompt's greedy continuation and why it stopped, longest prompts batched first.
+
+    Args:
+        ended: which rows have ended (`Ended`): stop "newline" (the line or the stop string).
+        Others: as `generate_lines`.
+
+    Returns:
+        Per prompt, in order: `(generated tokens, EOS left out, stop)`, the stop one of
+        `STOPS`.
+    """
     encoder = TextEncoder(tokenizer, add_bos)
     room = max(1, max_length - max_new_tokens)
     encoded = [encoder(p)[-room:] for p in prompts]
-    config = _greedy_config(model, tokenizer, max_new_tokens)
-    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    eos = _eos_ids(_greedy_config(model, tokenizer, max_new_tokens))
     results: list[Any] = [None] * len(encoded)
     device = model_device(model)
-    starts = range(0, len(order), batch_size)
-    for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
-        indices = order[start : start + batch_size]
+    batches = generation_batches(model, [len(e) for e in encoded], max_new_tokens, batch_size)
+    for indices in tqdm(batches, desc=desc, disable=not progress, leave=False):
         ids, mask = left_pad([encoded[i] for i in indices], device, pad_id(tokenizer))
-        stopping, finish = batch(ids.shape[1])
-        out = model.generate(
-            input_ids=ids, attention_mask=mask, generation_config=config, **stopping
-        )
-        generated = out[:, ids.shape[1] :].tolist()
-        for row, (index, tokens) in enumerate(zip(indices, generated, strict=True)):
-            results[index] = finish(row, tokens)
+        decoded = _decode(model, ids, mask, max_new_tokens, eos, ended)
+        for index, result in zip(indices, decoded, strict=True):
+            results[index] = result
     return results
 
 
-def _finish(
-    tokenizer: Any, tokens: list[int], ended: int | None, eos: set[int], postprocess: str
-) -> Generation:
-    """A row's generation: its tokens up to the end of its line (`ended` tokens), else up to
-    EOS, else all of them (the token limit); what follows the first of these is padding."""
-    at_eos = next((i for i, token in enumerate(tokens) if token in eos), None)
-    if ended is not None and (at_eos is None or ended <= at_eos):
-        stop, tokens = "newline", tokens[:ended]
-    elif at_eos is not None:
-        stop, tokens = "eos", tokens[:at_eos]
-    else:
-        stop = "limit"
-    text = tokenizer.decode(tokens, skip_special_tokens=True)
-    line = first_line(text) if postprocess == "first_line" else reference_line(text)
-    return Generation(text, line, stop)
+def generation_batches(
+    model: Any, lengths: Sequence[int], max_new_tokens: int, batch_size: int | None = None
+) -> list[list[int]]:
+    """The prompts' indices in batches, longest prompts first (a batch holds similar lengths).
+
+    Args:
+        model: the model (its config and dtype size the rows).
+        lengths: each prompt's length in tokens.
+        max_new_tokens: most tokens generated per prompt.
+        batch_size: prompts per batch; None (or the default `--batch-size`, not given): as
+            many as `GENERATION_BUDGET` holds (`row_bytes` for the batch's longest prompt).
+
+    Returns:
+        Lists of indices into `lengths`.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if batch_size is not None and batch_size_given(batch_size):
+        return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    budget = _budget(model_device(model))
+    batches, start = [], 0
+    while start < len(order):
+        rows = max(1, budget // row_bytes(model, lengths[order[start]], max_new_tokens))
+        batches.append(order[start : start + rows])
+        start += rows
+    return batches
+
+
+def row_bytes(model: Any, width: int, max_new_tokens: int) -> int:
+    """Bytes one row of a batch needs at most: its KV cache at `width` prompt tokens plus
+    `max_new_tokens`, one layer's activations and attention scores (float32) over the prompt,
+    and a row of float32 logits."""
+    config = model.config.get_text_config(decoder=True)
+    element = next(model.parameters()).element_size()
+    hidden, heads = config.hidden_size, config.num_attention_heads
+    inner = getattr(config, "intermediate_size", None) or 4 * hidden
+    activations = (4 * hidden + 3 * inner) * element + heads * width * 4
+    cache = cache_bytes_per_token(model) * (width + max_new_tokens)
+    return cache + activations * width + 4 * config.vocab_size
+
+
+def cache_bytes_per_token(model: Any) -> int:
+    """Bytes of keys and values one token adds to one row's KV cache (every layer)."""
+    config = model.config.get_text_config(decoder=True)
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    element = next(model.parameters()).element_size()
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * element
+
+
+def _budget(device: torch.device) -> int:
+    """`GENERATION_BUDGET`, or half the accelerator's free memory when that is more."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return max(GENERATION_BUDGET, free // 2)
+    return GENERATION_BUDGET
+
+
+def _decode(
+    model: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    max_new_tokens: int,
+    eos: set[int],
+    ended: Ended,
+) -> list[tuple[list[int], str]]:
+    """Greedy decoding of one left-padded batch from a KV cache; a row leaves the batch (and
+    the cache) at EOS, when `ended` says its line ended, or at the token limit.
+
+    The inputs are `model.generate`'s: position ids count the real tokens, an all-ones mask
+    is dropped, and each step feeds the last token with the mask one column longer.
+    """
+    from transformers import DynamicCache
+
+    rows = ids.shape[0]
+    results: list[Any] = [([], "limit") for _ in range(rows)]
+    generated: list[list[int]] = [[] for _ in range(rows)]
+    active = list(range(rows))  # the rows still generating, in batch order
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    attention = None if bool(mask.all()) else mask
+    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    fixed: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
+    if supports_logits_to_keep(model):
+        fixed["logits_to_keep"] = 1
+    inputs = ids
+    for step in range(1, max_new_tokens + 1):
+        out = model(input_ids=inputs, attention_mask=attention, position_ids=positions, **fixed)
+        chosen = out.logits[:, -1].float().argmax(-1).tolist()
+        del out
+        live = [slot for slot, token in enumerate(chosen) if token not in eos]
+        for slot in set(range(len(active))) - set(live):
+            results[active[slot]] = (generated[active[slot]], "eos")
+        for slot in live:
+            generated[active[slot]].append(chosen[slot])
+        stopped = ended([generated[active[slot]] for slot in live])
+        keep = []
+        for slot, stop in zip(live, stopped, strict=True):
+            if stop or step == max_new_tokens:
+                results[active[slot]] = (generated[active[slot]], "newline" if stop else "limit")
+            else:
+                keep.append(slot)
+        if not keep:
+            break
+        if len(keep) < len(active):  # finished rows leave: later steps never compute them
+            index = torch.tensor(keep, device=ids.device)
+            cache.batch_select_indices(index)
+            positions = positions[index]
+            attention = attention[index] if attention is not None else None
+        active = [active[slot] for slot in keep]
+        inputs = torch.tensor([[chosen[slot]] for slot in keep], device=ids.device)
+        positions = positions[:, -1:] + 1
+        if attention is not None:
+            attention = torch.cat([attention, attention.new_ones(len(keep), 1)], dim=-1)
+    return results
 
 
 def _eos_ids(config: GenerationConfig) -> set[int]:

@@ -23,6 +23,20 @@ import click
 from surgery.options import DEVICE_HELP, renamed
 
 
+class DefaultBatchSize(int):
+    """The batch size when none is given: 8 items per forward pass, equal to 8 and recorded as
+    8. Generation alone tells it from a given 8 (`batch_size_given`): it sizes its batches by
+    memory instead (`eval.generation.generation_batches`)."""
+
+
+DEFAULT_BATCH_SIZE = DefaultBatchSize(8)
+
+
+def batch_size_given(batch_size: int) -> bool:
+    """Whether `batch_size` was chosen (a plain int), not `DEFAULT_BATCH_SIZE`."""
+    return not isinstance(batch_size, DefaultBatchSize)
+
+
 @dataclass(frozen=True)
 class ScoringOptions:
     """How a model is scored.
@@ -31,7 +45,8 @@ class ScoringOptions:
         device: cpu, cuda, cuda:1, ...; None: the accelerator when one is present
             (`surgery.core.devices.resolve_device`, applied by `resolved`).
         dtype: dtype the model is scored in (bf16, fp16, fp32); None: fp32 on cpu, bf16 otherwise.
-        batch_size: items (or windows, or prompts) per forward pass.
+        batch_size: items (or windows, or prompts) per forward pass; `DEFAULT_BATCH_SIZE`
+            when not given, where generation sizes its batches by memory.
         limit: score only the first N items per task (or unit).
         seed: Copain items and few-shot demonstrations.
         max_length: longest sequence fed to the model; None: the model's context.
@@ -41,7 +56,7 @@ class ScoringOptions:
 
     device: str | None = None
     dtype: str | None = None
-    batch_size: int = 8
+    batch_size: int = DEFAULT_BATCH_SIZE
     limit: int | None = None
     seed: int = 0
     max_length: int | None = None
@@ -100,7 +115,8 @@ _FIELDS: dict[str, tuple[str, dict[str, Any]]] = {
             "default": 8,
             "show_default": True,
             "type": click.IntRange(min=1),
-            "help": "Items (or windows, or prompts) per forward pass.",
+            "help": "Items (or windows, or prompts) per forward pass; not given, generation "
+            "batches as many prompts as fit a memory budget.",
         },
     ),
     "limit": (
@@ -145,6 +161,13 @@ _FIELDS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def _given(key: str) -> bool:
+    """Whether the running command's parameter `key` was given (False outside a command)."""
+    from surgery.options import given
+
+    return click.get_current_context(silent=True) is not None and given(key)
+
+
 def _flag(name: str, prefix: str) -> str:
     flag = _FIELDS[name][0]
     # --eval-dtype under the prefix eval- stays --eval-dtype.
@@ -171,6 +194,8 @@ def scoring_options(
         @functools.wraps(command)
         def collapsed(*args: Any, **kwargs: Any) -> Any:
             values = {name: kwargs.pop(key) for name, key in keys.items()}
+            if "batch_size" in values and not _given(keys["batch_size"]):
+                values["batch_size"] = DEFAULT_BATCH_SIZE
             return command(*args, **{dest: ScoringOptions(**values)}, **kwargs)
 
         wrapper = collapsed

@@ -20,6 +20,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from eval.options import DEFAULT_BATCH_SIZE
 from surgery.hub.datasets import DatasetRef
 
 _NAME_RE = re.compile(r"^[\w.+-]+$")
@@ -54,7 +55,7 @@ class TaskSpec:
 class Settings:
     """Run-wide settings every task reads (resolved by `eval.api.evaluate`)."""
 
-    batch_size: int = 8
+    batch_size: int = DEFAULT_BATCH_SIZE
     limit: int | None = None
     seed: int = 0
     max_length: int = 2048  # longest sequence fed to the model, prompt plus answer

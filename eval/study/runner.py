@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.errors import EvalDataError, MissingDataError, SuiteError
+from eval.options import DEFAULT_BATCH_SIZE
 from eval.study import results as res
 from eval.study.halves import half_of
 from eval.study.suite import Unit, load_suite, plan
@@ -37,7 +38,7 @@ class SuiteRun:
 
     device: str = "cpu"
     dtype: str | None = None
-    batch_size: int = 8
+    batch_size: int = DEFAULT_BATCH_SIZE
     limit: int | None = None
     seed: int = 0
     max_length: int | None = None
