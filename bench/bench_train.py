@@ -4,7 +4,11 @@ Usage:
     python bench/bench_train.py [--rounds 3] [--steps 20] [--hidden 256] [--layers 8]
     python bench/bench_train.py --memory [--hidden 512] [--layers 8] [--vocab 8192]
 
-Time: plain, with L2-SP, with EMA; ratios to plain (below). Memory (`--memory`): plain, L2-SP
+Time: plain, with L2-SP, with EMA, and transformers' own `Trainer` on the same steps (the same
+checkpoint loaded in float32, the same text packed into blocks of the same size, the same batch,
+steps, learning rate, cosine schedule and clipping, with no saving); ratios to plain, and plain's
+ratio to the Trainer. The Trainer reads blocks tokenized beforehand (as transformers' run_clm
+does), while the wrapper packs its mixture while it trains. Memory (`--memory`): plain, L2-SP
 and EMA, each on one process, under DDP and under FSDP (`--fsdp "full_shard auto_wrap"`) with
 2 CPU ranks (torchrun, gloo). Each rank samples its own RssAnon every millisecond in a thread;
 the figure is its peak minus its RssAnon just before `train()` (Python, torch, transformers and
@@ -93,8 +97,62 @@ def write_data(path: Path, docs: int = 2000) -> Path:
     return path
 
 
+def packed_blocks(tokenizer, data: Path, block: int) -> list[dict[str, torch.Tensor]]:
+    """The documents of `data`, tokenized as the wrapper does (special tokens, then EOS),
+    concatenated and cut into blocks of `block` tokens, in file order."""
+    from surgery.core.textfiles import iter_documents
+
+    eos, ids = tokenizer.eos_token_id, []
+    for tokens in tokenizer(list(iter_documents(data)), add_special_tokens=True)["input_ids"]:
+        ids += tokens if tokens[-1:] == [eos] else [*tokens, eos]
+    blocks = [torch.tensor(ids[i : i + block]) for i in range(0, len(ids) - block + 1, block)]
+    return [{"input_ids": b, "labels": b} for b in blocks]
+
+
+def trainer_run(base: Path, data: Path, out: Path, args: argparse.Namespace, timer) -> None:
+    """transformers' Trainer alone on the steps of the wrapper's plain run (see the module's
+    docstring): the same model, data, batch, steps and optimizer settings."""
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        Trainer,
+        TrainingArguments,
+        default_data_collator,
+        set_seed,
+    )
+
+    set_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    training = TrainingArguments(
+        output_dir=str(out),
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch,
+        learning_rate=1e-4,
+        lr_scheduler_type="cosine",
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        seed=0,
+        logging_steps=10**6,
+        save_strategy="no",
+        report_to=["none"],
+        disable_tqdm=True,
+        use_cpu=True,
+        dataloader_num_workers=0,
+    )
+    dataset = packed_blocks(tokenizer, data, args.block)
+    trainer = Trainer(
+        model=model,
+        args=training,
+        train_dataset=dataset,
+        data_collator=default_data_collator,
+        callbacks=[timer],
+    )
+    trainer.train()
+
+
 def main() -> None:
-    """Run every variant once and print seconds per step and the ratio to plain."""
+    """Run every variant and the Trainer, interleaved; print seconds per step and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
@@ -108,8 +166,11 @@ def main() -> None:
         root = Path(tmp)
         base = build_base(root / "base", args.hidden, args.layers)
         data = write_data(root / "data.txt")
-        samples: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        samples: dict[str, list[float]] = {name: [] for name in [*VARIANTS, "trainer"]}
         for round_ in range(args.rounds):
+            timer = StepTimer()
+            trainer_run(base, data, root / f"trainer{round_}", args, timer)
+            samples["trainer"] += timer.gaps(args.skip)
             for name, options in VARIANTS.items():
                 timer = StepTimer()
                 config = TrainConfig(
@@ -128,10 +189,12 @@ def main() -> None:
                 train(config, callbacks=[timer])
                 samples[name] += timer.gaps(args.skip)
         results = {name: statistics.median(gaps) for name, gaps in samples.items()}
-    plain = results["plain"]
+    plain, trainer = results["plain"], results.pop("trainer")
     print(f"{'variant':8} {'ms/step':>9} {'ratio':>6}")
     for name, seconds in results.items():
         print(f"{name:8} {seconds * 1000:9.1f} {seconds / plain:6.2f}")
+    print(f"{'Trainer':8} {trainer * 1000:9.1f}   (transformers' Trainer, the same steps)")
+    print(f"plain / Trainer: {plain / trainer:.2f}x")
     params = args.hidden, args.layers, args.block, args.batch, torch.get_num_threads()
     print(
         json.dumps(
@@ -139,6 +202,8 @@ def main() -> None:
                 "hidden_layers_block_batch_threads": params,
                 "ms_per_step": {k: round(v * 1000, 2) for k, v in results.items()},
                 "ratio_to_plain": {k: round(v / plain, 3) for k, v in results.items()},
+                "trainer_ms_per_step": round(trainer * 1000, 2),
+                "plain_to_trainer": round(plain / trainer, 3),
             }
         )
     )

@@ -55,3 +55,14 @@ def families(tmp_path_factory: pytest.TempPathFactory):
         return built[arch]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory):
+    """The quick demo's folder (`surgery demo --quick`, minutes of CPU), built once for the slow
+    tests that read it: tests/test_demo.py and the docs examples on the demo's world."""
+    from demo.pipeline import run_demo
+
+    out = tmp_path_factory.mktemp("demo") / "run"
+    run_demo(out, quick=True, device="cpu")
+    return out

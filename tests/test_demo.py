@@ -27,13 +27,6 @@ from demo.world import FAMILIES, build_languages, sentences, write_suite, write_
 from tests.support.checks import load_state, same_bits
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo") / "run"
-    run_demo(out, quick=True, device="cpu")
-    return out
-
-
 def test_world_is_deterministic_and_families_share_roots(tmp_path):
     a = write_world(tmp_path / "a", train_sentences=50, eval_sentences=4, seed=3)
     b = write_world(tmp_path / "b", train_sentences=50, eval_sentences=4, seed=3)

@@ -179,6 +179,63 @@ def test_reader_agrees_with_safetensors_on_more_headers(tmp_path, case):
     _agrees_with_safetensors(tmp_path, case)
 
 
+# Numbers at the edges of serde_json's range: the digits that fit a u64, integers of about 309
+# digits, fractions past a u64, exponents near 308 and past an i32. Each sits in a key no tensor
+# field reads (safetensors still parses it).
+EDGE_NUMBERS = [
+    "9" * 308,
+    "9" * 309,
+    "1" + "0" * 308,
+    "1" + "0" * 309,
+    "17976931348623157" + "0" * 292,  # the largest double's digits, yet out of serde's range
+    "-" + "9" * 400,
+    "1.7976931348623157e308",
+    "1.7976931348623158e308",  # Python rounds it to the largest double; serde overflows
+    "99999999999999999999.9",
+    "0.0e400",
+    "1e2147483648",
+    "1e-2147483648",
+    "1" + "0" * 400 + "e-200",
+]
+
+
+def _digits(lengths) -> st.SearchStrategy[str]:
+    return lengths.flatmap(lambda n: st.text("0123456789", min_size=n, max_size=n))
+
+
+# Lengths about u64's 20 digits and the 309 of the largest double, or any up to 330.
+_LENGTHS = st.one_of(st.sampled_from([18, 19, 20, 288, 289, 290, 307, 308]), st.integers(0, 330))
+
+
+@st.composite
+def json_numbers(draw):
+    """JSON number text: a sign, 1 to 331 integer digits, maybe a fraction and an exponent."""
+    whole = draw(st.sampled_from("123456789")) + draw(_digits(_LENGTHS))
+    text = draw(st.sampled_from(["", "-"])) + draw(st.sampled_from([whole, "0"]))
+    if draw(st.booleans()):
+        text += "." + draw(_digits(st.one_of(st.just(25), st.integers(1, 330))))
+    if draw(st.booleans()):
+        exponent = draw(st.one_of(st.integers(0, 400), st.sampled_from([2**31 - 1, 2**31])))
+        text += draw(st.sampled_from(["e", "E-", "e+"])) + str(exponent)
+    return text
+
+
+def _with_number(number: str) -> tuple[bytes, int]:
+    header = '{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2],"z":' + number + "}}"
+    return header.encode(), 2
+
+
+@pytest.mark.parametrize("number", EDGE_NUMBERS, ids=lambda n: f"{n[:24]}({len(n)})")
+def test_numbers_at_the_edge_of_serde_range(tmp_path, number):
+    _agrees_with_safetensors(tmp_path, _with_number(number))
+
+
+@_fuzz(200)
+@given(json_numbers())
+def test_numbers_out_of_range_as_safetensors_says(tmp_path, number):
+    _agrees_with_safetensors(tmp_path, _with_number(number))
+
+
 # Indexes: the reader opens a folder through its model.safetensors.index.json, whose names are
 # paths. Whatever the index holds, opening the folder gives the checkpoint or a CheckpointError
 # whose message can be printed (UTF-8), never another exception.

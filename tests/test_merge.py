@@ -25,13 +25,13 @@ from tests.support.checks import assert_valid_output, load_state, same_bits, ulp
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory) -> dict:
-    return tiny_models.build_family("llama", tmp_path_factory.mktemp("llama"))
+def llama(families) -> dict:
+    return families("llama")
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory) -> dict:
-    return tiny_models.build_family("gpt2", tmp_path_factory.mktemp("gpt2"))
+def gpt2(families) -> dict:
+    return families("gpt2")
 
 
 def mergekit_run(config: dict, out: Path) -> dict[str, torch.Tensor]:

@@ -22,8 +22,8 @@ from tests.test_merge import mergekit_run, models
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory) -> dict:
-    return tiny_models.build_family("llama", tmp_path_factory.mktemp("llama"))  # bf16
+def llama(families) -> dict:
+    return families("llama")  # bf16
 
 
 def run(config: dict, tmp_path: Path, name: str, flag: bool) -> Path:

@@ -28,13 +28,13 @@ from tests.test_merge import (
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory) -> dict:
-    return tiny_models.build_family("llama", tmp_path_factory.mktemp("llama"))
+def llama(families) -> dict:
+    return families("llama")
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory) -> dict:
-    return tiny_models.build_family("gpt2", tmp_path_factory.mktemp("gpt2"))
+def gpt2(families) -> dict:
+    return families("gpt2")
 
 
 # (method, per-model parameters, global parameters, needs a base).

@@ -7,18 +7,27 @@ nested arrays or objects, integers as plain literals (no `1.0`, no `true`, no `-
 and every duplicate tensor entry well-typed even though the last one wins. Python's `json`
 accepts all of those (or raises RecursionError and ValueError on some), so this module parses
 with hooks that keep what Python would hide, then checks the types as serde does.
+
+Every number is also read as serde_json reads it (whatever key holds it: safetensors buffers the
+whole header before it looks at the keys), with serde's own rules for what is out of range; see
+`_check_number`.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import re
 
 from surgery.core.dtypes import is_known
 
 # serde_json fails at 128 nested arrays/objects (the root object counts as one).
 MAX_DEPTH = 127
 USIZE_LIMIT = 2**64  # usize on the 64-bit platforms safetensors runs on
+U64_MAX = 2**64 - 1
+I32_MAX = 2**31 - 1
+# serde_json's table of powers of ten, 1e0 to 1e308, each the nearest double.
+POW10 = tuple(float(f"1e{power}") for power in range(309))
+_NUMBER = re.compile(r"-?(\d+)(?:\.(\d+))?(?:[eE]([-+]?)(\d+))?")
 TENSOR_FIELDS = ("dtype", "shape", "data_offsets")
 
 
@@ -48,7 +57,47 @@ def _object(pairs: list[tuple[str, object]]) -> _Object:
     return obj
 
 
+def _digits_into(significand: int, digits: str) -> tuple[int, int]:
+    """serde_json's accumulation of `digits` into a u64: (significand, how many digits fitted)."""
+    for count, digit in enumerate(digits):
+        if significand * 10 + int(digit) > U64_MAX:
+            return significand, count
+        significand = significand * 10 + int(digit)
+    return significand, len(digits)
+
+
+def _check_number(text: str) -> None:
+    """Refuse a JSON number as serde_json does (without its float_roundtrip feature).
+
+    serde keeps the digits in a u64 as long as they fit. Integer digits past that count as
+    powers of ten; fraction digits past it are dropped. The value is then the significand
+    times one double of its table of powers of ten (repeatedly divided by 1e308 for small
+    ones): a product that overflows, a power above 1e308 with a non-zero significand, or an
+    exponent beyond an i32 with a non-zero significand is out of range. So `1e309` is refused,
+    but so is `1.7976931348623158e308`, which Python rounds down to the largest double, and so
+    are integers of 309 digits and more.
+    """
+    whole, fraction, sign, power = _NUMBER.fullmatch(text).groups()
+    significand, fitted = _digits_into(0, whole)
+    exponent = len(whole) - fitted
+    if fraction is not None:
+        significand, fitted = _digits_into(significand, fraction)
+        exponent -= fitted
+    if power is not None:
+        # serde reads the exponent's digits into an i32, ending at the first that overflows.
+        if len(power.lstrip("0")) > 10 or int(power) > I32_MAX:
+            if significand and sign != "-":
+                raise HeaderError(f"number {text[:30]} out of range")
+            return
+        exponent += -int(power) if sign == "-" else int(power)
+    if exponent >= len(POW10) and significand:
+        raise HeaderError(f"number {text[:30]} out of range")
+    if 0 <= exponent < len(POW10) and float(significand) * POW10[exponent] == float("inf"):
+        raise HeaderError(f"number {text[:30]} out of range")
+
+
 def _parse_int(text: str) -> int | _NotUsize:
+    _check_number(text)
     # Never call int() on thousands of digits: Python refuses them with a ValueError.
     if text.startswith("-") or len(text) > 20 or int(text) >= USIZE_LIMIT:
         return _NotUsize(text)
@@ -56,10 +105,8 @@ def _parse_int(text: str) -> int | _NotUsize:
 
 
 def _parse_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise HeaderError(f"number {text[:30]} out of range")
-    return value
+    _check_number(text)
+    return float(text)
 
 
 def _parse_constant(text: str) -> None:
