@@ -31,6 +31,7 @@ from eval.errors import EvalDataError
 from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
 from eval.prefix_cache import SharedPrefix, encode_shared_prefix
 from eval.tokens import TextEncoder
+from eval.workers import map_batches
 
 # Most bytes of float32 logits one forward slice of rolling windows may hold.
 LOGITS_BUDGET = 256 * 2**20
@@ -125,10 +126,17 @@ def choice_loglikelihoods(
         for indices in _batches(group, requests, batch_size)
     ]
     results: list[list[float]] = [[] for _ in requests]
-    for indices, group_prefix in tqdm(batches, desc=desc, disable=not progress, leave=False):
-        scores = _score_batch(model, [requests[i] for i in indices], group_prefix)
+    scored = map_batches(
+        lambda batch: _score_batch(model, [requests[i] for i in batch[0]], batch[1]),
+        batches,
+        model_device(model),
+    )
+    bar = tqdm(total=len(batches), desc=desc, disable=not progress, leave=False)
+    for (indices, _), scores in zip(batches, scored, strict=True):
         for index, item_scores in zip(indices, scores, strict=True):
             results[index] = item_scores
+        bar.update()
+    bar.close()
     return results
 
 
