@@ -11,8 +11,9 @@ process so that each has its own peak memory:
 
 Printed per way: scoring seconds (the evaluate / simple_evaluate call, model already loaded),
 process wall seconds (model load included), peak private memory (RssAnon of the process, see
-bench/measure.py), acc and acc_norm, and the largest difference of a per-item log-likelihood
-from the whole-context run; then the speed-ups of the prefix cache.
+bench/measure.py), acc and acc_norm, the largest difference of a per-item log-likelihood
+from lm-eval's and how many items pick the same choice as lm-eval; then the prefix cache's time
+as a fraction of lm-eval's and its speed-up over whole contexts.
 
 The rows are synthetic (the repository has 6 real Belebele rows, too few): seeded passages of
 4 to 6 sentences of common English words, a question and four answers, in Belebele's schema,
@@ -206,20 +207,27 @@ def main() -> None:
             results[way] = json.loads(result.read_text())
     print(
         f"{'way':<8} {'scoring s':>10} {'wall s':>8} {'peak MB':>8} {'acc':>7} {'acc_norm':>9} "
-        f"{'max |d ll| vs whole':>20}"
+        f"{'max |d ll| vs lm-eval':>22} {'same argmax':>12}"
     )
+    reference = results["lm-eval"]["lls"]
     for way in WAYS:
         r, run = results[way], runs[way]
-        diff = _max_difference(r["lls"], results["whole"]["lls"])
+        diff = _max_difference(r["lls"], reference)
+        same = _same_argmax(r["lls"], reference)
         print(
             f"{way:<8} {r['seconds']:>10.1f} {run.seconds:>8.1f} {run.peak_anon / 2**20:>8.0f} "
-            f"{r['acc']:>7.3f} {r['acc_norm']:>9.3f} {diff:>20.1e}"
+            f"{r['acc']:>7.3f} {r['acc_norm']:>9.3f} {diff:>22.1e} {same:>8}/{len(reference)}"
         )
-    prefix = results["prefix"]["seconds"]
+    prefix, whole = results["prefix"]["seconds"], results["whole"]["seconds"]
     print(
-        f"prefix cache: {results['whole']['seconds'] / prefix:.2f}x faster than whole contexts, "
-        f"{results['lm-eval']['seconds'] / prefix:.2f}x faster than lm-eval (scoring time)"
+        f"prefix cache: {prefix / results['lm-eval']['seconds']:.2f}x lm-eval's scoring time, "
+        f"{whole / prefix:.2f}x faster than whole contexts"
     )
+
+
+def _same_argmax(a: list[list[float]], b: list[list[float]]) -> int:
+    """Items whose highest-scoring choice is the same in `a` and `b`."""
+    return sum(x.index(max(x)) == y.index(max(y)) for x, y in zip(a, b, strict=True))
 
 
 if __name__ == "__main__":

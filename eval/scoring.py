@@ -8,8 +8,9 @@ choice, and only the choice tokens run a second forward against that cache. The 
 position already predicts each choice's first token, so one-token choices (Belebele's " A".." D")
 need no second forward at all. Contexts that start with the same tokens (few-shot
 demonstrations) run that prefix once per call and every batch of them starts from its KV cache
-(eval.prefix_cache). tests/test_eval_scores.py checks the result against per-choice
-forward passes on Llama and Gemma-3 (sliding-window layers included).
+(eval.prefix_cache). On a CPU with several threads, batches run side by side, each on its
+share of the threads (eval.workers). tests/test_eval_scores.py checks the result against
+per-choice forward passes on Llama and Gemma-3 (sliding-window layers included).
 
 A document is scored as lm-eval's ``loglikelihood_rolling`` scores it: cut into windows by
 lm-eval's rule (`rolling_windows`), every token predicted once. The logits of a batch of windows
@@ -31,6 +32,7 @@ from eval.errors import EvalDataError
 from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
 from eval.prefix_cache import SharedPrefix, encode_shared_prefix
 from eval.tokens import TextEncoder
+from eval.workers import map_batches
 
 # Most bytes of float32 logits one forward slice of rolling windows may hold.
 LOGITS_BUDGET = 256 * 2**20
@@ -125,10 +127,17 @@ def choice_loglikelihoods(
         for indices in _batches(group, requests, batch_size)
     ]
     results: list[list[float]] = [[] for _ in requests]
-    for indices, group_prefix in tqdm(batches, desc=desc, disable=not progress, leave=False):
-        scores = _score_batch(model, [requests[i] for i in indices], group_prefix)
+    scored = map_batches(
+        lambda batch: _score_batch(model, [requests[i] for i in batch[0]], batch[1]),
+        batches,
+        model_device(model),
+    )
+    bar = tqdm(total=len(batches), desc=desc, disable=not progress, leave=False)
+    for (indices, _), scores in zip(batches, scored, strict=True):
         for index, item_scores in zip(indices, scores, strict=True):
             results[index] = item_scores
+        bar.update()
+    bar.close()
     return results
 
 
