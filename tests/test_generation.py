@@ -243,4 +243,4 @@ def test_real_model_generations_equal_lm_eval(tmp_path, shots):
         _, theirs = lm_eval_generations(lm, prompts, stop, tokens)
         different = [i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b]
         assert not different, (label, [(mine[i], theirs[i]) for i in different])
-        assert len({len(text) for text in mine}) > 3  # the generations are not all alike
+        assert len(set(mine)) > 3  # the generations are not all alike
