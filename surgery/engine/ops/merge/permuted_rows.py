@@ -38,10 +38,36 @@ class PermutedBytes:
         size = itemsize(self.tensor.dtype)
         row_bytes = self.width * size
         out = bytearray((last - first) * row_bytes)
-        for position, row in enumerate(range(first, last)):
-            out[position * row_bytes : (position + 1) * row_bytes] = self._row_bytes(row)
+        row = first
+        while row < last:
+            at = (row - first) * row_bytes
+            run = self._copied_run(row, last)
+            if run:  # consecutive rows of one input, copied as one slice
+                model, source_row = self.tensor.takes[row][0]
+                source = self.sources[model][
+                    source_row * self.width : (source_row + run) * self.width
+                ]
+                out[at : at + run * row_bytes] = source
+                row += run
+            else:
+                out[at : at + row_bytes] = self._row_bytes(row)
+                row += 1
         offset = (key.start - first * self.width) * size
         return memoryview(out)[offset : offset + (key.stop - key.start) * size]
+
+    def _copied_run(self, row: int, last: int) -> int:
+        """How many rows from `row` (before `last`) are copies of consecutive rows of one input
+        of the tensor's dtype; 0 when `row` is not such a copy."""
+        takes, run = self.tensor.takes, 0
+        first = takes[row]
+        if first is PAD or len(first) != 1:
+            return 0
+        model, source_row = first[0]
+        if self.tensor.columns[model].dtype != self.tensor.dtype:
+            return 0
+        while row + run < last and takes[row + run] == ((model, source_row + run),):
+            run += 1
+        return run
 
     def _row_bytes(self, row: int) -> memoryview:
         """Row `row`'s bytes: a copy of an input row of the tensor's dtype as it is, any other
