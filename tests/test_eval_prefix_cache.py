@@ -235,7 +235,9 @@ def test_models_without_a_plain_cache_run_whole_contexts(tokenizer, files, monke
         assert _score(model, tokenizer, task, 3, prefix_cache=True) == whole
     finally:
         handle.remove()
-    assert seen == seen_whole
+    # Batches may run side by side on a CPU's threads (eval/workers.py): the order of forwards
+    # is not fixed, the forwards are.
+    assert sorted(seen) == sorted(seen_whole)
 
 
 def test_evaluate_and_cli_switch_the_cache_off(tokenizer, files, tmp_path, monkeypatch):
