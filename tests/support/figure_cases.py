@@ -191,3 +191,52 @@ def _pair_deep():
         "mlp": [0.02 * n - 0.2 for n in range(34)],
     }
     return layer_heatmap_figure(rows, list(range(34)), "Cosine of a and b", "cosine")
+
+
+def _ppl_entry(value: float, trained: float | None, spread: float = 0.04) -> dict:
+    """A search report entry: the value and, against TRAINED, its ratio's 95% interval."""
+    if trained is None:
+        return {"value": value, "vs_trained": None}
+    ratio = value / trained
+    change = {"delta": value - trained, "ci_low": 0.0, "ci_high": 0.0, "ratio": ratio}
+    interval = {"ratio_low": ratio * (1 - spread), "ratio_high": ratio * (1 + spread)}
+    return {"value": value, "vs_trained": change | interval}
+
+
+def search_document() -> dict:
+    """A search's frontier.json as the dense demo gives it: BASE's learning perplexity at 6e4,
+    two orders of magnitude above the points (21 to 45), which it squashes on a shared axis."""
+    learn, forget = "heldin/sla1/ppl", "gen/gen/ppl"
+    trained = {learn: 21.4, forget: 199.0}
+    pairs = [(24.0, 37.0), (22.0, 120.0), (26.0, 24.0), (30.0, 15.0), (37.0, 11.0), (45.0, 8.0)]
+    points = [
+        {
+            "point": n,
+            "baseline": None,
+            "profile": "p",
+            "frontier": True,
+            "report": {
+                learn: _ppl_entry(y, trained[learn]),
+                forget: _ppl_entry(x, trained[forget]),
+            },
+        }
+        for n, (y, x) in enumerate(pairs, 1)
+    ]
+    points.append(
+        {
+            "point": 7,
+            "baseline": "reverted 2:5",
+            "profile": "b",
+            "frontier": False,
+            "report": {learn: _ppl_entry(23.0, 21.4), forget: _ppl_entry(160.0, 199.0)},
+        }
+    )
+    objective = {"metric": "ppl", "higher_is_better": False, "split": "report"}
+    return {
+        "objectives": [objective | {"name": learn}, objective | {"name": forget}],
+        "references": {
+            "base": {"report": {learn: {"value": 6.0e4}, forget: {"value": 4.3}}},
+            "trained": {"report": {k: _ppl_entry(v, None) for k, v in trained.items()}},
+        },
+        "points": points,
+    }

@@ -1,0 +1,55 @@
+"""The figure check: every plot function, drawn on fixture data shaped like the docs' runs,
+reads at page width (no text off the canvas or on another, no legend on data, colour scales
+fitted, no squashed axis, no unfilled title); and the check flags the figures the toolkit drew
+before the shared plotting package."""
+
+from __future__ import annotations
+
+import pytest
+
+from surgery.plotting import close
+from surgery.plotting.check import figure_problems
+from tests.support import old_figures
+from tests.support.figure_cases import CASES, DRIFT, EXPERTS, REGIONS, search_document
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_plot_function_passes_the_figure_check(name):
+    fig = CASES[name]()
+    try:
+        assert figure_problems(fig) == []
+    finally:
+        close(fig)
+
+
+@pytest.mark.parametrize(
+    ("draw", "fault"),
+    [
+        (lambda: old_figures.old_drift(DRIFT, "Drift of expert-slavic"), "legend"),
+        (lambda: old_figures.old_similarity(REGIONS, EXPERTS, "Cosine", "cosine"), "colour scale"),
+        (lambda: old_figures.old_frontier(search_document()), "squashes"),
+    ],
+    ids=["drift", "similarity", "search"],
+)
+def test_the_check_flags_the_figures_drawn_before_the_plotting_package(draw, fault):
+    fig = draw()
+    try:
+        problems = figure_problems(fig)
+    finally:
+        close(fig)
+    assert any(fault in problem for problem in problems), problems
+
+
+def test_the_check_flags_an_unfilled_title_and_text_off_the_canvas():
+    from surgery.plotting import figure
+
+    fig, axes = figure("half", 5.0)
+    axes[0, 0].plot([0, 1, 2, 3, 4], [1, 2, 3, 4, 5], marker="o")
+    axes[0, 0].set_title("Drift of {trained}")
+    fig.text(0.98, 0.5, "a long note that runs off the right edge")
+    try:
+        problems = figure_problems(fig)
+    finally:
+        close(fig)
+    assert any("placeholder" in p for p in problems), problems
+    assert any("leaves the canvas" in p for p in problems), problems
