@@ -5,10 +5,13 @@ before the shared plotting package."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from surgery.plotting import close
+from surgery.plotting import close, figure_metadata, plotting_hash
 from surgery.plotting.check import figure_problems
+from surgery.plotting.save import COMMAND_KEY, HASH_KEY
 from tests.support import old_figures
 from tests.support.figure_cases import CASES, DRIFT, EXPERTS, REGIONS, search_document
 
@@ -53,3 +56,20 @@ def test_the_check_flags_an_unfilled_title_and_text_off_the_canvas():
         close(fig)
     assert any("placeholder" in p for p in problems), problems
     assert any("leaves the canvas" in p for p in problems), problems
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.mark.parametrize("png", sorted(path.name for path in DOCS.glob("*.png")))
+def test_every_docs_figure_says_what_drew_it_with_todays_plotting_package(png):
+    """A docs figure records the command that drew it and the plotting package's hash; a
+    different hash means the figure is older than the code that draws it (docs/figures.sh)."""
+    metadata = figure_metadata(DOCS / png)
+    assert metadata.get(COMMAND_KEY, "").startswith("surgery "), (
+        f"docs/{png} does not say which surgery command drew it: redraw it with docs/figures.sh"
+    )
+    assert metadata.get(HASH_KEY) == plotting_hash(), (
+        f"docs/{png} was drawn by another version of surgery/plotting: redraw it with "
+        "docs/figures.sh"
+    )

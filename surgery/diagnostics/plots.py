@@ -206,13 +206,15 @@ def window_figure(
             ax.plot(centres, [row[metric] for row in points], marker="o", label=label)
         values = [row[metric] for row in rows] + [base, trained]
         _log_if_ratio(ax, metric, values)
-        ax.set_title(task_label(metric, metrics))
+        scored = f"scored on {task_label(metric, metrics)}"
+        ax.set_title(f"{title}\n{scored}" if len(metrics) == 1 else scored)
         ax.set_xlabel(f"centre layer of the reverted {width}-layer window")
         ax.set_ylabel(metric_axis_label(metric))
         ax.grid(alpha=0.3)
     handles = axes[0].get_legend_handles_labels()[0]
     legend_below(fig, [*handles, noise_handle(of="trained")])
-    fig.suptitle(title)
+    if len(metrics) > 1:
+        fig.suptitle(title)
     return fig
 
 
