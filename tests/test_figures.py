@@ -5,6 +5,7 @@ before the shared plotting package."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,24 @@ def test_every_docs_figure_says_what_drew_it_with_todays_plotting_package(png):
         f"docs/{png} was drawn by another version of surgery/plotting: redraw it with "
         "docs/figures.sh"
     )
+
+
+# What only surgery/plotting may hold: matplotlib itself, figure sizes, font sizes, colours.
+OWN_TO_PLOTTING = re.compile(
+    r"^\s*(import matplotlib|from matplotlib)|figsize=|fontsize=|\"#[0-9a-fA-F]{6}\"|\"tab:\w+\"",
+    re.MULTILINE,
+)
+
+
+@pytest.mark.parametrize("package", ["surgery", "eval", "demo", "train"])
+def test_every_figure_is_drawn_through_the_plotting_package(package):
+    """search, compare, drift, sweep, localize and the demo draw with surgery.plotting: no module
+    outside it imports matplotlib or sets a figure's size, a font size or a colour of its own."""
+    root = DOCS.parent
+    offenders = [
+        f"{path.relative_to(root)}: {match.group(0).strip()}"
+        for path in sorted((root / package).rglob("*.py"))
+        if "plotting" not in path.relative_to(root).parts[:2]
+        for match in OWN_TO_PLOTTING.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
