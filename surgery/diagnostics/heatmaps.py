@@ -55,7 +55,8 @@ def recovery_figure(
     ]
     values = [[row[f"recovery/{m}"] for m in drawn] for row in rows]
     cols = [f"{task_label(m, drawn)}\n{m.rsplit('/', 1)[-1].replace('_', ' ')}" for m in drawn]
-    fig, axes = figure("full", 3.2 + 0.8 * len(rows))
+    # As wide as the columns need, up to the page: one metric is not a page-wide bar.
+    fig, axes = figure(min(17.0, 9.0 + 2.5 * len(cols)), 3.2 + 0.8 * len(rows))
     ax = axes[0, 0]
     scale = colour_scale(values)
     image = heatmap(ax, values, names, cols, scale, hatch_nan=True)

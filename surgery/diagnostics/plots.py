@@ -165,7 +165,7 @@ def drift_figure(layer_kinds: dict[tuple[int, str], float], title: str):
         ax.set_ylim(min(positive) / 1.5, max(positive) * 1.5)
     plain_ticks(ax, "y")
     ax.set_xlabel("layer")
-    ax.set_ylabel("relative L2 drift ‖θ − θ₀‖ / ‖θ₀‖" + (" (log scale)" if log else ""))
+    ax.set_ylabel("relative L2 drift\n‖θ − θ₀‖ / ‖θ₀‖" + (", log scale" if log else ""))
     ax.set_xticks(layers if len(layers) <= 24 else layers[:: math.ceil(len(layers) / 24)])
     ax.grid(axis="y", alpha=0.3)
     ax.set_title(title)
