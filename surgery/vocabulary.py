@@ -114,11 +114,11 @@ def _union(base: Tokenizer, tokenizers: Sequence[Tokenizer], sizes: Sequence[int
         base.save_pretrained(folder)
         result = transformers.AutoTokenizer.from_pretrained(folder, use_fast=True)
     base_vocab = base.get_vocab()
-    for token in out_vocab:
-        if token not in added and token not in base_vocab:
-            result.add_tokens(token)
-    for info in added.values():
-        result.add_tokens(info)
+    # Added in two batches, not one call per token as mergekit does: the same ids in the same
+    # order (each batch skips tokens the tokenizer has), without rebuilding the tokenizer's
+    # added vocabulary once per token (5 s for 2,000 tokens).
+    result.add_tokens([t for t in out_vocab if t not in added and t not in base_vocab])
+    result.add_tokens(list(added.values()))
     return result
 
 

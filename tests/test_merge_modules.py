@@ -7,6 +7,7 @@ mergekit refuses) is checked against the direct computation.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,78 @@ def test_modules_match_mergekit_per_module(gemma3mm, tmp_path):  # noqa: F811
     projector = "multi_modal_projector.mm_input_projection_weight"
     expected = base[projector] + 0.4 * (e2[projector] - base[projector])
     assert torch.allclose(ours[projector], expected, rtol=1e-6, atol=1e-7)
+
+
+def _source(model: Path, lo: int, hi: int, weight: object) -> dict:
+    return {"model": str(model), "layer_range": [lo, hi], "parameters": {"weight": weight}}
+
+
+def _sliced_modules(paths: dict) -> dict:
+    """linear with modules given `slices:`: 3 of the 4 text layers (two slices, a weight
+    gradient in one), 3 vision layers from 2 (one taken twice), the projector by `models:`."""
+    base, (e1, e2) = paths["base"], paths["experts"]
+    return {
+        "merge_method": "linear",
+        # float32 arithmetic rounded once to bf16: mergekit rounds each float32 operation of
+        # its weighted sum, so results near 0 differ by many float32 ulps.
+        "dtype": "float32",
+        "out_dtype": "bfloat16",
+        "modules": {
+            "text_decoder": {
+                "slices": [
+                    {"sources": [_source(e1, 0, 2, 0.7), _source(e2, 1, 3, [0.2, 0.8])]},
+                    {"sources": [_source(base, 3, 4, 1.0)]},
+                ],
+                "parameters": {"normalize": True},
+            },
+            "vision_tower": {
+                "slices": [
+                    {"sources": [_source(e2, 1, 2, 1.0)]},
+                    {"sources": [_source(e1, 0, 2, 0.5), _source(base, 0, 2, 0.5)]},
+                ]
+            },
+            "multi_modal_projector": {"models": [{"model": str(e1), "parameters": {"weight": 1}}]},
+        },
+    }
+
+
+def test_modules_with_slices_match_mergekit(gemma3mm, tmp_path):  # noqa: F811
+    config = _sliced_modules(gemma3mm)
+    ours = assert_valid_output(surgery_run(config, tmp_path))
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    assert set(theirs) <= set(ours)  # mergekit leaves the vision head out (see above)
+    ulps = {k: ulp_distance(ours[k], v) for k, v in theirs.items()}
+    assert max(ulps.values()) <= 1, {k: u for k, u in ulps.items() if u > 1}
+    # The layers were renumbered: 3 text layers, 3 vision layers; configs agree on it.
+    configs = [
+        json.loads((f / "config.json").read_text())
+        for f in (tmp_path / "ours", tmp_path / "mergekit")
+    ]
+    for config_json in configs:
+        assert config_json["text_config"]["num_hidden_layers"] == 3
+        assert config_json["vision_config"]["num_hidden_layers"] == 3
+    # Layer 2 of the text decoder is the base's layer 3, and vision layer 0 is e2's layer 1.
+    base, e2 = load_state(gemma3mm["base"]), load_state(gemma3mm["experts"][1])
+    text, vision = "language_model.model.layers.", "vision_tower.vision_model.encoder.layers."
+    suffix = "mlp.down_proj.weight"
+    bf16 = torch.bfloat16
+    assert same_bits(ours[f"{text}2.{suffix}"], base[f"{text}3.{suffix}"].to(bf16))
+    assert same_bits(ours[f"{vision}0.mlp.fc1.weight"], e2[f"{vision}1.mlp.fc1.weight"].to(bf16))
+    assert f"{text}3.{suffix}" not in ours
+
+
+def test_a_module_without_layers_takes_empty_slices(gemma3mm, tmp_path):  # noqa: F811
+    config = _sliced_modules(gemma3mm)
+    e1 = gemma3mm["experts"][0]
+    projector = {"slices": [{"sources": [_source(e1, 0, 0, 1.0)]}]}
+    config["modules"]["multi_modal_projector"] = projector
+    ours = assert_valid_output(surgery_run(config, tmp_path))
+    theirs = mergekit_run(config, tmp_path / "mergekit")
+    names = [n for n in theirs if n.startswith("multi_modal_projector.")]
+    assert names and all(same_bits(ours[n], theirs[n]) for n in names)
+    projector["slices"][0]["sources"][0]["layer_range"] = [0, 1]
+    (tmp_path / "bad").mkdir()
+    _refused(tmp_path / "bad", config, "of a module without layers (give [0, 0])")
 
 
 @pytest.fixture(scope="module")
@@ -202,10 +275,6 @@ def test_a_vision_tower_from_a_text_only_model_is_refused(mixed, tmp_path):
             "resi",
         ),
         (M + "models: [{model: a+adapter}]\n", "mergekit-yaml applies them"),
-        (
-            M + "modules: {default: {slices: [{sources: [{model: a, layer_range: [0, 1]}]}]}}\n",
-            "modules.default: slices inside a module are not supported; give models:",
-        ),
     ],
 )
 def test_what_stays_refused_is_one_line(tmp_path, text, message):

@@ -1,9 +1,16 @@
 """The rows of a `PermutedTensor` (`surgery.engine.ops.merge.vocabulary`), gathered as a
-kernel or a blend reads them: copies, zeros, means in the tensor's dtype, padding."""
+kernel or a blend reads them: copies, zeros, means in the tensor's dtype, padding.
+
+A chunk's copied rows are byte copies, consecutive ones as one slice. Its other rows are
+computed together: each input's rows are gathered at once (one fancy index over a local file's
+mapping) and each step of a mean is one array operation over every row that has the step, in
+the order and with the roundings of the one-row-at-a-time mean, so the bytes do not change.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -11,7 +18,7 @@ from surgery.core.dtypes import itemsize
 from surgery.engine.float_codec import decode, encode
 from surgery.engine.reader import TensorInfo
 from surgery.engine.source import SourcePool
-from surgery.engine.values import tensor_bytes
+from surgery.engine.values import LocalBytes, tensor_bytes
 
 # `vocabulary.PAD` (not imported: that module imports this one when rows are gathered).
 PAD = None
@@ -22,7 +29,7 @@ def _work(dtype: str) -> type[np.floating]:
 
 
 class PermutedBytes:
-    """A `PermutedTensor`'s bytes, `[start:stop]` by element, gathered row by row on demand."""
+    """A `PermutedTensor`'s bytes, `[start:stop]` by element, gathered chunk by chunk."""
 
     def __init__(self, pool: SourcePool, tensor: TensorInfo) -> None:
         self.tensor = tensor
@@ -35,9 +42,9 @@ class PermutedBytes:
 
     def __getitem__(self, key: slice) -> memoryview:
         first, last = key.start // self.width, -(-key.stop // self.width)
-        size = itemsize(self.tensor.dtype)
-        row_bytes = self.width * size
+        row_bytes = self.width * itemsize(self.tensor.dtype)
         out = bytearray((last - first) * row_bytes)
+        computed = []  # rows that are no byte copy, computed together below
         row = first
         while row < last:
             at = (row - first) * row_bytes
@@ -50,10 +57,17 @@ class PermutedBytes:
                 out[at : at + run * row_bytes] = source
                 row += run
             else:
-                out[at : at + row_bytes] = self._row_bytes(row)
+                computed.append(row)
                 row += 1
-        offset = (key.start - first * self.width) * size
-        return memoryview(out)[offset : offset + (key.stop - key.start) * size]
+        if computed:
+            values = self._rows(computed).reshape(-1)  # `encode` takes a flat array
+            encoded = encode(values, self.tensor.dtype).reshape(len(computed), -1)
+            for row, values in zip(computed, encoded, strict=True):
+                at = (row - first) * row_bytes
+                out[at : at + row_bytes] = values.tobytes()
+        offset = (key.start - first * self.width) * itemsize(self.tensor.dtype)
+        size = (key.stop - key.start) * itemsize(self.tensor.dtype)
+        return memoryview(out)[offset : offset + size]
 
     def _copied_run(self, row: int, last: int) -> int:
         """How many rows from `row` (before `last`) are copies of consecutive rows of one input
@@ -69,48 +83,70 @@ class PermutedBytes:
             run += 1
         return run
 
-    def _row_bytes(self, row: int) -> memoryview:
-        """Row `row`'s bytes: a copy of an input row of the tensor's dtype as it is, any other
-        row computed and rounded to it."""
-        take = self.tensor.takes[row]
-        if take is not PAD and len(take) == 1:
-            model, source_row = take[0]
-            if self.tensor.columns[model].dtype == self.tensor.dtype:
-                return self.sources[model][source_row * self.width : (source_row + 1) * self.width]
-        return memoryview(encode(self._row(row), self.tensor.dtype)).cast("B")
-
-    def _input_row(self, model: int, row: int) -> np.ndarray:
-        column = self.tensor.columns[model]
-        raw = self.sources[model][row * self.width : (row + 1) * self.width]
-        return decode(raw, column.dtype, self.work)
+    def _gather(self, model: int, rows: Sequence[int]) -> np.ndarray:
+        """Input `model`'s rows `rows`, decoded to the work dtype, one row per line: one fancy
+        index over a local mapping; a streamed source's rows are joined first."""
+        column, source = self.tensor.columns[model], self.sources[model]
+        row_bytes = self.width * itemsize(column.dtype)
+        if isinstance(source, LocalBytes):
+            whole = np.frombuffer(source[0 : column.shape[0] * self.width], np.uint8)
+            raw = whole.reshape(-1, row_bytes)[np.asarray(rows, np.intp)]
+        else:
+            w = self.width
+            raw = np.frombuffer(b"".join(source[r * w : (r + 1) * w] for r in rows), np.uint8)
+        return decode(memoryview(raw).cast("B"), column.dtype, self.work).reshape(len(rows), -1)
 
     def _rounded(self, values: np.ndarray) -> np.ndarray:
         """`values` rounded to the tensor's dtype (each step of a mean is, as in torch)."""
         if self.tensor.dtype in ("F32", "F64") and values.dtype == self.work:
             return values  # the work dtype is the tensor's: nothing to round
-        return decode(
-            memoryview(encode(values, self.tensor.dtype)).cast("B"), self.tensor.dtype, self.work
-        )
+        bits = memoryview(encode(values.reshape(-1), self.tensor.dtype)).cast("B")
+        return decode(bits, self.tensor.dtype, self.work).reshape(values.shape)
 
-    def _row(self, row: int) -> np.ndarray:
-        take = self.tensor.takes[row]
-        if take is PAD:
-            return self._padding()
-        if not take:
-            return np.zeros(self.width, self.work)
-        if len(take) == 1:
-            return self._rounded(self._input_row(*take[0]))
-        total = np.zeros(self.width, self.work)
-        for model, source_row in take:
-            total = self._rounded(total + self._rounded(self._input_row(model, source_row)))
-        return self._rounded(total / self.work(len(take)))
+    def _rows(self, rows: Sequence[int]) -> np.ndarray:
+        """The values of output rows `rows` (none a plain copy), one row per line: zeros, an
+        input row rounded to the tensor's dtype, padding, or a mean, whose every step is one
+        operation per input over all the rows that take that step."""
+        takes = [self.tensor.takes[row] for row in rows]
+        values = np.zeros((len(rows), self.width), self.work)
+        if any(take is PAD for take in takes):
+            values[[i for i, take in enumerate(takes) if take is PAD]] = self._padding()
+        single = [i for i, take in enumerate(takes) if take is not PAD and len(take) == 1]
+        for model, lines in _by_model(takes, single, 0).items():
+            picked = [takes[i][0][1] for i in lines]
+            values[lines] = self._rounded(self._gather(model, picked))
+        means = [i for i, take in enumerate(takes) if take is not PAD and len(take) > 1]
+        if not means:
+            return values
+        # Summed in the take's order from zeros, rounded at each step, divided once: as the
+        # mean of one row is computed (a -0.0 row becomes +0.0, as it does there).
+        steps = max(len(takes[i]) for i in means)
+        for step in range(steps):
+            for model, lines in _by_model(takes, means, step).items():
+                picked = [takes[i][step][1] for i in lines]
+                added = self._rounded(self._gather(model, picked))
+                values[lines] = self._rounded(values[lines] + added)
+        counts = np.array([len(takes[i]) for i in means], self.work)[:, None]
+        values[means] = self._rounded(values[means] / counts)
+        return values
 
     def _padding(self) -> np.ndarray:
-        """The mean of the rows before the padding (computed once, in float64)."""
+        """The mean of the rows before the padding (computed once, in float64, row by row)."""
         if self._pad is None:
             count = sum(t is not PAD for t in self.tensor.takes)
             total = np.zeros(self.width, np.float64)
-            for row in range(count):
-                total += self._row(row)
+            block = max(1, 2**22 // max(1, self.width))  # rows computed at a time (16 MiB)
+            for start in range(0, count, block):
+                for values in self._rows(range(start, min(count, start + block))):
+                    total += values
             self._pad = self._rounded((total / count).astype(self.work))
         return self._pad
+
+
+def _by_model(takes: Sequence, lines: Sequence[int], step: int) -> dict[int, list[int]]:
+    """The `lines` whose take has a step `step`, grouped by the model that step reads."""
+    groups: dict[int, list[int]] = {}
+    for line in lines:
+        if step < len(takes[line]):
+            groups.setdefault(takes[line][step][0], []).append(line)
+    return groups

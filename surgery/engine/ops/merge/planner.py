@@ -10,7 +10,7 @@ otherwise ("post" weights: final norm, head; see `architectures`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -166,16 +166,15 @@ def _full_model_tensors(matching: Matching, out_slice: OutputSlice) -> Iterator[
         yield _Tensor(name, inputs, out_slice, _position(reference, name))
 
 
-def _module_slices(spec: MergeSpec, module: ModuleSpec) -> OutputSlice:
-    """A `models:` module's one slice, the base among its sources as mergekit adds it."""
+def _module_slices(spec: MergeSpec, module: ModuleSpec) -> tuple[OutputSlice, ...]:
+    """A module's slices: its own `slices:`, or a `models:` module's one slice with the base
+    among its sources, as mergekit adds it."""
     if module.sliced:
-        raise MergeConfigError(
-            f"modules.{module.name}: slices inside a module are not supported; give models:"
-        )
+        return module.slices
     out_slice = module.slices[0]
     if spec.base is None or spec.base in [s.model for s in out_slice.sources]:
-        return out_slice
-    return replace(out_slice, sources=(*out_slice.sources, SliceSource(spec.base, 0, 0)))
+        return (out_slice,)
+    return (replace(out_slice, sources=(*out_slice.sources, SliceSource(spec.base, 0, 0))),)
 
 
 def _check_module_sources(
@@ -189,8 +188,12 @@ def _check_module_sources(
     found = module_map(tensors, layout)
     check_modules(spec.modules, found, _label(spec, reference))
     for module in spec.modules:
-        wanted = [layout.canonical[n] for n, m in found.items() if m == module.name]
-        for source in _module_slices(spec, module).sources:
+        names = [n for n, m in found.items() if m == module.name]
+        if module.sliced:  # its layers are checked slice by slice, as `slices:` are
+            stack = _module_stack(checkpoints[reference], names)
+            names = [n for n in names if stack is None or stack_layer(n, stack) is None]
+        wanted = [layout.canonical[n] for n in names]
+        for source in (s for sl in _module_slices(spec, module) for s in sl.sources):
             canonical = layout_of(checkpoints[source.model].tensors).canonical.values()
             missing = set(wanted) - set(canonical)
             if missing:
@@ -203,11 +206,12 @@ def _check_module_sources(
 
 def _module_tensors(
     spec: MergeSpec, checkpoints: Sequence[Checkpoint]
-) -> tuple[Matching, list[int], list[_Tensor]]:
+) -> tuple[Matching, list[int], list[_Tensor], dict]:
     """Every tensor of the output's reference (the base, else the first model), module by
     module in the config's order, with the tensor of the same canonical name of each model its
-    module names. Returns the matching (the reference first) with the models in its order, and
-    the tensors."""
+    module names (a `slices:` module's layers renumbered as `slices:` renumber them). Returns
+    the matching (the reference first) with the models in its order, the tensors, and the
+    config.json keys that sliced modules change (their layer counts)."""
     reference = spec.base if spec.base is not None else 0
     found = _check_module_sources(spec, checkpoints, reference)
     order = [reference, *(i for i in range(len(checkpoints)) if i != reference)]
@@ -218,14 +222,94 @@ def _module_tensors(
         lonely="each comes from the models its module names",
     )
     where = {model: position for position, model in enumerate(order)}
-    items = []
+
+    def partner(name: str, model: int) -> str:
+        return matching.partner(name, where[model]).name
+
+    items, updates = [], {}
     for module in spec.modules:
-        out_slice = _module_slices(spec, module)
-        for name in (n for n, m in found.items() if m == module.name):
-            inputs = [(s, matching.partner(name, where[s.model]).name) for s in out_slice.sources]
+        names = [n for n, m in found.items() if m == module.name]
+        if module.sliced:
+            items += _sliced_module(spec, checkpoints, reference, module, names, partner)
+            stack = _module_stack(checkpoints[reference], names)
+            if stack is not None:
+                count = sum(s.num_layers for s in module.slices)
+                updates |= _layer_count(checkpoints[reference].config, stack, count)
+            continue
+        (out_slice,) = _module_slices(spec, module)
+        for name in names:
+            inputs = [(s, partner(name, s.model)) for s in out_slice.sources]
             t = _position(checkpoints[reference], name)
             items.append(_Tensor(name, inputs, out_slice, t, module.parameters))
-    return matching, order, items
+    return matching, order, items, updates
+
+
+def _module_stack(checkpoint: Checkpoint, names: Sequence[str]) -> Stack | None:
+    """The layer stack of a module (of tensors `names`), which its `slices:` count layers of;
+    None for a module without layers (a projector)."""
+    for stack in checkpoint.stacks:
+        if any(stack_layer(name, stack) is not None for name in names):
+            return stack
+    return None
+
+
+def _sliced_module(
+    spec: MergeSpec,
+    ckpts: Sequence[Checkpoint],
+    reference: int,
+    module: ModuleSpec,
+    names: Sequence[str],
+    partner: Callable[[str, int], str],
+) -> list[_Tensor]:
+    """A `slices:` module's tensors, as mergekit plans them: its "pre" weights from the first
+    slice's models, its stack's layers slice after slice, its other weights from the last's.
+    A module without layers has only "pre" weights (as mergekit's projectors), from the first
+    slice, whose layer ranges must then be empty."""
+    stack = _module_stack(ckpts[reference], names)
+    first, last = module.slices[0], module.slices[-1]
+
+    def outer(name: str, out_slice: OutputSlice, sources: Sequence[SliceSource]) -> _Tensor:
+        inputs = [(s, partner(name, s.model)) for s in sources]
+        return _Tensor(name, inputs, out_slice, 0.0, module.parameters)
+
+    if stack is None:
+        ranges = [s for out_slice in module.slices for s in out_slice.sources if s.stop > s.start]
+        if ranges:
+            raise MergeConfigError(
+                f"modules.{module.name}: layer_range [{ranges[0].start}, {ranges[0].stop}] "
+                "of a module without layers (give [0, 0])"
+            )
+        return [outer(n, first, first.sources) for n in names]
+    stacks = {}
+    for model in (m for out_slice in module.slices for m in _models(out_slice)):
+        found = [s for s in ckpts[model].stacks if s.prefix == stack.prefix]
+        if not found:
+            raise MismatchError(
+                f"{_label(spec, model)} has no layers {stack.prefix}.N (module {module.name})"
+            )
+        stacks[model] = found[0]
+    canonical = layout_of(ckpts[reference].tensors).canonical
+    outside = [n for n in names if stack_layer(n, stack) is None]
+    layers = _slice_layers(ckpts, stacks, module.slices, stack.prefix)
+    post = _post_sources(module.slices)
+    return (
+        [outer(n, first, first.sources) for n in outside if is_pre_weight(canonical[n])]
+        + [replace(item, module=module.parameters) for item in layers]
+        + [outer(n, last, post) for n in outside if not is_pre_weight(canonical[n])]
+    )
+
+
+# The config.json section that holds a stack's layer count (mergekit's `num_layers_config_key`
+# of its module), by the stack's kind; a text stack's count is top-level in a text-only config.
+_LAYER_SECTIONS = {"text": "text_config", "vision": "vision_config", "audio": "audio_config"}
+
+
+def _layer_count(config: dict, stack: Stack, count: int) -> dict:
+    """The config.json keys to set for `count` output layers of `stack`."""
+    section = _LAYER_SECTIONS.get(stack.name)
+    if isinstance(config.get(section), dict):
+        return {section: {**config[section], "num_hidden_layers": count}}
+    return {"num_hidden_layers": count} if stack.name == "text" else {}
 
 
 def _sliced_tensors(
@@ -238,8 +322,28 @@ def _sliced_tensors(
     for name in outside:
         if is_pre_weight(name):
             yield _Tensor(name, [(s, name) for s in first.sources], first, 0.0)
+    yield from _slice_layers(ckpts, stacks, slices, stacks[first.sources[0].model].prefix)
+    for name in outside:
+        if not is_pre_weight(name):
+            yield _Tensor(name, [(s, name) for s in _post_sources(slices)], last, 0.0)
+
+
+def _post_sources(slices: Sequence[OutputSlice]) -> tuple[SliceSource, ...]:
+    """The sources of the weights after the stack: the last slice's, as many as the first slice
+    has (mergekit pairs the last slice's models with the first slice's count of weights, and
+    `zip` drops the rest)."""
+    return slices[-1].sources[: len(slices[0].sources)]
+
+
+def _slice_layers(
+    ckpts: Sequence[Checkpoint],
+    stacks: dict[int, Stack],
+    slices: Sequence[OutputSlice],
+    out_prefix: str,
+) -> Iterator[_Tensor]:
+    """The layers of `slices` (each model's in its stack of `stacks`), numbered from 0 under
+    `out_prefix`; t runs from 0 to 1 within each slice."""
     out_layer = 0
-    out_prefix = stacks[first.sources[0].model].prefix
     for out_slice in slices:
         lengths = {s.stop - s.start for s in out_slice.sources}
         if len(lengths) != 1:
@@ -255,9 +359,6 @@ def _sliced_tensors(
                 name = f"{out_prefix}.{out_layer}.{suffix}"
                 yield _Tensor(name, inputs, out_slice, t)
             out_layer += 1
-    for name in outside:
-        if not is_pre_weight(name):
-            yield _Tensor(name, [(s, name) for s in last.sources], last, 0.0)
 
 
 def _models(out_slice: OutputSlice) -> list[int]:
@@ -417,7 +518,7 @@ def check_spec(spec: MergeSpec) -> None:
 def _spec_slices(spec: MergeSpec) -> tuple[OutputSlice, ...]:
     """The slices a merge plans: its `slices:`, each module's, or one of every model."""
     if spec.modules is not None:
-        return tuple(_module_slices(spec, module) for module in spec.modules)
+        return tuple(s for module in spec.modules for s in _module_slices(spec, module))
     if spec.slices is not None:
         return spec.slices
     models = list(range(len(spec.models)))
@@ -441,9 +542,9 @@ def plan_merge(
     for checkpoint in checkpoints:
         refuse_cast(scale_pairs(checkpoint), spec.out_dtype or spec.dtype)
     slices = _spec_slices(spec)
-    matching, order = None, list(range(len(checkpoints)))
+    matching, order, updates = None, list(range(len(checkpoints))), {}
     if spec.modules is not None:
-        matching, order, items = _module_tensors(spec, checkpoints)
+        matching, order, items, updates = _module_tensors(spec, checkpoints)
     elif spec.slices is None:
         labels = [_label(spec, i) for i in range(len(checkpoints))]
         matching = match(
@@ -460,7 +561,6 @@ def plan_merge(
         planner = _Planner(spec, checkpoints, pool, vocabulary)
         tensors = [planner.tensor(item) for item in items]
     donor = checkpoints[spec.base if spec.base is not None else 0]
-    updates = {}
     if spec.slices is not None:
         updates["num_hidden_layers"] = sum(s.num_layers for s in spec.slices)
     if vocabulary is not None:
