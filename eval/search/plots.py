@@ -1,60 +1,259 @@
-"""The search's figure: forgetting against learning on the report half (frontier.png)."""
+"""The search's figure, frontier.png: forgetting (x) against learning (y) on the report half,
+drawn through the shared plotting package (surgery.plotting).
+
+Every frontier point carries its trial number (report.md's and the text's name for it), every
+baseline its name. BASE usually lies orders of magnitude away (it never saw the languages): a
+point that would squash the others is an arrow at the axis edge with its value.
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from surgery.plotting import (
+    BASE_COLOUR,
+    BASELINE_COLOUR,
+    FONT,
+    FRONT_COLOUR,
+    LOG_SPAN,
+    TRAINED_COLOUR,
+    figure,
+    legend_below,
+    outlier_arrow,
+    plain_number,
+    plain_ticks,
+    save_figure,
+    use_log,
+)
 
-def plot_frontier(document: dict[str, Any], path: Path) -> Path:
-    """Forgetting against learning on the report half: each point's value with the 95% paired
-    interval of its change from TRAINED around it (log axes for perplexities); the frontier in
-    blue, the baselines in orange, TRAINED black, BASE a star."""
-    import matplotlib
+RATIO_METRICS = ("ppl", "word_perplexity", "byte_perplexity")
+SPLIT_WORDS = {"held_in": "held-in", "held_out": "held-out", "others": "`others:`"}
+METRIC_WORDS = {
+    "ppl": "perplexity",
+    "word_perplexity": "word perplexity",
+    "byte_perplexity": "byte perplexity",
+}
+# (marker, colour, legend entry) per kind of point.
+STYLE = {
+    "point": ("o", FRONT_COLOUR, "frontier point (trial number)"),
+    "baseline": ("^", BASELINE_COLOUR, "baseline"),
+    "trained": ("s", TRAINED_COLOUR, "TRAINED"),
+    "base": ("*", BASE_COLOUR, "BASE"),
+}
+# A mark further than this many widths of the frontier's range beyond it is an edge arrow.
+OUTLIER_SPANS = 1.0
+# Label offsets (points) tried in turn until a label overlaps nothing drawn before it.
+OFFSETS = (
+    *((dx, dy) for dx in (5, -14) for dy in (4, -11)),
+    *((dx, dy) for dx in (8, -18) for dy in (12, -19)),
+    *((dx, dy) for dx in (16, -26) for dy in (20, -27)),
+)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+@dataclass
+class Mark:
+    """One model on the plot: where, its interval's half-widths, its kind and label."""
+
+    kind: str
+    label: str
+    x: float
+    xerr: list[list[float]]
+    y: float
+    yerr: list[list[float]]
+
+
+def plot_frontier(document: dict[str, Any], path: Path, command: str | None = None) -> Path:
+    """frontier.png (`frontier_figure`), saved by `save_figure` with `command` (default: this
+    process's command line) and the plotting hash in its metadata; returns `path`."""
+    return save_figure(frontier_figure(document), path, command)
+
+
+def frontier_figure(document: dict[str, Any]):
+    """Forgetting (x) against learning (y) on the report half: each point's value with the 95%
+    paired interval of its change from TRAINED around it; frontier points numbered, baselines
+    named, TRAINED and BASE; a value that would squash the rest drawn as an arrow at the edge
+    with its value. Log axes only for perplexities spanning more than `LOG_SPAN`.
+
+    Returns:
+        the figure, unsaved.
+    """
     learning, forgetting = document["objectives"][:2]
-    figure, axes = plt.subplots(figsize=(7, 5))
-    base = document["references"]["base"]["report"]
-    trained = {"point": "TRAINED", "baseline": None, **document["references"]["trained"]}
+    marks = _marks(document, learning["name"], forgetting["name"])
+    fig, ((ax,),) = figure("full", 10.5)
+    far = {
+        part: _far(marks, part, objective["metric"] in RATIO_METRICS)
+        for part, objective in (("x", forgetting), ("y", learning))
+    }
+    shown = [m for i, m in enumerate(marks) if i not in far["x"] | far["y"]]
+    for mark in shown:
+        marker, colour, _ = STYLE[mark.kind]
+        size = 11 if mark.kind == "base" else 5
+        ax.errorbar(mark.x, mark.y, xerr=mark.xerr, yerr=mark.yerr, fmt=marker, color=colour,
+                    markersize=size, capsize=2, elinewidth=1, zorder=3)  # fmt: skip
+    for part, objective in (("x", forgetting), ("y", learning)):
+        _axis(ax, part, objective, shown)
+    _arrows(ax, marks, far, learning["name"].split()[0], forgetting["name"].split()[0])
+    ax.set_title("Report half; bars: 95% paired interval of the change from TRAINED")
+    legend_below(fig, _handles({m.kind for m in shown}))
+    _label_points(fig, ax, shown)  # last: where the labels fall depends on the final layout
+    return fig
+
+
+def _marks(document: dict[str, Any], learning: str, forgetting: str) -> list[Mark]:
+    """The points to draw: frontier points and baselines, TRAINED, BASE (its report values;
+    no interval of its own)."""
+    references = document["references"]
+    trained = {"point": "TRAINED", "baseline": None, "report": references["trained"]["report"]}
+    base = {"point": "BASE", "baseline": None, "report": references["base"]["report"]}
     # The `trained` baseline is TRAINED itself: drawn once, as the reference.
     points = [p for p in document["points"] if p["baseline"] != "trained"]
-    for point in [*points, trained]:
-        x, xerr = _value_and_error(point["report"][forgetting["name"]])
-        y, yerr = _value_and_error(point["report"][learning["name"]])
-        kind = "trained" if point is trained else "baseline" if point["baseline"] else "point"
-        style = {
-            "trained": ("s", "black"),
-            "baseline": ("^", "tab:orange"),
-            "point": ("o", "tab:blue"),
-        }
-        marker, color = style[kind]
-        axes.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=color, capsize=2, alpha=0.8)
-        # Frontier points sit close together: they are named in report.md, not on the plot.
-        label = {"trained": "TRAINED", "baseline": point["baseline"]}.get(kind)
-        if label:
-            axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    base_x, base_y = base[forgetting["name"]]["value"], base[learning["name"]]["value"]
-    axes.margins(x=0.12, y=0.08)  # room for the labels of the outermost points
-    axes.scatter([base_x], [base_y], marker="*", s=120, color="tab:green", label="BASE", zorder=3)
-    for objective, scale in ((forgetting, axes.set_xscale), (learning, axes.set_yscale)):
-        if objective["metric"] in ("ppl", "word_perplexity", "byte_perplexity"):
-            scale("log")
-    better = {True: "higher is better", False: "lower is better"}
-    axes.set_xlabel(f"{forgetting['name']} ({better[forgetting['higher_is_better']]})")
-    axes.set_ylabel(f"{learning['name']} ({better[learning['higher_is_better']]})")
-    axes.set_title(
-        "Report half: frontier (blue), baselines (orange), TRAINED (black);\n"
-        "bars: 95% paired interval of the change from TRAINED",
-        fontsize=9,
-    )
-    axes.legend(loc="best", fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    marks = []
+    for point in [*points, trained, base]:
+        kind = (
+            "trained"
+            if point is trained
+            else "base"
+            if point is base
+            else "baseline"
+            if point["baseline"]
+            else "point"
+        )
+        label = point["baseline"] or str(point["point"])
+        x, xerr = _value_and_error(point["report"][forgetting])
+        y, yerr = _value_and_error(point["report"][learning])
+        marks.append(Mark(kind, label, x, xerr, y, yerr))
+    return marks
+
+
+def _far(marks: list[Mark], part: str, ratio: bool) -> set[int]:
+    """Indices of the marks that would squash the frontier and TRAINED (the figure's subject)
+    on one axis: further beyond their range than `OUTLIER_SPANS` times its width (in log for
+    a perplexity; the width at least half of `LOG_SPAN`)."""
+    values = [(m.x if part == "x" else m.y) for m in marks]
+    scaled = [math.log10(v) if ratio and v > 0 else v for v in values]
+    core = [v for v, m in zip(scaled, marks, strict=True) if m.kind in ("point", "trained")]
+    low, high = min(core), max(core)
+    width = max(high - low, math.log10(LOG_SPAN) / 2 if ratio else abs(high) * 0.05 or 1e-9)
+    reach = OUTLIER_SPANS * width
+    return {i for i, v in enumerate(scaled) if v < low - reach or v > high + reach}
+
+
+def _arrows(ax, marks: list[Mark], far: dict[str, set[int]], y_role: str, x_role: str) -> None:
+    """Each mark off the axes as an arrow at the edge with its values: those above or below
+    side by side in headroom made for them (their labels give both values), those only off
+    to one side at their own height."""
+    above = [m for i, m in enumerate(marks) if i in far["y"]]
+    if above:
+        # Headroom: the data in the lower (or upper) three quarters, the labels in the rest.
+        high = any(m.y > max(ax.get_ylim()) for m in above)
+        axis = ax.yaxis.get_transform()
+        low, top = (float(axis.transform(v)) for v in sorted(ax.get_ylim()))
+        room = 0.3 * (top - low)
+        limits = (low, top + room) if high else (low - room, top)
+        ax.set_ylim(*(float(axis.inverted().transform(v)) for v in limits))
+    for k, mark in enumerate(sorted(above, key=lambda m: m.x)):
+        at = _axes_to_data(ax, (k + 0.5) / len(above))
+        label = f"{mark.label}: {x_role} {plain_number(mark.x)},\n{y_role}"
+        outlier_arrow(ax, "y", mark.y, at, label)
+    for i, mark in enumerate(marks):
+        if i in far["x"] and i not in far["y"]:
+            outlier_arrow(ax, "x", mark.x, mark.y, f"{mark.label}: {x_role}")
+
+
+def _axes_to_data(ax, share: float) -> float:
+    """The x value at `share` of the x axis's length (in its own scale, log or linear)."""
+    axis = ax.xaxis.get_transform()
+    low, high = (float(axis.transform(v)) for v in ax.get_xlim())
+    return float(axis.inverted().transform(low + share * (high - low)))
+
+
+def _clip(limits: tuple[float, float], value: float) -> float:
+    low, high = sorted(limits)
+    return min(max(value, low), high)
+
+
+def _axis(ax, part: str, objective: dict[str, Any], shown: list[Mark]) -> None:
+    """An axis's label in words, its scale (log only for a ratio spanning more than
+    `LOG_SPAN`, intervals included) and plain tick labels."""
+    values = []
+    for mark in shown:
+        centre, (low, high) = (mark.x, mark.xerr) if part == "x" else (mark.y, mark.yerr)
+        values += [centre, centre - low[0], centre + high[0]]
+    if objective["metric"] in RATIO_METRICS and use_log(values):
+        from matplotlib.ticker import LogLocator
+
+        (ax.set_xscale if part == "x" else ax.set_yscale)("log")
+        # Ticks at 1, 2 and 5 of each decade: a decade or two would show only one or two.
+        (ax.xaxis if part == "x" else ax.yaxis).set_major_locator(LogLocator(subs=(1, 2, 5)))
+    role = objective["name"].split()[0]  # `learning` or `forgetting`
+    what = METRIC_WORDS.get(objective["metric"], f"{objective['task']} {objective['metric']}")
+    split = SPLIT_WORDS.get(objective["split"], objective["split"])
+    better = "higher" if objective["higher_is_better"] else "lower"
+    label = f"{role}: {what} on {split} languages ({better} is better)"
+    (ax.set_xlabel if part == "x" else ax.set_ylabel)(label)
+    plain_ticks(ax, part)
+
+
+def _label_points(fig, ax, shown: list[Mark]) -> None:
+    """Name every shown mark at the first offset where its label overlaps no label, marker or
+    interval end drawn before it (or, where none is free, at the one with fewest overlaps)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    taken = [tuple(ax.transData.transform(xy)) for m in shown for xy in _ends(m)]
+    boxes: list = []
+    for mark in shown:
+        centre = tuple(ax.transData.transform((mark.x, mark.y)))
+        others = [p for p in taken if p != centre]
+        best = None
+        for offset in OFFSETS:
+            text = _label(ax, mark, offset)
+            box = text.get_window_extent(renderer).expanded(1.05, 1.1)
+            text.remove()
+            clashes = sum(box.overlaps(b) for b in boxes) + sum(_near(box, p, 10) for p in others)
+            if best is None or clashes < best[0]:
+                best = (clashes, offset, box)
+            if not clashes:
+                break
+        _label(ax, mark, best[1])
+        boxes.append(best[2])
+
+
+def _label(ax, mark: Mark, offset: tuple[int, int]):
+    """A mark's label at `offset` points; past the first ring of places, a thin line says
+    which point it names."""
+    line = {"arrowstyle": "-", "lw": 0.5, "color": "0.4"} if abs(offset[1]) > 11 else None
+    return ax.annotate(mark.label, (mark.x, mark.y), xytext=offset, textcoords="offset points",
+                       fontsize=FONT["small"], arrowprops=line,
+                       fontweight="bold" if mark.kind == "point" else "normal")  # fmt: skip
+
+
+def _ends(mark: Mark) -> list[tuple[float, float]]:
+    """A mark's centre and the four ends of its interval bars (their caps are markers too)."""
+    (left,), (right,) = mark.xerr
+    (below,), (above,) = mark.yerr
+    x, y = mark.x, mark.y
+    return [(x, y), (x - left, y), (x + right, y), (x, y - below), (x, y + above)]
+
+
+def _near(box, point, radius: float) -> bool:
+    """Whether a marker of `radius` pixels at `point` touches `box`."""
+    x = min(max(point[0], box.x0), box.x1)
+    y = min(max(point[1], box.y0), box.y1)
+    return (x - point[0]) ** 2 + (y - point[1]) ** 2 < radius**2
+
+
+def _handles(kinds: set[str]) -> list:
+    """One legend entry per kind of point drawn."""
+    from matplotlib.lines import Line2D
+
+    return [
+        Line2D([], [], marker=STYLE[k][0], color=STYLE[k][1], linestyle="", label=STYLE[k][2])
+        for k in STYLE
+        if k in kinds
+    ]
 
 
 def _value_and_error(entry: dict[str, Any]) -> tuple[float, list[list[float]]]:
@@ -66,5 +265,6 @@ def _value_and_error(entry: dict[str, Any]) -> tuple[float, list[list[float]]]:
     if change.get("ratio"):  # perplexities: the interval of the ratio, around the value
         low = value * change["ratio_low"] / change["ratio"]
         high = value * change["ratio_high"] / change["ratio"]
-        return value, [[value - low], [high - value]]
-    return value, [[change["delta"] - change["ci_low"]], [change["ci_high"] - change["delta"]]]
+        return value, [[max(0.0, value - low)], [max(0.0, high - value)]]
+    low, high = change["delta"] - change["ci_low"], change["ci_high"] - change["delta"]
+    return value, [[max(0.0, low)], [max(0.0, high)]]
