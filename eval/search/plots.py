@@ -28,6 +28,7 @@ from surgery.plotting import (
     save_figure,
     use_log,
 )
+from surgery.plotting.ticks import log_ticks
 
 RATIO_METRICS = ("ppl", "word_perplexity", "byte_perplexity")
 SPLIT_WORDS = {"held_in": "held-in", "held_out": "held-out", "others": "`others:`"}
@@ -183,18 +184,15 @@ def _axis(ax, part: str, objective: dict[str, Any], shown: list[Mark]) -> None:
         centre, (low, high) = (mark.x, mark.xerr) if part == "x" else (mark.y, mark.yerr)
         values += [centre, centre - low[0], centre + high[0]]
     if objective["metric"] in RATIO_METRICS and use_log(values):
-        from matplotlib.ticker import LogLocator
-
-        (ax.set_xscale if part == "x" else ax.set_yscale)("log")
-        # Ticks at 1, 2 and 5 of each decade: a decade or two would show only one or two.
-        (ax.xaxis if part == "x" else ax.yaxis).set_major_locator(LogLocator(subs=(1, 2, 5)))
+        log_ticks(ax, part)
+    else:
+        plain_ticks(ax, part)
     role = objective["name"].split()[0]  # `learning` or `forgetting`
     what = METRIC_WORDS.get(objective["metric"], f"{objective['task']} {objective['metric']}")
     split = SPLIT_WORDS.get(objective["split"], objective["split"])
     better = "higher" if objective["higher_is_better"] else "lower"
     label = f"{role}: {what} on {split} languages ({better} is better)"
     (ax.set_xlabel if part == "x" else ax.set_ylabel)(label)
-    plain_ticks(ax, part)
 
 
 def _label_points(fig, ax, shown: list[Mark]) -> None:
