@@ -465,11 +465,12 @@ def test_localize_knows_which_way_is_better():
     assert row["recovery/t/ppl"] == pytest.approx(math.log(11 / 20) / math.log(10 / 20))
 
 
-def test_localize_files_are_strict_json_and_noise_cells_are_readable(tmp_path):
-    from matplotlib.colors import to_rgb
+def test_localize_files_are_strict_json_and_noise_cells_are_explained(tmp_path):
+    from matplotlib.colors import to_rgba
 
+    from surgery.diagnostics.heatmaps import recovery_figure
     from surgery.diagnostics.localize import save_localization
-    from surgery.diagnostics.plots import WITHIN_NOISE_COLOUR, heatmap_cell
+    from surgery.plotting import NOISE_COLOUR, NOISE_LABEL, close
 
     result = _two_metric_result()
     result.rows[1]["recovery/m/acc"] = math.nan
@@ -481,9 +482,13 @@ def test_localize_files_are_strict_json_and_noise_cells_are_readable(tmp_path):
     data = json.loads((tmp_path / "loc" / "localize.json").read_text(), parse_constant=refuse)
     assert data["rows"][1]["recovery/m/acc"] is None
     assert data["config"]["improved_in_training"] == ["m/acc"]
-    text, colour = heatmap_cell(math.nan)
-    lightness = (sum(to_rgb(colour)) / 3, sum(to_rgb(WITHIN_NOISE_COLOUR)) / 3)
-    assert text and abs(lightness[0] - lightness[1]) > 0.5  # dark text on a light cell
+    # The noise cell is the one grey of every figure, hatched, and the legend says what it is.
+    fig = recovery_figure(result.rows, result.metrics, ["0:2", "2:4"], "title")
+    (image,) = fig.axes[0].images
+    assert image.cmap.get_bad() == pytest.approx(to_rgba(NOISE_COLOUR))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [NOISE_LABEL]
+    assert fig.axes[0].patches and fig.axes[0].patches[0].get_hatch() == "///"
+    close(fig)
 
 
 def test_localize_reports_no_recovery_within_noise():
@@ -521,26 +526,29 @@ def test_sweep_table_is_aligned_and_perplexity_axes_are_logarithmic():
 
 
 def test_sweep_plot_puts_forgetting_and_learning_on_one_axis_with_plain_ticks():
-    """One panel per metric kind with a line per task (the forgetting `gen` and the learning
-    `heldin` side by side), distinct titles, and tick labels that are plain numbers."""
-    from surgery.diagnostics.plots import metrics_figure, pyplot
+    """One panel per metric kind with a series per task (the forgetting `gen` and the learning
+    `heldin` side by side), one NLL drawn once (bits per byte is the ppl's NLL), tick labels
+    that are plain numbers, and a log axis only for a perplexity spanning more than 3x."""
+    from surgery.diagnostics.plots import metrics_figure
+    from surgery.plotting import close
 
     rows = [
         {"alpha": a, "gen/gen/ppl": 5 + 500 * a, "heldin/sla1/ppl": 900 - 800 * a}
         | {"gen/gen/bits_per_byte": 1.955 + 0.002 * a, "heldin/sla1/bits_per_byte": 1.96 - a / 100}
+        | {"copain/acc": 0.25 + a / 4}
         for a in (0.0, 0.5, 1.0)
     ]
-    metrics = metric_names(rows)
-    fig = metrics_figure(rows, metrics, "sweep")
+    fig = metrics_figure(rows, metric_names(rows), "sweep")
     fig.canvas.draw()
-    panels = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
-    titles = [ax.get_title() for ax in panels]
-    assert titles == ["ppl (lower is better)", "bits_per_byte (lower is better)"]
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert [ax.get_ylabel() for ax in panels] == ["ppl (lower is better)", "acc (higher is better)"]
+    assert [line.get_label() for line in panels[0].lines] == ["gen", "heldin"]
+    # Three alphas are three points, not a curve.
+    assert all(line.get_linestyle() == "None" for ax in panels for line in ax.lines)
     for ax in panels:
-        assert [line.get_label() for line in ax.lines] == ["gen/gen", "heldin/sla1"]
         labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
         numbers = [text.replace(".", "").replace(",", "") for text in labels if text]
         assert numbers and all(n.isdigit() for n in numbers), labels
         assert ax.yaxis.get_offset_text().get_text() == ""
     assert panels[0].get_yscale() == "log" and panels[1].get_yscale() == "linear"
-    pyplot().close(fig)
+    close(fig)

@@ -301,16 +301,8 @@ def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
                 title.replace("Recovery by reverted block", "Score by reverted window"),
             )
         elif result.metrics:
-            from surgery.diagnostics.plots import plot_heatmap
+            from surgery.diagnostics.heatmaps import plot_recovery
 
-            labels = [f"{block_label(r)} @ {r['alpha']:g}" for r in result.rows]
-            values = [[r[f"recovery/{m}"] for m in result.metrics] for r in result.rows]
-            plot_heatmap(
-                values,
-                labels,
-                result.metrics,
-                staging / "localize.png",
-                f"{title}\n(recovery: 0 = as trained, 1 = as base)",
-                "recovery",
-            )
+            blocks = [block_label(row) for row in result.rows]
+            plot_recovery(result.rows, result.metrics, blocks, staging / "localize.png", title)
     return out_dir

@@ -200,7 +200,7 @@ def pick_pair(labels: list[str], pair: str | None) -> tuple[int, int]:
 def plot_regions(report: SimilarityReport, path: Path, title: str) -> Path:
     """N x N cosine heatmaps, one panel per region and one over all layers (means of the
     layers' values)."""
-    from surgery.diagnostics.plots import plot_matrices
+    from surgery.diagnostics.heatmaps import plot_matrices
 
     panels = {
         f"{region} layers {layers[0]}-{layers[-1]}": report.region_mean(layers, "cosine")
@@ -216,7 +216,7 @@ def plot_regions(report: SimilarityReport, path: Path, title: str) -> Path:
 def plot_pair(report: SimilarityReport, pair: tuple[int, int], path: Path, title: str) -> Path:
     """A heatmap of one pair's cosine per layer: a row per module kind and one for the whole
     layer."""
-    from surgery.diagnostics.plots import plot_layer_heatmap
+    from surgery.diagnostics.heatmaps import plot_layer_heatmap
 
     i, j = pair
     layers = list(report.layers)

@@ -256,23 +256,33 @@ def _crowded(ax) -> list[str]:
 
 
 def _scale_use(fig) -> list[str]:
-    """Colour scales more than twice as wide as the data drawn on them."""
+    """Colour scales more than twice as wide as the data drawn on them (the data of every
+    panel sharing one scale pooled)."""
     import numpy as np
 
-    problems = []
+    pooled: dict[int, tuple[object, str, list]] = {}
     for ax in fig.axes:
         for mappable in [*ax.images, *ax.collections]:
             data = mappable.get_array()
-            if data is None or mappable.norm.vmin is None:
+            if data is None or mappable.norm.vmin is None or ax in _colour_bar_axes(fig):
                 continue
             values = np.ma.compressed(np.ma.masked_invalid(np.ma.array(data, dtype=float)))
-            span = mappable.norm.vmax - mappable.norm.vmin
-            if len(values) < 2 or span <= 0:
-                continue
-            used = (float(values.max()) - float(values.min())) / span
-            if used < MIN_SCALE_USE:
-                problems.append(
-                    f"the data of {_axes_name(ax)} cover {used:.0%} of its colour scale "
-                    f"({mappable.norm.vmin:g} to {mappable.norm.vmax:g})"
-                )
+            entry = pooled.setdefault(id(mappable.norm), (mappable.norm, _axes_name(ax), []))
+            entry[2].extend(values.tolist())
+    problems = []
+    for norm, name, values in pooled.values():
+        span = norm.vmax - norm.vmin
+        if len(values) < 2 or span <= 0:
+            continue
+        used = (max(values) - min(values)) / span
+        if used < MIN_SCALE_USE:
+            problems.append(
+                f"the data of {name} cover {used:.0%} of its colour scale "
+                f"({norm.vmin:g} to {norm.vmax:g})"
+            )
     return problems
+
+
+def _colour_bar_axes(fig) -> list:
+    """The axes that hold colour bars (their own image spans the whole scale by design)."""
+    return [ax for ax in fig.axes if getattr(ax, "_colorbar", None) is not None]

@@ -30,13 +30,13 @@ def heatmap(
     import numpy as np
 
     grid = np.ma.masked_invalid(np.array(values, dtype=float))
-    image = ax.imshow(grid, cmap=scale.cmap, norm=scale.norm(), aspect="auto")
+    image = ax.imshow(grid, cmap=scale.cmap, norm=scale.norm, aspect="auto")
     ax.set_xticks(range(len(cols)), labels=list(cols))
     ax.set_yticks(range(len(rows)), labels=list(rows))
     ax.tick_params(length=0)
     for spine in ax.spines.values():
         spine.set_visible(False)
-    write = cell_text or (lambda value: "" if math.isnan(value) else plain_number(value))
+    write = cell_text or cell_format(values)
     for r, row in enumerate(values):
         for c, value in enumerate(row):
             value = float(value)
@@ -47,6 +47,17 @@ def heatmap(
                 colour = text_colour_on(scale.rgba(value))
                 ax.text(c, r, text, ha="center", va="center", color=colour, fontsize=FONT["small"])
     return image
+
+
+def cell_format(values: Sequence[Sequence[float]]) -> Callable[[float], str]:
+    """One number format for every cell of a heatmap: as many decimals (up to 3) as give its
+    smallest non-zero value two significant digits (0.11 and 0.42; -0.025 and 0.370); blank
+    for NaN."""
+    small = [abs(float(v)) for row in values for v in row if math.isfinite(float(v)) and v]
+    if not small or min(small) >= 100:
+        return lambda value: "" if math.isnan(value) else plain_number(value)
+    decimals = min(3, max(0, 1 - math.floor(math.log10(min(small)))))
+    return lambda value: "" if math.isnan(value) else f"{value:.{decimals}f}"
 
 
 def _hatched_cell(col: int, row: int):
@@ -64,10 +75,10 @@ def colour_bar(fig, image, axes, label: str):
 
 
 def legend_below(fig, handles, ncol: int | None = None):
-    """One legend for the whole figure, below its axes, so it never covers data."""
-    return fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncol=ncol or min(4, len(handles)),
-        frameon=False,
-    )
+    """One legend for the whole figure, below its axes, so it never covers data; as many
+    entries a row as the figure's width holds (`ncol` to choose)."""
+    if ncol is None:
+        longest = max(len(handle.get_label()) for handle in handles)
+        entry = longest * FONT["small"] * 0.5 / 72 + 0.4  # inches: text plus the key
+        ncol = max(1, min(len(handles), int(fig.get_figwidth() * 0.95 // entry)))
+    return fig.legend(handles=handles, loc="outside lower center", ncol=ncol, frameon=False)

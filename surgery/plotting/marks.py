@@ -22,11 +22,13 @@ OUTLIER_FACTOR = 10.0
 MIN_FRONT = 3
 
 
-def noise_handle(hatch: bool = False):
-    """The one legend entry for "within noise": a grey patch (hatched where cells are)."""
+def noise_handle(hatch: bool = False, of: str | None = None):
+    """The one legend entry for "within noise": a grey patch (hatched where cells are);
+    `of`: whose noise, when the figure has one reference ("within noise of trained")."""
     from matplotlib.patches import Patch
 
-    return Patch(facecolor=NOISE_COLOUR, hatch="///" if hatch else None, label=NOISE_LABEL)
+    label = f"{NOISE_LABEL} of {of}" if of else NOISE_LABEL
+    return Patch(facecolor=NOISE_COLOUR, hatch="///" if hatch else None, label=label)
 
 
 def split_outliers(values: Sequence[float], log: bool) -> tuple[list[int], list[int]]:

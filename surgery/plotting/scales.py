@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from surgery.plotting.style import DIVERGING_CMAP, NOISE_COLOUR, SEQUENTIAL_CMAP
@@ -41,8 +42,10 @@ class ColourScale:
     vmax: float
     diverging: bool
 
+    @cached_property
     def norm(self):
-        """The matplotlib norm for these limits."""
+        """The matplotlib norm for these limits: one object, so every panel drawn on this scale
+        shares it (and the figure check pools their data)."""
         from matplotlib.colors import Normalize
 
         return Normalize(vmin=self.vmin, vmax=self.vmax)
@@ -53,7 +56,7 @@ class ColourScale:
             from matplotlib.colors import to_rgba
 
             return to_rgba(NOISE_COLOUR)
-        return self.cmap(self.norm()(value))
+        return self.cmap(self.norm(value))
 
 
 def colour_scale(

@@ -91,11 +91,16 @@ def plain_number(value: float) -> str:
 
 def plain_ticks(ax, axis: str = "y") -> None:
     """Tick labels as plain numbers on `axis` ("x", "y" or "both"): never an offset
-    (`+2.186`) or a power of ten (`1.955x10^0`); a log axis labels its major ticks only."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    (`+2.186`) or a power of ten (`1.955x10^0`); a log axis labels its major ticks only (1, 2
+    and 5 of each decade when it spans few decades). Call it after the limits are set."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     for name in ("x", "y") if axis == "both" else (axis,):
         target = ax.xaxis if name == "x" else ax.yaxis
+        low, high = sorted(target.get_view_interval())
+        if target.get_scale() == "log" and low > 0 and high / low < 300:
+            # Under two and a half decades: 1, 2 and 5 of each decade, or too few ticks to read.
+            target.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         target.set_major_formatter(FuncFormatter(lambda value, _pos: plain_number(value)))
         target.set_minor_formatter(NullFormatter())
 
