@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from surgery.plotting import (
-    FONT,
     NOISE_COLOUR,
     colour_scale,
     figure,
@@ -20,6 +19,7 @@ from surgery.plotting import (
     plain_ticks,
     use_log,
 )
+from surgery.plotting.handles import patch_handle
 from surgery.plotting.ticks import log_ticks
 
 # What a chrF change is measured in: points of the 0-100 score.
@@ -111,27 +111,18 @@ def _panel(ax, labels: list[str], panel: Panel) -> None:
     better_word = "lower" if panel.lower_is_better else "higher"
     ax.set_title(f"{panel.label} ({better_word} is better)")
     ax.grid(axis="x", alpha=0.3)
-    ax.tick_params(axis="y", labelsize=FONT["small"])
 
 
 def _handles(noise: bool, one_draw: bool) -> list:
     """The legend: every colour drawn, and the hatching where a column is one draw."""
-    from matplotlib.patches import Patch
-
     better, worse = _colours()
     handles = [
-        Patch(facecolor=better, label="better than the base"),
-        Patch(facecolor=worse, label="worse than the base"),
+        patch_handle("better than the base", better),
+        patch_handle("worse than the base", worse),
     ]
     if noise:
         handles.append(noise_handle())
     if one_draw:
-        handles.append(
-            Patch(
-                facecolor="white",
-                edgecolor="0.3",
-                hatch=ONE_DRAW_HATCH,
-                label="did not hold across seeds: one draw",
-            )
-        )
+        label = "did not hold across seeds: one draw"
+        handles.append(patch_handle(label, "white", ONE_DRAW_HATCH, "0.3"))
     return handles

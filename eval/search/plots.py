@@ -16,7 +16,6 @@ from typing import Any
 from surgery.plotting import (
     BASE_COLOUR,
     BASELINE_COLOUR,
-    FONT,
     FRONT_COLOUR,
     LOG_SPAN,
     TRAINED_COLOUR,
@@ -28,6 +27,7 @@ from surgery.plotting import (
     save_figure,
     use_log,
 )
+from surgery.plotting.handles import marker_handle, point_label
 from surgery.plotting.ticks import log_ticks
 
 RATIO_METRICS = ("ppl", "word_perplexity", "byte_perplexity")
@@ -96,7 +96,7 @@ def frontier_figure(document: dict[str, Any]):
                     markersize=size, capsize=2, elinewidth=1, zorder=3)  # fmt: skip
     for part, objective in (("x", forgetting), ("y", learning)):
         _axis(ax, part, objective, shown)
-    _arrows(ax, marks, far, learning["name"].split()[0], forgetting["name"].split()[0])
+    _arrows(ax, marks, far, "learning", "forgetting")
     ax.set_title("Report half; bars: 95% paired interval of the change from TRAINED")
     legend_below(fig, _handles({m.kind for m in shown}))
     _label_points(fig, ax, shown)  # last: where the labels fall depends on the final layout
@@ -187,8 +187,11 @@ def _axis(ax, part: str, objective: dict[str, Any], shown: list[Mark]) -> None:
         log_ticks(ax, part)
     else:
         plain_ticks(ax, part)
-    role = objective["name"].split()[0]  # `learning` or `forgetting`
-    what = METRIC_WORDS.get(objective["metric"], f"{objective['task']} {objective['metric']}")
+    role = "forgetting" if part == "x" else "learning"
+    what = (
+        METRIC_WORDS.get(objective["metric"])
+        or f"{objective.get('task', '')} {objective['metric']}"
+    )
     split = SPLIT_WORDS.get(objective["split"], objective["split"])
     better = "higher" if objective["higher_is_better"] else "lower"
     label = f"{role}: {what} on {split} languages ({better} is better)"
@@ -222,10 +225,8 @@ def _label_points(fig, ax, shown: list[Mark]) -> None:
 def _label(ax, mark: Mark, offset: tuple[int, int]):
     """A mark's label at `offset` points; past the first ring of places, a thin line says
     which point it names."""
-    line = {"arrowstyle": "-", "lw": 0.5, "color": "0.4"} if abs(offset[1]) > 11 else None
-    return ax.annotate(mark.label, (mark.x, mark.y), xytext=offset, textcoords="offset points",
-                       fontsize=FONT["small"], arrowprops=line,
-                       fontweight="bold" if mark.kind == "point" else "normal")  # fmt: skip
+    line = abs(offset[1]) > 11
+    return point_label(ax, (mark.x, mark.y), mark.label, offset, line, mark.kind == "point")
 
 
 def _ends(mark: Mark) -> list[tuple[float, float]]:
@@ -245,13 +246,7 @@ def _near(box, point, radius: float) -> bool:
 
 def _handles(kinds: set[str]) -> list:
     """One legend entry per kind of point drawn."""
-    from matplotlib.lines import Line2D
-
-    return [
-        Line2D([], [], marker=STYLE[k][0], color=STYLE[k][1], linestyle="", label=STYLE[k][2])
-        for k in STYLE
-        if k in kinds
-    ]
+    return [marker_handle(STYLE[k][2], STYLE[k][0], STYLE[k][1]) for k in STYLE if k in kinds]
 
 
 def _value_and_error(entry: dict[str, Any]) -> tuple[float, list[list[float]]]:

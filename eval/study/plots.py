@@ -18,7 +18,6 @@ from eval.study.stats import MIN_ITEMS
 from eval.tasks import KINDS
 from surgery.plotting import (
     BASE_COLOUR,
-    FONT,
     MIN_FRONT,
     SERIES,
     colour_scale,
@@ -33,6 +32,7 @@ from surgery.plotting import (
     text_colour_on,
     use_log,
 )
+from surgery.plotting.handles import cell_text, patch_handle, tick_format
 
 HEATMAP = "change_heatmap.png"
 TRADEOFF = "tradeoff.png"
@@ -95,10 +95,24 @@ def plot_heatmap(
     Returns:
         The PNG's file name, or None and why.
     """
-    primary = [a for a in comparison.axes if a["primary"]]
-    axes = [a for a in primary if _columns(comparison, [a])]
-    if not axes:
+    if not _heatmap_axes(comparison):
         return None, "No heatmap: no metric has a family or `others` mean."
+    save_figure(heatmap_figure(comparison, bold), folder / HEATMAP)
+    return HEATMAP, None
+
+
+def _heatmap_axes(comparison: Comparison) -> list[dict[str, Any]]:
+    """The primary metrics with a family or `others` mean: one panel each."""
+    return [a for a in comparison.axes if a["primary"] and _columns(comparison, [a])]
+
+
+def heatmap_figure(comparison: Comparison, bold: str = "significant"):
+    """The heatmap of `plot_heatmap` (some metric must have a family or `others` mean).
+
+    Returns:
+        the figure, unsaved.
+    """
+    axes = _heatmap_axes(comparison)
     columns = _columns(comparison, axes)
     strategies = comparison.models[1:]
     height = len(axes) * (0.55 * len(strategies) + 2.4) + 1.6
@@ -113,19 +127,11 @@ def plot_heatmap(
         for axis in axes
         for _, where in columns
     )
-    handles = [noise_handle(hatch=True), _blank_handle(f"*: {star}")]
-    handles += [_blank_handle(f"{FEW}: fewer than {MIN_ITEMS} items")]
-    legend_below(fig, handles + ([_blank_handle("-: not measured")] if missing else []))
+    handles = [noise_handle(hatch=True), patch_handle(f"*: {star}")]
+    handles += [patch_handle(f"{FEW}: fewer than {MIN_ITEMS} items")]
+    legend_below(fig, handles + ([patch_handle("-: not measured")] if missing else []))
     fig.suptitle(f"Change from {comparison.base}, by strategy (rows) and languages (columns)")
-    save_figure(fig, folder / HEATMAP)
-    return HEATMAP, None
-
-
-def _blank_handle(label: str):
-    """A legend entry that is only words (what a mark in the cells means)."""
-    from matplotlib.patches import Patch
-
-    return Patch(facecolor="none", edgecolor="none", label=label)
+    return fig
 
 
 def _heatmap_panel(
@@ -143,19 +149,15 @@ def _heatmap_panel(
     image = heatmap(
         panel, gains, strategies, [name for name, _ in columns], scale, lambda _: "", True
     )
-    from matplotlib.patches import Rectangle
-
     digits = decimals(axis)
     for i, line in enumerate(rows):
         for j, row in enumerate(line):
             if row is None or row["delta"] is None:
-                text, colour = "-", "black"
-                panel.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color="white", zorder=2))
-            else:
-                text = f"×{row['ratio']:#.3g}" if ratio else f"{row['delta']:+.{digits}f}"
-                text, colour = text + _marks(row, bold), text_colour_on(scale.rgba(gains[i, j]))
-            style = {"ha": "center", "va": "center", "color": colour, "zorder": 3}
-            panel.text(j, i, text, fontsize=FONT["small"], **style)
+                cell_text(panel, j, i, "-", blank=True)
+                continue
+            text = f"×{row['ratio']:#.3g}" if ratio else f"{row['delta']:+.{digits}f}"
+            colour = text_colour_on(scale.rgba(gains[i, j]))
+            cell_text(panel, j, i, text + _marks(row, bold), colour)
     overall = sum(where["scope"] == "overall" for _, where in columns)
     panel.axvline(overall - 0.5, color="white", lw=3)  # overall | families
     better = "higher" if axis["higher_is_better"] else "lower"
@@ -166,17 +168,11 @@ def _heatmap_panel(
         return
     # The bar has its own grid slot (not space taken from the panel): columns stay aligned.
     colours = fig.colorbar(image, cax=bar, label="better ↑")
-    colours.ax.tick_params(labelsize=FONT["small"])
-    colours.ax.yaxis.set_major_formatter(_bar_format(ratio, sign))
-
-
-def _bar_format(ratio: bool, sign: float):
-    """Colour bar ticks as the cells write them: a gain back to the ratio or the change."""
-    from matplotlib.ticker import FuncFormatter
-
+    # Ticks as the cells write them: a gain back to the ratio or the change.
     if ratio:
-        return FuncFormatter(lambda gain, _: f"×{np.exp(sign * gain):#.3g}")
-    return FuncFormatter(lambda gain, _: f"{sign * gain:+.3g}")
+        tick_format(colours.ax.yaxis, lambda gain: f"×{np.exp(sign * gain):#.3g}")
+    else:
+        tick_format(colours.ax.yaxis, lambda gain: f"{sign * gain:+.3g}")
 
 
 def tradeoff_axes(comparison: Comparison) -> tuple[dict, dict, str] | None:
@@ -249,7 +245,17 @@ def plot_tradeoff(
                 else "neither `others:` nor held-out languages."
             )
         )
-    learning, cost, split = chosen
+    save_figure(tradeoff_figure(comparison), folder / TRADEOFF)
+    return TRADEOFF, None
+
+
+def tradeoff_figure(comparison: Comparison):
+    """The trade-off plot of `plot_tradeoff` (`tradeoff_axes` must find its axes).
+
+    Returns:
+        the figure, unsaved.
+    """
+    learning, cost, split = tradeoff_axes(comparison)
     points = []
     for model in comparison.models:
         rx = _row(comparison, cost, model, scope="overall", split=split)
@@ -291,8 +297,7 @@ def plot_tradeoff(
     ax.set_title(f"{title}, 95% intervals")
     if len(front) >= MIN_FRONT:
         legend_below(fig, ax.get_legend_handles_labels()[0])
-    save_figure(fig, folder / TRADEOFF)
-    return TRADEOFF, None
+    return fig
 
 
 def _scale(ax, part: str, axis: dict[str, Any], extents: list[tuple[float, ...]]) -> None:
