@@ -27,7 +27,7 @@ from surgery.plotting import (
     save_figure,
     use_log,
 )
-from surgery.plotting.handles import marker_handle, point_label
+from surgery.plotting.handles import marker_handle, place_labels
 from surgery.plotting.ticks import log_ticks
 
 RATIO_METRICS = ("ppl", "word_perplexity", "byte_perplexity")
@@ -46,12 +46,6 @@ STYLE = {
 }
 # A mark further than this many widths of the frontier's range beyond it is an edge arrow.
 OUTLIER_SPANS = 1.0
-# Label offsets (points) tried in turn until a label overlaps nothing drawn before it.
-OFFSETS = (
-    *((dx, dy) for dx in (5, -14) for dy in (4, -11)),
-    *((dx, dy) for dx in (8, -18) for dy in (12, -19)),
-    *((dx, dy) for dx in (16, -26) for dy in (20, -27)),
-)
 
 
 @dataclass
@@ -199,34 +193,10 @@ def _axis(ax, part: str, objective: dict[str, Any], shown: list[Mark]) -> None:
 
 
 def _label_points(fig, ax, shown: list[Mark]) -> None:
-    """Name every shown mark at the first offset where its label overlaps no label, marker or
-    interval end drawn before it (or, where none is free, at the one with fewest overlaps)."""
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    taken = [tuple(ax.transData.transform(xy)) for m in shown for xy in _ends(m)]
-    boxes: list = []
-    for mark in shown:
-        centre = tuple(ax.transData.transform((mark.x, mark.y)))
-        others = [p for p in taken if p != centre]
-        best = None
-        for offset in OFFSETS:
-            text = _label(ax, mark, offset)
-            box = text.get_window_extent(renderer).expanded(1.05, 1.1)
-            text.remove()
-            clashes = sum(box.overlaps(b) for b in boxes) + sum(_near(box, p, 10) for p in others)
-            if best is None or clashes < best[0]:
-                best = (clashes, offset, box)
-            if not clashes:
-                break
-        _label(ax, mark, best[1])
-        boxes.append(best[2])
-
-
-def _label(ax, mark: Mark, offset: tuple[int, int]):
-    """A mark's label at `offset` points; past the first ring of places, a thin line says
-    which point it names."""
-    line = abs(offset[1]) > 11
-    return point_label(ax, (mark.x, mark.y), mark.label, offset, line, mark.kind == "point")
+    """Name every shown mark clear of the others and of every interval's ends."""
+    ends = [xy for mark in shown for xy in _ends(mark)[1:]]
+    bold = [mark.kind == "point" for mark in shown]
+    place_labels(fig, ax, [(m.x, m.y) for m in shown], [m.label for m in shown], ends, bold)
 
 
 def _ends(mark: Mark) -> list[tuple[float, float]]:
@@ -235,13 +205,6 @@ def _ends(mark: Mark) -> list[tuple[float, float]]:
     (below,), (above,) = mark.yerr
     x, y = mark.x, mark.y
     return [(x, y), (x - left, y), (x + right, y), (x, y - below), (x, y + above)]
-
-
-def _near(box, point, radius: float) -> bool:
-    """Whether a marker of `radius` pixels at `point` touches `box`."""
-    x = min(max(point[0], box.x0), box.x1)
-    y = min(max(point[1], box.y0), box.y1)
-    return (x - point[0]) ** 2 + (y - point[1]) ** 2 < radius**2
 
 
 def _handles(kinds: set[str]) -> list:

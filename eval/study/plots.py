@@ -25,14 +25,13 @@ from surgery.plotting import (
     heatmap,
     legend_below,
     noise_handle,
-    number_points,
     pareto_steps,
     plain_ticks,
     save_figure,
     text_colour_on,
     use_log,
 )
-from surgery.plotting.handles import cell_text, patch_handle, tick_format
+from surgery.plotting.handles import cell_text, patch_handle, place_labels, tick_format
 
 HEATMAP = "change_heatmap.png"
 TRADEOFF = "tradeoff.png"
@@ -69,11 +68,6 @@ def _columns(comparison: Comparison, axes: list[dict[str, Any]]) -> list[tuple[s
 def _is_ratio(axis: dict[str, Any]) -> bool:
     """Perplexities are shown as ratios to the base, other metrics as changes."""
     return axis["metric"] in RATIO_METRICS
-
-
-def _marks(row: dict[str, Any], bold: str) -> str:
-    few = row.get("few_items")
-    return ("*" if row.get(bold) and not few else "") + (FEW if few else "")
 
 
 def _beyond_noise(row: dict[str, Any], bold: str) -> bool:
@@ -121,17 +115,22 @@ def heatmap_figure(comparison: Comparison, bold: str = "significant"):
     )
     for (panel, bar), axis in zip(panels, axes, strict=True):
         _heatmap_panel(fig, panel, bar, comparison, axis, columns, strategies, bold)
-    star = "95% interval excludes 0" if bold == "significant" else "survives BH"
+    star = "95% interval excludes 0" if bold == "significant" else "change survives BH"
     missing = any(
         _row(comparison, axis, comparison.base, **where) is None
         for axis in axes
         for _, where in columns
     )
-    handles = [noise_handle(hatch=True), patch_handle(f"*: {star}")]
+    handles = [noise_handle(hatch=True), patch_handle(f"coloured: {star}")]
     handles += [patch_handle(f"{FEW}: fewer than {MIN_ITEMS} items")]
     legend_below(fig, handles + ([patch_handle("-: not measured")] if missing else []))
     fig.suptitle(f"Change from {comparison.base}, by strategy (rows) and languages (columns)")
     return fig
+
+
+def _ratio_text(ratio: float) -> str:
+    """A ratio in a cell: two digits (0.0028, 3.2, 26), whole above 100 (150, 1,200)."""
+    return f"{ratio:,.0f}" if ratio >= 100 else f"{ratio:.2g}"
 
 
 def _heatmap_panel(
@@ -146,18 +145,26 @@ def _heatmap_panel(
             if row is not None and row["delta"] is not None and _beyond_noise(row, bold):
                 gains[i, j] = sign * (np.log(row["ratio"]) if ratio else row["delta"])
     scale = colour_scale(gains.ravel())
-    image = heatmap(
-        panel, gains, strategies, [name for name, _ in columns], scale, lambda _: "", True
-    )
+    # Columns named by split ("in", "out", "others"), their family once below each pair.
+    names = [name.split("\n")[-1] for name, _ in columns]
+    image = heatmap(panel, gains, strategies, names, scale, lambda _: "", True)
+    groups: dict[str, list[int]] = {}
+    for j, (name, _) in enumerate(columns):
+        if "\n" in name:
+            groups.setdefault(name.split("\n")[0], []).append(j)
+    for group, members in groups.items():
+        where = (sum(members) / len(members), 0)
+        panel.annotate(group, where, xycoords=("data", "axes fraction"), xytext=(0, -14),
+                       textcoords="offset points", ha="center", va="top")  # fmt: skip
     digits = decimals(axis)
     for i, line in enumerate(rows):
         for j, row in enumerate(line):
             if row is None or row["delta"] is None:
                 cell_text(panel, j, i, "-", blank=True)
                 continue
-            text = f"×{row['ratio']:#.3g}" if ratio else f"{row['delta']:+.{digits}f}"
+            text = _ratio_text(row["ratio"]) if ratio else f"{row['delta']:+.{digits}f}"
             colour = text_colour_on(scale.rgba(gains[i, j]))
-            cell_text(panel, j, i, text + _marks(row, bold), colour)
+            cell_text(panel, j, i, text + (FEW if row.get("few_items") else ""), colour)
     overall = sum(where["scope"] == "overall" for _, where in columns)
     panel.axvline(overall - 0.5, color="white", lw=3)  # overall | families
     better = "higher" if axis["higher_is_better"] else "lower"
@@ -167,10 +174,10 @@ def _heatmap_panel(
         bar.axis("off")
         return
     # The bar has its own grid slot (not space taken from the panel): columns stay aligned.
-    colours = fig.colorbar(image, cax=bar, label="better ↑")
+    colours = fig.colorbar(image, cax=bar, label=f"{'ratio' if ratio else 'change'}, better ↑")
     # Ticks as the cells write them: a gain back to the ratio or the change.
     if ratio:
-        tick_format(colours.ax.yaxis, lambda gain: f"×{np.exp(sign * gain):#.3g}")
+        tick_format(colours.ax.yaxis, lambda gain: _ratio_text(np.exp(sign * gain)))
     else:
         tick_format(colours.ax.yaxis, lambda gain: f"{sign * gain:+.3g}")
 
@@ -288,7 +295,11 @@ def tradeoff_figure(comparison: Comparison):
         what = "ratio to the base" if _is_ratio(axis) else "change from the base"
         label = f"{names[where]} {axis_label(axis)}: {what} ({better} is better)"
         (ax.set_ylabel if part == "y" else ax.set_xlabel)(label)
-    number_points(ax, [(p[1][0], p[2][0]) for p in points], [p[0] for p in points])
+    ends = [
+        xy
+        for _, (x, x_low, x_high), (y, y_low, y_high) in points
+        for xy in ((x_low, y), (x_high, y), (x, y_low), (x, y_high))
+    ]
     title = (
         "Forgetting (others) against learning (held-in)"
         if split == OTHERS
@@ -297,6 +308,7 @@ def tradeoff_figure(comparison: Comparison):
     ax.set_title(f"{title}, 95% intervals")
     if len(front) >= MIN_FRONT:
         legend_below(fig, ax.get_legend_handles_labels()[0])
+    place_labels(fig, ax, [(p[1][0], p[2][0]) for p in points], [p[0] for p in points], ends)
     return fig
 
 

@@ -34,14 +34,63 @@ def cell_text(ax, col: int, row: int, text: str, colour="black", blank: bool = F
     )
 
 
-def point_label(ax, xy: tuple[float, float], text: str, offset: Sequence[float], line: bool,
-                bold: bool = False):  # fmt: skip
-    """An annotation naming the point at `xy`, `offset` points away (a thin leader line when
-    `line`), in the small size; returns it (to measure, or remove)."""
+# Label offsets (points) tried in turn until a label overlaps nothing drawn before it.
+OFFSETS = (
+    *((dx, dy) for dx in (5, -14) for dy in (4, -11)),
+    *((dx, dy) for dx in (8, -18) for dy in (12, -19)),
+    *((dx, dy) for dx in (16, -26) for dy in (20, -27)),
+)
+MARK_RADIUS = 10  # pixels a label keeps from a marker's centre
+
+
+def place_labels(
+    fig,
+    ax,
+    points: Sequence[tuple[float, float]],
+    labels: Sequence[str],
+    avoid: Sequence[tuple[float, float]] = (),
+    bold: Sequence[bool] = (),
+) -> None:
+    """Name each point (data coordinates) at the first offset where its label overlaps no
+    label placed before it and no other point or `avoid` point (interval ends: their caps are
+    markers too); where none is free, at the one with fewest overlaps. Past the first ring of
+    offsets a thin line says which point a label names. Call it last: it reads the layout."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    taken = [tuple(ax.transData.transform(xy)) for xy in [*points, *avoid]]
+    boxes: list = []
+    for k, (xy, label) in enumerate(zip(points, labels, strict=True)):
+        centre = tuple(ax.transData.transform(xy))
+        others = [p for p in taken if p != centre]
+        heavy = bool(bold) and bold[k]
+        best = None
+        for offset in OFFSETS:
+            text = _point_label(ax, xy, label, offset, heavy)
+            box = text.get_window_extent(renderer).expanded(1.05, 1.1)
+            text.remove()
+            clashes = sum(box.overlaps(b) for b in boxes)
+            clashes += sum(_near(box, p, MARK_RADIUS) for p in others)
+            if best is None or clashes < best[0]:
+                best = (clashes, offset, box)
+            if not clashes:
+                break
+        _point_label(ax, xy, label, best[1], heavy)
+        boxes.append(best[2])
+
+
+def _point_label(ax, xy, text: str, offset: Sequence[float], bold: bool):
+    line = abs(offset[1]) > 11
     arrow = {"arrowstyle": "-", "lw": 0.5, "color": "0.4"} if line else None
     return ax.annotate(text, xy, xytext=tuple(offset), textcoords="offset points",
                        fontsize=FONT["small"], arrowprops=arrow,
                        fontweight="bold" if bold else "normal")  # fmt: skip
+
+
+def _near(box, point, radius: float) -> bool:
+    """Whether a marker of `radius` pixels at `point` touches `box`."""
+    x = min(max(point[0], box.x0), box.x1)
+    y = min(max(point[1], box.y0), box.y1)
+    return (x - point[0]) ** 2 + (y - point[1]) ** 2 < radius**2
 
 
 def tick_format(axis, write: Callable[[float], str]) -> None:
