@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eval.study.measures import RATIO_METRICS
 from surgery.plotting import (
     BASE_COLOUR,
     BASELINE_COLOUR,
@@ -30,7 +31,6 @@ from surgery.plotting import (
 from surgery.plotting.handles import marker_handle, place_labels
 from surgery.plotting.ticks import log_ticks
 
-RATIO_METRICS = ("ppl", "word_perplexity", "byte_perplexity")
 SPLIT_WORDS = {"held_in": "held-in", "held_out": "held-out", "others": "`others:`"}
 METRIC_WORDS = {
     "ppl": "perplexity",
