@@ -100,7 +100,7 @@ def _panel(ax, labels: list[str], panel: Panel) -> None:
     log = panel.ppl and use_log([v for b in bars for v in b] + [origin])
     ax.barh(labels, [n - origin for n in lengths], left=origin, **style)
     if log:
-        log_ticks(ax, "x")
+        log_ticks(ax, "x", [v for b in bars for v in b] + [origin])
     else:
         plain_ticks(ax, "x")
     if panel.ppl:

@@ -178,7 +178,7 @@ def _axis(ax, part: str, objective: dict[str, Any], shown: list[Mark]) -> None:
         centre, (low, high) = (mark.x, mark.xerr) if part == "x" else (mark.y, mark.yerr)
         values += [centre, centre - low[0], centre + high[0]]
     if objective["metric"] in RATIO_METRICS and use_log(values):
-        log_ticks(ax, part)
+        log_ticks(ax, part, values)
     else:
         plain_ticks(ax, part)
     role = "forgetting" if part == "x" else "learning"

@@ -3,6 +3,7 @@ the demo's), so that they need no matplotlib import and no font size of their ow
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from surgery.plotting.style import FONT
@@ -39,6 +40,8 @@ OFFSETS = (
     *((dx, dy) for dx in (5, -14) for dy in (4, -11)),
     *((dx, dy) for dx in (8, -18) for dy in (12, -19)),
     *((dx, dy) for dx in (16, -26) for dy in (20, -27)),
+    *((dx, dy) for dx in (24, -34, 0) for dy in (30, -37)),
+    *((dx, dy) for dx in (40, -50, 0) for dy in (44, -51)),
 )
 MARK_RADIUS = 10  # pixels a label keeps from a marker's centre
 
@@ -59,8 +62,15 @@ def place_labels(
     renderer = fig.canvas.get_renderer()
     taken = [tuple(ax.transData.transform(xy)) for xy in [*points, *avoid]]
     boxes: list = []
-    for k, (xy, label) in enumerate(zip(points, labels, strict=True)):
-        centre = tuple(ax.transData.transform(xy))
+
+    def crowd(k: int) -> float:
+        """How close the nearest other point is (pixels): the most crowded are named first."""
+        here = taken[k]
+        return min((math.dist(here, p) for i, p in enumerate(taken) if i != k), default=0.0)
+
+    for k in sorted(range(len(points)), key=crowd):
+        xy, label = points[k], labels[k]
+        centre = taken[k]
         others = [p for p in taken if p != centre]
         heavy = bool(bold) and bold[k]
         best = None
@@ -68,7 +78,8 @@ def place_labels(
             text = _point_label(ax, xy, label, offset, heavy)
             box = text.get_window_extent(renderer).expanded(1.05, 1.1)
             text.remove()
-            clashes = sum(box.overlaps(b) for b in boxes)
+            # A label on a label reads worse than one on a marker.
+            clashes = 10 * sum(box.overlaps(b) for b in boxes)
             clashes += sum(_near(box, p, MARK_RADIUS) for p in others)
             if best is None or clashes < best[0]:
                 best = (clashes, offset, box)
