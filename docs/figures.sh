@@ -5,6 +5,7 @@
 #   docs/figures.sh [DEMO]
 #
 # DEMO: a `surgery demo --quick` folder (seed 0); made in a scratch folder when not given.
+# Needs the toolkit's virtual environment on PATH (`surgery` and its `python`).
 # Commands run from a scratch folder holding links to DEMO's models/ and data/, so each PNG's
 # command reads as the docs quote it (`surgery drift models/base models/expert-slavic ...`).
 set -euo pipefail

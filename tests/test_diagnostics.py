@@ -543,6 +543,10 @@ def test_sweep_plot_puts_forgetting_and_learning_on_one_axis_with_plain_ticks():
     panels = [ax for ax in fig.axes if ax.lines]
     assert [ax.get_ylabel() for ax in panels] == ["ppl (lower is better)", "acc (higher is better)"]
     assert [line.get_label() for line in panels[0].lines] == ["gen", "heldin"]
+    # One legend for the figure names every task, each in one colour in every panel.
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["gen", "heldin", "copain"]
+    colours = [line.get_color() for ax in panels for line in ax.lines]
+    assert len(set(colours)) == 3
     # Three alphas are three points, not a curve.
     assert all(line.get_linestyle() == "None" for ax in panels for line in ax.lines)
     for ax in panels:

@@ -95,3 +95,18 @@ def test_every_figure_is_drawn_through_the_plotting_package(package):
         for match in OWN_TO_PLOTTING.finditer(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
+
+
+def test_every_figure_function_has_a_case_in_the_figure_check():
+    """Each `*_figure` function of the toolkit (the figure a plot command saves) is drawn by a
+    case of tests/support/figure_cases.py, so the check above renders it."""
+    root = DOCS.parent
+    cases = (root / "tests" / "support" / "figure_cases.py").read_text(encoding="utf-8")
+    defined = {
+        f"{path.relative_to(root)}: {name}"
+        for package in ("surgery", "eval", "demo")
+        for path in sorted((root / package).rglob("*.py"))
+        for name in re.findall(r"^def (\w+_figure)\(", path.read_text(encoding="utf-8"), re.M)
+        if "plotting" not in path.parts  # the package's own save_figure draws nothing
+    }
+    assert sorted(item for item in defined if item.split(": ")[1] not in cases) == []

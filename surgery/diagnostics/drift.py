@@ -232,9 +232,7 @@ def write_drift_csv(report: DriftReport, path: Path) -> Path:
 
 def plot_drift(report: DriftReport, path: Path, title: str) -> Path:
     """A PNG bar chart of relative L2 drift per layer and module kind."""
-    from surgery.diagnostics.plots import check_plot_path, plot_drift_by_layer
-
-    check_plot_path(path)
+    from surgery.diagnostics.plots import plot_drift_by_layer
 
     values = {key: sums.relative_l2 for key, sums in report.layer_kinds.items()}
     return plot_drift_by_layer(values, path, title)

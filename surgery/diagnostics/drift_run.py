@@ -33,8 +33,8 @@ def run_drift(
     from surgery.api import warn_if_swapped
     from surgery.diagnostics.drift import drift as run
     from surgery.diagnostics.drift import plot_drift, write_drift_csv
-    from surgery.diagnostics.plots import check_plot_path
     from surgery.hub.resolve import open_inputs
+    from surgery.plotting import check_plot_path
 
     if plot:
         check_plot_path(plot)
@@ -72,9 +72,9 @@ def run_similarity(
     """
     from surgery.api import warn_if_swapped
     from surgery.diagnostics import similarity_report as out
-    from surgery.diagnostics.plots import check_plot_path
     from surgery.diagnostics.similarity import similarity
     from surgery.hub.resolve import open_inputs
+    from surgery.plotting import check_plot_path
 
     for path in (plot, pair_plot):
         if path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import cycle
 from pathlib import Path
 
 from surgery.diagnostics.metric_kinds import is_perplexity, leaf, lower_is_better
@@ -16,6 +17,7 @@ from surgery.plotting import (
     BASE_COLOUR,
     NOISE_COLOUR,
     PLOT_SUFFIXES,
+    SERIES,
     TRAINED_COLOUR,
     check_plot_path,
     figure,
@@ -121,16 +123,20 @@ def metrics_figure(
     alphas = [row["alpha"] for row in rows]
     style = {"marker": "o"} if len(alphas) >= MIN_LINE_POINTS else {"marker": "o", "ls": "none"}
     names = [m for members in panels.values() for m in members]
+    # One colour per task, the same in every panel, so one legend names them all.
+    tasks = list(dict.fromkeys(task_label(m, names) for m in names))
+    colour = dict(zip(tasks, cycle(SERIES), strict=False))
+    handles = {}
     for ax, members in zip(axes, panels.values(), strict=True):
         for metric in members:
-            ax.plot(alphas, [row[metric] for row in rows], label=task_label(metric, names), **style)
+            task = task_label(metric, names)
+            values = [row[metric] for row in rows]
+            (handles[task],) = ax.plot(alphas, values, label=task, color=colour[task], **style)
         _log_if_ratio(ax, members[0], [row[m] for row in rows for m in members])
         ax.set_xlabel(xlabel or alpha_label())
         ax.set_ylabel(metric_axis_label(members[0]))
         ax.grid(alpha=0.3)
-    handles = axes[0].get_legend_handles_labels()[0]
-    if len(panels) > 1 or len(handles) > 1:
-        legend_below(fig, handles).set_title("scored on (task)")
+    legend_below(fig, [handles[task] for task in tasks]).set_title("scored on (task)")
     fig.suptitle(title)
     return fig
 
