@@ -83,8 +83,8 @@ def plot_heatmap(
 
     Colour is the change signed so that up the colour bar is better whatever the metric's
     direction (a perplexity's by its log ratio to the base), on a scale fitted to the panel's
-    changes beyond noise; cells within noise are grey and hatched. The text is the change, a
-    perplexity's as a ratio (`×0.93`), `*` where `row[bold]`, `‡` on few items.
+    changes beyond noise (`row[bold]` on enough items); the others are grey and hatched. The
+    text is the change, a perplexity's as a ratio (`0.93`), `‡` on few items.
 
     Returns:
         The PNG's file name, or None and why.
