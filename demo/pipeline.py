@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.plots import bar_extent
 from demo.world import FAMILIES, WorldFiles, build_languages, write_suite, write_world
 from surgery.core.devices import resolve_device
 from surgery.engine.output_paths import check_resumable_folder
@@ -255,6 +256,9 @@ AXES = [
     ("Copain acc", "copain", {"scope": "task"}),  # in-context learning
     ("chrF", "chrf", {"split": "held_in"}),  # translation from gen into the trained languages
 ]
+# Columns whose changes did not hold across seeds (`surgery demo --quick --seeds 3`, docs/demo.md:
+# half of the chrF changes took both signs): one run's value is one draw, and the plot says so.
+ONE_DRAW = ("chrF",)
 
 
 @dataclass(frozen=True)
@@ -340,77 +344,38 @@ def markdown_table(comparison, rows: list[TableRow], axes: list[tuple[str, str, 
     return "\n".join(lines)
 
 
-def bar_extent(c: dict, ppl: bool) -> tuple[float, float, float]:
-    """A cell as a bar: (length, low, high). Perplexity: its ratio to the base with the
-    ratio's own bootstrap interval (the comparison's), drawn on a log axis since perplexities
-    move by orders of magnitude; other measures: the change from the base and its interval."""
-    if ppl:
-        return c["ratio"], c["ratio_low"], c["ratio_high"]
-    return c["delta"], c["ci_low"], c["ci_high"]
+def strategy_panels(comparison, rows: list[TableRow], axes: list[tuple[str, str, dict]]):
+    """The panels of strategies.png: per column of `axes`, every strategy's cell (the base's
+    row left out)."""
+    from demo.plots import Panel
+
+    return [
+        Panel(
+            label,
+            task,
+            better(comparison, task) == "lower",
+            task == "ppl",
+            label not in ONE_DRAW,
+            [cell(comparison, row, (label, task, where)) for row in rows[1:]],
+        )
+        for label, task, where in axes
+    ]
 
 
 def plot_strategies(
     comparison, rows: list[TableRow], path: Path, axes: list[tuple[str, str, dict]]
 ) -> list[str]:
-    """strategies.png (`strategies_figure`); returns the panels' titles."""
-    from surgery.diagnostics.plots import pyplot
+    """strategies.png (demo.plots.strategies_figure), saved with the command that ran the demo
+    and the plotting hash; returns the panels' titles."""
+    from demo.plots import strategies_figure
+    from surgery.plotting import save_figure
 
-    fig = strategies_figure(comparison, rows, axes)
-    fig.savefig(path, dpi=100)
-    pyplot().close(fig)
-    return [ax.get_title() for ax in fig.axes]
-
-
-def strategies_figure(comparison, rows: list[TableRow], axes: list[tuple[str, str, dict]]):
-    """One panel per column of `axes` (those the table shows): each strategy's change from the
-    base with its 95% interval (perplexity: its ratio to the base, log axis)."""
-    from surgery.diagnostics.plots import pyplot
-
-    plt = pyplot()
-    fig, panels = plt.subplots(
-        1, len(axes), figsize=(2.2 + 3.2 * len(axes), 5.6), squeeze=False, sharey=True
+    fig = strategies_figure(
+        [row.label for row in rows[1:]], strategy_panels(comparison, rows, axes)
     )
-    labels = [row.label for row in rows[1:]]
-    for ax, column in zip(panels[0], axes, strict=True):
-        label, task, _ = column
-        ppl = task == "ppl"
-        cells = [cell(comparison, row, column) for row in rows[1:]]
-        bars = [bar_extent(c, ppl) for c in cells]
-        origin = 1.0 if ppl else 0.0
-        lengths = [b[0] for b in bars]
-        # Whiskers never negative: a percentile interval need not contain the point.
-        errors = [[max(0.0, b[0] - b[1]) for b in bars], [max(0.0, b[2] - b[0]) for b in bars]]
-        lower = better(comparison, task) == "lower"
-        good = [(n < origin) if lower else (n > origin) for n in lengths]
-        colors = [
-            ("tab:green" if g else "tab:red") if c["significant"] else "lightgray"
-            for g, c in zip(good, cells, strict=True)
-        ]
-        if ppl:
-            ax.set_xscale("log")
-            ax.barh(
-                labels,
-                [n - origin for n in lengths],
-                left=origin,
-                xerr=errors,
-                color=colors,
-                capsize=2,
-            )
-            ax.set_xlabel("ratio to the base (log scale)")
-        else:
-            ax.barh(labels, lengths, xerr=errors, color=colors, capsize=2)
-            ax.set_xlabel("change from the base")
-        ax.axvline(origin, color="black", linewidth=0.8)
-        ax.set_title(f"{label}\n({better(comparison, task)} is better)", fontsize=10)
-        ax.grid(axis="x", alpha=0.3)
-    panels[0][0].invert_yaxis()  # shared: the first strategy on top
-    fig.suptitle(
-        "Strategies against forgetting, against the base (green = better, gray = within noise;"
-        " whiskers: 95% intervals)",
-        fontsize=11,
-    )
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    return fig
+    titles = [ax.get_title() for ax in fig.axes]
+    save_figure(fig, path)
+    return titles
 
 
 def run_comparison(scores_dir: Path, rows: list[TableRow], out: Path, resamples: int, seed: int):

@@ -47,3 +47,37 @@ surgery localize -q base trained --window 3 --stride 1 -o window \
 cp window/localize.png "$docs/localize_window.png"
 
 # --- eval and demo figures: search, compare, the demo's strategies (added by their owners) ---
+# Search (docs/search.md), compare (docs/study.md) and the demo's strategies (docs/demo.md), all
+# on the same quick demo. Run from a scratch folder holding links to DEMO's models/ and scores/
+# and a copy of its data/, so each PNG's command reads as the docs quote it.
+mkdir "$work/e" && cd "$work/e"
+mkdir runs
+mkdir runs/demo && ln -s "$demo/models" runs/demo/models && ln -s "$demo/scores" runs/demo/scores
+cp -r "$demo/data" runs/demo/data
+# suite-slavic.yml: the demo's suite with the Slavic family alone and the ppl task.
+python - <<'PY'
+import yaml
+suite = yaml.safe_load(open("runs/demo/data/suite.yml"))
+suite["families"] = {"slavic": suite["families"]["slavic"]}
+keep = {"gen_Latn", *suite["families"]["slavic"]["held_in"], *suite["families"]["slavic"]["held_out"]}
+suite["languages"] = {k: v for k, v in suite["languages"].items() if k in keep}
+suite["tasks"] = {"ppl": suite["tasks"]["ppl"]}
+yaml.safe_dump(suite, open("runs/demo/data/suite-slavic.yml", "w"), sort_keys=False)
+PY
+OMP_NUM_THREADS=1 surgery search runs/demo/models/base runs/demo/models/expert-slavic \
+    --suite runs/demo/data/suite-slavic.yml -o runs/demo/search-expert \
+    --blocks 6 --embeddings --trials 40 --budget "held_in ppl <= 30" >/dev/null
+OMP_NUM_THREADS=1 surgery search runs/demo/models/base runs/demo/models/dense \
+    --suite runs/demo/data/suite.yml -o runs/demo/search-dense \
+    --blocks 6 --embeddings --trials 40 --budget "held_in ppl <= 124" >/dev/null
+cp runs/demo/search-expert/frontier.png "$docs/search_expert.png"
+cp runs/demo/search-dense/frontier.png "$docs/search_dense.png"
+surgery compare runs/demo/scores/dense runs/demo/scores/dense-reverted runs/demo/scores/ema \
+    runs/demo/scores/soup --base runs/demo/scores/base -o runs/demo/compare --resamples 1000 \
+    >/dev/null
+cp runs/demo/compare/change_heatmap.png "$docs/compare_heatmap.png"
+cp runs/demo/compare/tradeoff.png "$docs/compare_tradeoff.png"
+# The demo again on its finished run: every stage is reused, the report and its plot redrawn.
+cd "$work" && rm -rf e/runs/demo && mkdir -p e2/runs && cp -r "$demo" e2/runs/demo && cd e2
+surgery demo --quick -o runs/demo >/dev/null
+cp runs/demo/strategies.png "$docs/demo_strategies.png"

@@ -93,11 +93,16 @@ def _include(ax, axis: str, at: float) -> None:
 
 
 def pareto_steps(
-    ax, xs: Sequence[float], ys: Sequence[float], higher_y_better: bool, label: str = "front"
+    ax,
+    xs: Sequence[float],
+    ys: Sequence[float],
+    higher_y_better: bool,
+    label: str = "front",
+    higher_x_better: bool = False,
 ) -> bool:
-    """Draw the front of points (x: lower is better; y: higher or lower is better) as steps, as
-    fronts are: between two points nothing in between is attainable. Only with `MIN_FRONT`
-    points or more.
+    """Draw the front of points (x: lower is better unless `higher_x_better`; y: higher or
+    lower is better) as steps, as fronts are: between two points nothing in between is
+    attainable. Only with `MIN_FRONT` points or more.
 
     Returns:
         whether a front was drawn.
@@ -108,7 +113,8 @@ def pareto_steps(
     ax.step(
         [x for x, _ in points],
         [y for _, y in points],
-        where="post",
+        # Between two points, the y of the one better on x holds only from its own x on.
+        where="pre" if higher_x_better else "post",
         color=FRONT_COLOUR,
         lw=1,
         alpha=0.7,

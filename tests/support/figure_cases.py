@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cache
 
 CASES: dict[str, Callable[[], object]] = {}
 
@@ -240,3 +241,75 @@ def search_document() -> dict:
         },
         "points": points,
     }
+
+
+# --- eval's and the demo's figures: compare, search, the demo's strategies ---------------------
+
+
+@cache
+def _comparison():
+    """A comparison of three strategies against a base on two families with `others:` (the
+    test suite's synthetic results folders): some cells beyond noise, FLORES without `others`,
+    a few on too few items."""
+    import tempfile
+    from pathlib import Path
+
+    from eval.study.compare import compare
+    from tests.support.study_dirs import FAMILIES, Study, write_results
+
+    root = Path(tempfile.mkdtemp(prefix="figure-cases-"))
+    spec = Study(families=FAMILIES, others=["eng_Latn"])
+    folders = [
+        write_results(root / name, spec, name, skill, seed=seed)
+        for name, skill, seed in (("base", 0.0, 1), ("dense", 0.6, 2), ("soup", 0.3, 3))
+    ] + [write_results(root / "ema", spec, "ema", 0.15, seed=4)]
+    return compare(folders[0], folders[1:], resamples=200, seed=0)
+
+
+@case("compare_heatmap")
+def _compare_heatmap():
+    from eval.study.plots import heatmap_figure
+
+    return heatmap_figure(_comparison())
+
+
+@case("compare_tradeoff")
+def _compare_tradeoff():
+    from eval.study.plots import tradeoff_figure
+
+    return tradeoff_figure(_comparison())
+
+
+@case("search_frontier_base_far_off")
+def _search():
+    from eval.search.plots import frontier_figure
+
+    return frontier_figure(search_document())
+
+
+def _strategy_cell(ratio: float | None, delta: float, significant: bool) -> dict:
+    """A comparison cell as the demo's panels read it: a perplexity's ratio or a change."""
+    spread = 0.08
+    cell = {"significant": significant, "delta": delta}
+    cell |= {"ci_low": delta - 1.0 - spread * abs(delta), "ci_high": delta + 1.0}
+    if ratio is not None:
+        cell |= {"ratio": ratio, "ratio_low": ratio * (1 - spread), "ratio_high": ratio * 1.05}
+    return cell
+
+
+@case("demo_strategies")
+def _strategies():
+    """The quick demo's 16 strategies: the general text forgotten 3-60x, the trained
+    languages learned 100-3,000x, chrF changes of both signs, some within noise."""
+    from demo.plots import Panel, strategies_figure
+
+    labels = [f"strategy {i}" for i in range(16)]
+    gen = [_strategy_cell(3 + 3.7 * i, 1, True) for i in range(16)]
+    held_in = [_strategy_cell(3e-4 * 1.5**i, -1, True) for i in range(16)]
+    chrf = [_strategy_cell(None, 15 * math.sin(i), i % 3 != 0) for i in range(16)]
+    panels = [
+        Panel("gen ppl", "ppl", True, True, True, gen),
+        Panel("held-in ppl", "ppl", True, True, True, held_in),
+        Panel("chrF", "chrf", False, False, False, chrf),
+    ]
+    return strategies_figure(labels, panels)
