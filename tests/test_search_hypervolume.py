@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from eval.search.hypervolume import Frame, hypervolume
+from eval.search.hypervolume import Frame, hypervolume, nondominated
 
 
 def _brute(points, reference, higher, cell: float) -> float:
@@ -75,3 +75,18 @@ def test_a_frame_takes_the_worst_input_and_perplexities_as_logarithms():
     assert frame.curve([[100.0, 0.25], None, [10.0, 0.5]]) == pytest.approx(
         [math.log(10) * 0.05, math.log(10) * 0.05, math.log(100) * 0.3]
     )
+
+
+def test_the_nondominated_points_hold_the_whole_hypervolume():
+    rng = random.Random(3)
+    higher = [True, False, True]
+    points = _random_points(rng, 30, 3, 1.0)
+    front = nondominated(points, higher)
+    reference = [-4.0, 13.0, -4.0]  # every point better than it
+    assert hypervolume([points[i] for i in front], reference, higher) == pytest.approx(
+        hypervolume(points, reference, higher)
+    )
+    for i in front:  # none of them alone is redundant
+        rest = [points[j] for j in front if j != i]
+        assert hypervolume(rest, reference, higher) < hypervolume(points, reference, higher)
+    assert nondominated([[1.0, 2.0], [1.0, 2.0], [0.0, 3.0]], [False, False]) == [0, 2]

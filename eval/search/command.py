@@ -128,6 +128,14 @@ search_options = collapse(
     click.option(
         "--resamples", default=2000, show_default=True, type=int, help="Bootstrap resamples."
     ),
+    click.option(
+        "--sampler",
+        default="tpe",
+        show_default=True,
+        type=click.Choice(["tpe", "nsga2", "gp", "random"]),
+        help="optuna's sampler: multi-objective TPE, NSGA-II, a Gaussian process, or random "
+        "(docs/search.md compares them).",
+    ),
 )
 
 

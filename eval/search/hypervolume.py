@@ -61,6 +61,23 @@ def _volume(gains: list[list[float]], dims: int) -> float:
     return volume
 
 
+def nondominated(points: Sequence[Sequence[float]], higher: Sequence[bool]) -> list[int]:
+    """The indices of the points no other point dominates (of equal points, the first)."""
+
+    def gains(point: Sequence[float]) -> list[float]:
+        return [v if up else -v for v, up in zip(point, higher, strict=True)]
+
+    def dominates(a: list[float], b: list[float]) -> bool:
+        return all(x >= y for x, y in zip(a, b, strict=True)) and a != b
+
+    oriented = [gains(p) for p in points]
+    return [
+        i
+        for i, a in enumerate(oriented)
+        if not any(dominates(b, a) for b in oriented) and a not in oriented[:i]
+    ]
+
+
 @dataclass(frozen=True)
 class Frame:
     """How a search's objectives enter its hypervolume: their directions, which are
@@ -101,3 +118,69 @@ class Frame:
                 seen.append(point)
             volumes.append(self.volume(seen))
         return volumes
+
+
+def section(
+    objectives: Sequence[dict],
+    search_inputs: Sequence[Sequence[float]],
+    trials: Sequence[Sequence[float] | None],
+    report_inputs: Sequence[Sequence[float]],
+    frontier: Sequence[Sequence[float]],
+) -> dict:
+    """frontier.json's `hypervolume`: the search half's after each trial and the report
+    half's of the final frontier, each against its own half's reference point.
+
+    Args:
+        objectives: the optimized objectives, as frontier.json lists them.
+        search_inputs: BASE's and each input model's values on the search half.
+        trials: each finished trial's values in number order (None: outside the budgets).
+        report_inputs: BASE's and each input model's values on the report half.
+        frontier: the frontier points' values on the report half.
+    """
+    higher = [o["higher_is_better"] for o in objectives]
+    metrics = [o["metric"] for o in objectives]
+    names = [o["name"] for o in objectives]
+    search = Frame.of(higher, metrics, search_inputs)
+    report = Frame.of(higher, metrics, report_inputs)
+    return {
+        "logarithm": [name for name, log in zip(names, search.log, strict=True) if log],
+        "search": {
+            "reference": dict(zip(names, search.reference, strict=True)),
+            "per_trial": search.curve(trials),
+        },
+        "report": {
+            "reference": dict(zip(names, report.reference, strict=True)),
+            "frontier": report.volume(frontier),
+        },
+    }
+
+
+def markdown_lines(entry: dict) -> list[str]:
+    """report.md's hypervolume section: the reference points, the report half's value, and
+    the search half's after every tenth of the trials."""
+    curve = entry["search"]["per_trial"]
+    stride = max(1, len(curve) // 10)
+    marks = sorted({*range(stride, len(curve) + 1, stride), len(curve)}) if curve else []
+
+    def point(reference: dict) -> str:
+        return ", ".join(f"{name} {value:.4g}" for name, value in reference.items())
+
+    logs = entry["logarithm"]
+    lines = [
+        "## Hypervolume",
+        "",
+        "The volume of the objectives' space the frontier dominates, up to a reference point: "
+        "on each objective, the worst value of BASE and every input model on that half "
+        f"(search half: {point(entry['search']['reference'])}; report half: "
+        f"{point(entry['report']['reference'])})"
+        + (f"; {', '.join(logs)} as logarithms" if logs else "")
+        + ".",
+        "",
+        f"Report half, final frontier: {entry['report']['frontier']:.4g}.",
+        "",
+        "| trials | " + " | ".join(str(m) for m in marks) + " |",
+        "|---|" + "---|" * len(marks),
+        "| search half | " + " | ".join(f"{curve[m - 1]:.4g}" for m in marks) + " |",
+        "",
+    ]
+    return lines

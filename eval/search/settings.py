@@ -34,3 +34,4 @@ class SearchOptions:
     storage: str | None = None
     resamples: int = 2000
     quiet: bool = False
+    sampler: str = "tpe"  # optuna's sampler: tpe, nsga2, gp or random
