@@ -1,24 +1,30 @@
 """Benchmark: optuna's samplers in `surgery search` at equal trials, on the demo's world.
 
-The world is the quick demo's (`surgery demo --quick`, seed 0): its base and its Slavic expert,
-the suite restricted to the Slavic family and the perplexity task (learning: Slavic held-in
-perplexity; forgetting: the base's own language). It is built once into `--world` (the base's
-pretraining and one expert's training, a few minutes) and reused.
+The world (`tiny_world`) is the smallest with a real trade-off, in the demo's languages: a
+tiny Llama (6 layers, hidden 32) pretrained on the demo's general language, then an expert
+trained from it on one Slavic language, which learns it and forgets the general one; the suite
+scores perplexity on both (learning: held in; forgetting: `others`), 32 documents each, 16
+per half. It takes seconds to build. `--demo DIR` uses the quick demo's base and Slavic expert
+instead (`surgery demo --quick -o DIR`; built into DIR if missing: the base's pretraining and
+one expert's training, minutes on an idle machine), with the demo's suite restricted to the
+Slavic family and the perplexity task.
 
-Each sampler (tpe, nsga2, gp, random) searches `--trials` trials for each seed, the samplers
-taking turns within a seed (a shared machine's load falls on all of them alike). After every
-`--every` trials, the frontier so far (chosen on the search half) is scored on the report half
-and its hypervolume taken against the report half's reference point (the worst of BASE and the
-expert on each objective; perplexities as logarithms, as `surgery search` reports it). Prints,
-per sampler and trial count, the median and range over the seeds, each search's wall time, the
-machine's load; draws the medians and ranges against trials into `--figure`.
+Each sampler (tpe, nsga2, gp, random) searches `--trials` trials (6 blocks and the embeddings)
+for each seed, the samplers taking turns within a seed (a shared machine's load falls on all
+of them alike). After every `--every` trials, the frontier so far (chosen on the search half)
+is scored on the report half and its hypervolume taken against the report half's reference
+point (the worst of BASE and the expert on each objective; perplexities as logarithms, as
+`surgery search` reports it). Prints each search's final value and wall time, then per sampler
+and trial count the median [min, max] over the seeds, and the machine's load; draws the
+medians and ranges against trials into `--figure`.
 
-Run by hand:  python bench/bench_search_samplers.py [--trials 40] [--seeds 0,1,2]
+Run by hand:  python bench/bench_search_samplers.py [--trials 40] [--seeds 0,1,2] [--demo DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -32,7 +38,67 @@ SAMPLERS = ("tpe", "nsga2", "gp", "random")
 EXPERT = "expert-slavic"
 
 
-def build_world(root: Path) -> tuple[Path, Path, Path]:
+def tiny_world(root: Path, layers: int = 6, docs: int = 32) -> tuple[Path, Path, Path]:
+    """BASE (pretrained on the general language), the expert (BASE trained on a Slavic one)
+    and their suite, under `root` (reused when there)."""
+    from tests.support import search_world, tiny_models
+
+    suite = root / "data" / "suite.yml"
+    if suite.is_file():
+        return root / "base", root / "expert", suite
+    texts = search_world._texts(600, 1)
+    base = _trained(None, texts[search_world.OTHER], layers, steps=300)
+    expert = _trained(base, texts[search_world.HELD_IN], layers, steps=60)
+    tiny_models.save(base.to(_bf16()), root / "base")
+    tiny_models.save(expert.to(_bf16()), root / "expert")
+    for lang, lines in search_world._texts(docs * 2, 7).items():
+        folder = root / "data" / "ppl" / lang
+        folder.mkdir(parents=True)
+        rows = [" ".join(lines[i : i + 2]) for i in range(0, len(lines), 2)]
+        (folder / "docs.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
+    suite.write_text(search_world.SUITE, encoding="utf-8")
+    return root / "base", root / "expert", suite
+
+
+def _bf16():
+    import torch
+
+    return torch.bfloat16
+
+
+def _trained(start, lines: list[str], layers: int, steps: int):
+    """A tiny Llama (a new one when `start` is None, else a copy of it) trained on `lines`."""
+    import copy
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tests.support.tiny_models import make_tokenizer, vocab_size
+
+    torch.manual_seed(0)
+    if start is None:
+        config = LlamaConfig(
+            vocab_size=vocab_size(), hidden_size=32, intermediate_size=64,
+            num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
+            max_position_embeddings=128, tie_word_embeddings=False, bos_token_id=1,
+            eos_token_id=2, pad_token_id=0,
+        )  # fmt: skip
+        model = LlamaForCausalLM(config)
+    else:
+        model = copy.deepcopy(start)
+    ids = torch.tensor(make_tokenizer()(" ".join(lines))["input_ids"])
+    windows = ids[: len(ids) // 48 * 48].view(-1, 48)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        batch = windows[torch.randint(len(windows), (16,), generator=generator)]
+        model(input_ids=batch, labels=batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model
+
+
+def demo_world(root: Path) -> tuple[Path, Path, Path]:
     """The quick demo's base and Slavic expert (seed 0) and the Slavic perplexity suite, built
     into `root` unless already there."""
     from demo import pipeline
@@ -116,7 +182,10 @@ def one_search(base: Path, expert: Path, suite: Path, sampler: str, seed: int, a
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--world", type=Path, default=Path("/tmp/surgery-bench-samplers"))
+    parser.add_argument(
+        "--world", type=Path, default=None, help="where the tiny world is kept [a temporary folder]"
+    )
+    parser.add_argument("--demo", type=Path, default=None, help="the quick demo's folder instead")
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--every", type=int, default=5, help="trials between report scorings")
     parser.add_argument("--seeds", default="0,1,2")
@@ -127,7 +196,16 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)  # the searches run one after another, each on one thread
-    base, expert, suite = build_world(args.world)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.demo is not None:
+            base, expert, suite = demo_world(args.demo)
+        else:
+            base, expert, suite = tiny_world(args.world or Path(tmp) / "world")
+        run_all(base, expert, suite, args)
+
+
+def run_all(base: Path, expert: Path, suite: Path, args) -> None:
+    """Every sampler on every seed, then the table and the figure."""
     samplers = args.samplers.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[str, list[dict]] = {s: [] for s in samplers}
@@ -142,7 +220,7 @@ def main() -> None:
                 flush=True,
             )
     print_table(results, args)
-    draw(results, args.figure)
+    draw(results, args.figure, _world(args))
     print(f"wrote {args.figure}")
 
 
@@ -152,7 +230,7 @@ def print_table(results: dict[str, list[dict]], args) -> None:
     counts = sorted(next(iter(results.values()))[0]["curve"])
     print(
         f"\nreport-half hypervolume, median [min, max] over {len(next(iter(results.values())))} "
-        f"seeds; {args.blocks} blocks + embeddings, demo world (quick, seed 0), Slavic expert"
+        f"seeds; {args.blocks} blocks + embeddings, {_world(args)}"
     )
     print("trials  " + "  ".join(f"{s:>22s}" for s in results))
     for count in counts:
@@ -167,7 +245,11 @@ def print_table(results: dict[str, list[dict]], args) -> None:
     print(f"median wall time per search: {walls}; load average {os.getloadavg()[0]:.2f}")
 
 
-def draw(results: dict[str, list[dict]], path: Path) -> None:
+def _world(args) -> str:
+    return "the quick demo's Slavic expert" if args.demo else "tiny world (demo languages)"
+
+
+def draw(results: dict[str, list[dict]], path: Path, world: str) -> None:
     """Median and range of the report half's hypervolume against trials, one line per
     sampler."""
     import matplotlib
@@ -188,7 +270,7 @@ def draw(results: dict[str, list[dict]], path: Path) -> None:
     axes.set_xlabel("trials")
     axes.set_ylabel("report-half hypervolume (higher is better)")
     axes.set_title(
-        f"Samplers on the demo's Slavic expert: median and range over {len(runs)} seeds",
+        f"Samplers on the {world}: median and range over {len(runs)} seeds",
         fontsize=9,
     )
     axes.legend(fontsize=8)

@@ -143,7 +143,10 @@ def test_the_frontier_reports_its_hypervolume_on_both_halves(searched):
     trained = next(p for p in points if p["baseline"] == "trained")
     references = document["references"]
     halves = {
-        "search": ([references["base"]["search"][n] for n in names], trained["search"]),
+        "search": (
+            [references["base"]["search"][n] for n in names],
+            [trained["search"][n] for n in names],
+        ),
         "report": (
             [references["base"]["report"][n]["value"] for n in names],
             [references["trained"]["report"][n]["value"] for n in names],
