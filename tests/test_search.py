@@ -20,7 +20,8 @@ from eval.study.runner import SuiteRun
 from tests.support import search_world
 
 BLOCKS = ["--blocks", "0:2,2:4"]
-SEARCH = [*BLOCKS, "--step", "0.25", "--resamples", "200", "-q"]
+# TPE: today's frontier, and fast (the Gaussian process, the default, is tested on its own).
+SEARCH = [*BLOCKS, "--step", "0.25", "--resamples", "200", "--sampler", "tpe", "-q"]
 TRIALS = 16
 
 
@@ -182,6 +183,9 @@ def test_the_sampler_option_names_optunas_samplers():
         "random": "RandomSampler",
     }  # fmt: skip
     assert st.make_sampler("nsga2", 0, 40)._population_size == 8
+    from eval.search.settings import SearchOptions
+
+    assert SearchOptions().sampler == "gp"  # the default: it leads bench_search_samplers.py
     assert isinstance(st.make_sampler("tpe", 3, 40), optuna.samplers.TPESampler)
 
 
@@ -255,6 +259,7 @@ def test_two_workers_share_one_search(world, tmp_path):
         step=0.25,
         trials=14,
         quiet=True,
+        sampler="tpe",
     )
     errors: list[BaseException] = []
     ran: dict[int, int] = {}  # thread -> trials it scored

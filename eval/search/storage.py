@@ -87,9 +87,10 @@ SAMPLERS = ("tpe", "nsga2", "gp", "random")
 
 
 def make_sampler(name: str, seed: int, trials: int) -> Any:
-    """optuna's sampler `name`, seeded: multi-objective TPE, NSGA-II (a population of a fifth
-    of the trials, 4 to 50: about five generations), a Gaussian process (log expected
-    hypervolume improvement; needs torch and scipy), or random proposals."""
+    """optuna's sampler `name`, seeded: a Gaussian process (log expected hypervolume
+    improvement; needs torch and scipy; the default, which leads bench/bench_search_samplers.py
+    at equal trials), multi-objective TPE, NSGA-II (a population of a fifth of the trials, 4 to
+    50: about five generations), or random proposals."""
     optuna = require_optuna()
     samplers = optuna.samplers
     if name == "tpe":
@@ -108,7 +109,7 @@ def open_study(
     settings: dict[str, Any],
     directions: list[str],
     sampler_seed: int,
-    sampler_name: str = "tpe",
+    sampler_name: str = "gp",
     trials: int = 50,
 ) -> Opened:
     """Create the study with these settings, or load it and check that they match.
