@@ -18,7 +18,7 @@ point (the worst of BASE and the expert on each objective; perplexities as logar
 and trial count the median [min, max] over the seeds, and the machine's load; draws the
 medians and ranges against trials into `--figure`.
 
-Run by hand:  python bench/bench_search_samplers.py [--trials 40] [--seeds 0,1,2] [--demo DIR]
+Run by hand:  python bench/bench_search_samplers.py [--trials 30] [--seeds 0,1,2] [--demo DIR]
 """
 
 from __future__ import annotations
@@ -186,8 +186,8 @@ def main() -> None:
         "--world", type=Path, default=None, help="where the tiny world is kept [a temporary folder]"
     )
     parser.add_argument("--demo", type=Path, default=None, help="the quick demo's folder instead")
-    parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--every", type=int, default=5, help="trials between report scorings")
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--every", type=int, default=10, help="trials between report scorings")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
