@@ -20,7 +20,8 @@ from eval.study.runner import SuiteRun
 from tests.support import search_world
 
 BLOCKS = ["--blocks", "0:2,2:4"]
-SEARCH = [*BLOCKS, "--step", "0.25", "--resamples", "200", "-q"]
+# TPE: today's frontier, and fast (the Gaussian process, the default, is tested on its own).
+SEARCH = [*BLOCKS, "--step", "0.25", "--resamples", "200", "--sampler", "tpe", "-q"]
 TRIALS = 16
 
 
@@ -130,6 +131,76 @@ def test_the_same_seed_gives_the_same_frontier(world, searched, tmp_path):
     assert _frontier(again)["points"] == _frontier(searched)["points"]
 
 
+def test_the_frontier_reports_its_hypervolume_on_both_halves(searched):
+    """Per trial on the search half, for the final frontier on the report half, each against
+    the worst of BASE and TRAINED on that half (perplexities as logarithms); in report.md."""
+    from eval.search.hypervolume import Frame
+
+    document = _frontier(searched)
+    entry, points = document["hypervolume"], document["points"]
+    names = [o["name"] for o in document["objectives"] if o["optimized"]]
+    higher = tuple(o["higher_is_better"] for o in document["objectives"] if o["optimized"])
+    assert document["sampler"] == "tpe" and entry["logarithm"] == names  # two perplexities
+    trained = next(p for p in points if p["baseline"] == "trained")
+    references = document["references"]
+    halves = {
+        "search": (
+            [references["base"]["search"][n] for n in names],
+            [trained["search"][n] for n in names],
+        ),
+        "report": (
+            [references["base"]["report"][n]["value"] for n in names],
+            [references["trained"]["report"][n]["value"] for n in names],
+        ),
+    }
+    volumes = {}
+    for half, (base, expert) in halves.items():
+        worst = [max(b, e) for b, e in zip(base, expert, strict=True)]  # lower is better
+        assert list(entry[half]["reference"].values()) == worst
+        frame = Frame(higher, (True, True), tuple(worst))
+        values = [
+            [p[half][n] if half == "search" else p[half][n]["value"] for n in names]
+            for p in points
+            if p["frontier"]
+        ]
+        volumes[half] = frame.volume(values)
+    curve = entry["search"]["per_trial"]
+    assert len(curve) == TRIALS and curve == sorted(curve)
+    assert curve[-1] == pytest.approx(volumes["search"]) and curve[-1] > 0
+    assert entry["report"]["frontier"] == pytest.approx(volumes["report"])
+    assert volumes["report"] > 0
+    report = (searched / "report.md").read_text()
+    assert "## Hypervolume" in report and f"{entry['report']['frontier']:.4g}" in report
+    assert f"{names[1]} {entry['report']['reference'][names[1]]:.4g}" in report
+
+
+def test_the_sampler_option_names_optunas_samplers():
+    import optuna
+
+    kinds = {name: type(st.make_sampler(name, 0, 40)).__name__ for name in st.SAMPLERS}
+    assert kinds == {
+        "tpe": "TPESampler", "nsga2": "NSGAIISampler", "gp": "GPSampler",
+        "random": "RandomSampler",
+    }  # fmt: skip
+    assert st.make_sampler("nsga2", 0, 40)._population_size == 8
+    from eval.search.settings import SearchOptions
+
+    assert SearchOptions().sampler == "gp"  # the default: it leads bench_search_samplers.py
+    assert isinstance(st.make_sampler("tpe", 3, 40), optuna.samplers.TPESampler)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler", ["nsga2", "gp", "random"])
+def test_every_sampler_runs_a_search_to_n_trials(world, tmp_path, sampler):
+    out = tmp_path / sampler
+    result = _search(world, out, "--trials", "12", "--sampler", sampler)
+    assert result.exit_code == 0, result.output
+    document = _frontier(out)
+    assert document["trials"] == 12 and document["sampler"] == sampler
+    assert len(document["hypervolume"]["search"]["per_trial"]) == 12
+    assert any(p["frontier"] for p in document["points"])
+
+
 def test_a_killed_search_resumes_to_n_trials(world, tmp_path, monkeypatch):
     """A worker killed in its 9th trial (its process gone: the trial still reads running; the
     worker's pid is one no process has) is
@@ -188,6 +259,7 @@ def test_two_workers_share_one_search(world, tmp_path):
         step=0.25,
         trials=14,
         quiet=True,
+        sampler="tpe",
     )
     errors: list[BaseException] = []
     ran: dict[int, int] = {}  # thread -> trials it scored

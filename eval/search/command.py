@@ -19,7 +19,7 @@ learning-forgetting frontier of a suite, and report them on items the search nev
 \b
 Each trial blends the two checkpoints in memory (one strength per block of layers: 0 = BASE,
 1 = TRAINED) and scores the search half of the suite's items; optuna proposes the strengths
-(multi-objective TPE, budgets as constraints) and keeps the trials in its storage (DIR's
+(a Gaussian process by default, budgets as constraints) and keeps the trials in its storage (DIR's
 search.journal, or --storage URL), so a killed search resumes with the same command and
 several workers can share one search. The frontier and the baselines (TRAINED, the middle
 layers reverted, uniform strengths) are then scored on the report half with paired bootstrap
@@ -127,6 +127,14 @@ search_options = collapse(
     ),
     click.option(
         "--resamples", default=2000, show_default=True, type=int, help="Bootstrap resamples."
+    ),
+    click.option(
+        "--sampler",
+        default="gp",
+        show_default=True,
+        type=click.Choice(["gp", "tpe", "nsga2", "random"]),
+        help="optuna's sampler: a Gaussian process, multi-objective TPE, NSGA-II, or random "
+        "(docs/search.md compares them).",
     ),
 )
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from eval.search import hypervolume as hv
 from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.search.plots import plot_frontier
@@ -166,11 +167,43 @@ def _write_report(searcher: Any) -> dict[str, Any]:
             "trained": {"report": reported("trained")},
         },
         "points": points,
+        "sampler": options.sampler,
     }
+    document["hypervolume"] = _hypervolume(searcher, document)
     write_json(out / FRONTIER, finite(document))
     plot_frontier(document, out / "frontier.png")
     (out / "report.md").write_text(markdown(document), encoding="utf-8")
     return document
+
+
+# The baselines that are input models themselves (their search-half values bound the
+# hypervolume's reference point beside BASE's).
+INPUT_BASELINES = ("trained",)
+
+
+def _hypervolume(searcher: Any, document: dict[str, Any]) -> dict[str, Any]:
+    """frontier.json's `hypervolume` (`eval.search.hypervolume.section`) over the optimized
+    objectives."""
+    objectives = [o for o in document["objectives"] if o["optimized"]]
+    names = [o["name"] for o in objectives]
+    trials = st.finished(searcher.study)
+    inputs = [t.values for t in trials if t.user_attrs.get("baseline") in INPUT_BASELINES]
+    base = [searcher.base_values[o.key] for o in searcher.checked.objectives]
+    references = document["references"]
+    report_inputs = [
+        [references[model]["report"][name]["value"] for name in names]
+        for model in ("base", "trained")
+    ]
+    frontier = [
+        [p["report"][name]["value"] for name in names] for p in document["points"] if p["frontier"]
+    ]
+    return hv.section(
+        objectives,
+        [base, *inputs],
+        [t.values if all(v <= 0 for v in t.constraints.values()) else None for t in trials],
+        report_inputs,
+        frontier,
+    )
 
 
 def _change(entry: dict[str, Any] | None) -> str:
@@ -189,7 +222,8 @@ def markdown(document: dict[str, Any]) -> str:
         f"BASE `{document['base']}`, TRAINED `{document['trained']}`, suite "
         f"`{document['suite']}`; blocks {', '.join(document['blocks'])}"
         + (" and the embeddings and head (`*`)" if document["embeddings"] else "")
-        + f"; {document['trials']} trials; split seed {document['split_seed']}.",
+        + f"; {document['trials']} trials ({document['sampler']} sampler, seed "
+        f"{document['seed']}); split seed {document['split_seed']}.",
         "",
         "Points are chosen on the search half of the suite's items and scored here on the "
         "report half, which the search never saw. Changes carry paired bootstrap 95% intervals "
@@ -224,6 +258,7 @@ def markdown(document: dict[str, Any]) -> str:
                 f"{point['search'][name]:.4g} | {point['gap'][name]:+.3g} |"
             )
         lines.append("")
+    lines += hv.markdown_lines(document["hypervolume"])
     lines += ["## Rebuild a point", ""]
     for point in document["points"]:
         command = [

@@ -69,6 +69,7 @@ class Checked:
             "budgets": [b.text for b in self.budgets],
             "baselines": [b.profile for b in self.baselines],
             "seed": options.seed,
+            "sampler": options.sampler,
         }
 
 
@@ -94,6 +95,8 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
         raise SurgeryError(f"--trials must be at least 1, not {options.trials}")
     if options.time is not None and options.time <= 0:
         raise SurgeryError(f"--time must be positive, not {options.time:g}")
+    if options.sampler not in st.SAMPLERS:
+        raise SurgeryError(f"--sampler {options.sampler}: use {', '.join(st.SAMPLERS)}")
     if not 0 < options.step <= 1:
         raise SurgeryError(f"--step must lie in (0, 1], not {options.step:g}")
     measures = Measures(load_suite(options.suite))
@@ -185,7 +188,10 @@ class Searcher:
         fail and enqueue again the trials of killed workers."""
         checked = self.checked
         directions = ["maximize" if o.measure.higher else "minimize" for o in checked.objectives]
-        opened = st.open_study(storage, checked.settings(), directions, self.options.seed)
+        options = self.options
+        opened = st.open_study(
+            storage, checked.settings(), directions, options.seed, options.sampler, options.trials
+        )
         self.study = opened.study
         if opened.created:
             for point in checked.baselines:

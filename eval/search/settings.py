@@ -34,3 +34,4 @@ class SearchOptions:
     storage: str | None = None
     resamples: int = 2000
     quiet: bool = False
+    sampler: str = "gp"  # optuna's sampler: gp, tpe, nsga2 or random (docs/search.md)

@@ -82,16 +82,42 @@ class Opened:
     created: bool
 
 
+# The samplers `--sampler` names (each reads the budgets' constraints each trial sets).
+SAMPLERS = ("tpe", "nsga2", "gp", "random")
+
+
+def make_sampler(name: str, seed: int, trials: int) -> Any:
+    """optuna's sampler `name`, seeded: a Gaussian process (log expected hypervolume
+    improvement; needs torch and scipy; the default, which leads bench/bench_search_samplers.py
+    at equal trials), multi-objective TPE, NSGA-II (a population of a fifth of the trials, 4 to
+    50: about five generations), or random proposals."""
+    optuna = require_optuna()
+    samplers = optuna.samplers
+    if name == "tpe":
+        return samplers.TPESampler(seed=seed)
+    if name == "nsga2":
+        return samplers.NSGAIISampler(seed=seed, population_size=min(50, max(4, trials // 5)))
+    if name == "gp":
+        return samplers.GPSampler(seed=seed)
+    if name == "random":
+        return samplers.RandomSampler(seed=seed)
+    raise SuiteError(f"--sampler {name}: use {', '.join(SAMPLERS)}")
+
+
 def open_study(
-    storage: Any, settings: dict[str, Any], directions: list[str], sampler_seed: int
+    storage: Any,
+    settings: dict[str, Any],
+    directions: list[str],
+    sampler_seed: int,
+    sampler_name: str = "gp",
+    trials: int = 50,
 ) -> Opened:
     """Create the study with these settings, or load it and check that they match.
 
-    The sampler (multi-objective TPE; it reads the budgets' constraints each trial sets) is
-    seeded with
-    `sampler_seed` in the worker that creates the study, so one worker with one seed repeats a
-    search; a worker that joins or resumes one mixes in the trials already stored and its
-    process id, so that it does not replay the random proposals made before.
+    The sampler (`make_sampler`: `sampler_name`, for a search of `trials` trials) is seeded
+    with `sampler_seed` in the worker that creates the study, so one worker with one seed
+    repeats a search; a worker that joins or resumes one mixes in the trials already stored and
+    its process id, so that it does not replay the random proposals made before.
 
     Raises:
         SuiteError: the storage holds a search with other settings.
@@ -100,7 +126,7 @@ def open_study(
     from optuna.exceptions import DuplicatedStudyError
 
     def sampler(seed: int):
-        return optuna.samplers.TPESampler(seed=seed)
+        return make_sampler(sampler_name, seed, trials)
 
     try:
         study = optuna.create_study(
