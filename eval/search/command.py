@@ -128,6 +128,14 @@ search_options = collapse(
     click.option(
         "--resamples", default=2000, show_default=True, type=int, help="Bootstrap resamples."
     ),
+    click.option(
+        "--seed-profiles",
+        "seed_profiles",
+        multiple=True,
+        metavar="FAMILY",
+        help="Priors run as first trials, repeatable: lines (LiNeS: linear in depth), reverted "
+        "(the paper's middle band), 'localize DIR' (a localize run of these two models).",
+    ),
 )
 
 

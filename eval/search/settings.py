@@ -34,3 +34,4 @@ class SearchOptions:
     storage: str | None = None
     resamples: int = 2000
     quiet: bool = False
+    seed_profiles: tuple[str, ...] = ()  # `eval.search.priors`: lines, reverted, localize DIR
