@@ -256,6 +256,7 @@ class Searcher:
         progress = Progress(total, len(st.finished(self.study)), self.options.quiet)
 
         def after(study: Any, trial: Any) -> None:
+            st.requeue_stale(study)  # a worker killed since: its trial runs next, here
             progress.update(len(st.finished(study)))
             rebalance_threads()  # share the cores with workers that started since
             if len(st.finished(study)) >= total:
