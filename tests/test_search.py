@@ -374,7 +374,7 @@ def test_a_killed_process_trial_runs_again_in_the_other(world, tmp_path):
                     os.kill(killed.pid, signal.SIGKILL)
                     break
             time.sleep(0.05)
-        assert killed.wait() == -signal.SIGKILL, "the worker ended before it was killed"
+        assert killed.wait() == -signal.SIGKILL, killed.stderr.read()
         _, errors = survivor.communicate(timeout=600)
         assert survivor.returncode == 0, errors
     finally:

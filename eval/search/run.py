@@ -137,7 +137,9 @@ def check_folder(out: Path, inputs: list[Path]) -> None:
 
     check_output(out, inputs, force=True)  # overlaps with the inputs, whatever exists
     check_resumable_folder(out)
-    if out.is_dir() and any(out.iterdir()) and not (out / SETTINGS_FILE).is_file():
+    # A worker starting beside another may find search.json still being written (its partial).
+    names = [p.name for p in out.iterdir()] if out.is_dir() else []
+    if names and not any(n == SETTINGS_FILE or n.startswith(f"{SETTINGS_FILE}.") for n in names):
         raise OutputError(
             f"output {out} exists and holds no search (no {SETTINGS_FILE}); choose another"
         )
