@@ -366,7 +366,10 @@ def test_a_killed_process_trial_runs_again_in_the_other(world, tmp_path):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and killed.poll() is None:
             if (out / st.JOURNAL).is_file():
-                study = _study(out)
+                try:
+                    study = _study(out)
+                except KeyError:  # the journal is there, the study not yet
+                    continue
                 running = [
                     t
                     for t in study.get_trials(deepcopy=False)
