@@ -369,6 +369,7 @@ def test_a_killed_process_trial_runs_again_in_the_other(world, tmp_path):
                 try:
                     study = _study(out)
                 except KeyError:  # the journal is there, the study not yet
+                    time.sleep(0.05)
                     continue
                 running = [
                     t
