@@ -334,7 +334,8 @@ UNIFORM = ("uniform 0.25", "uniform 0.5", "uniform 0.75")
 PROCESS_TRIALS = 16
 
 
-@pytest.mark.parametrize("storage", ["journal", pytest.param("sqlite", marks=pytest.mark.slow)])
+@pytest.mark.slow  # two processes start, load and write the report each: about a minute
+@pytest.mark.parametrize("storage", ["journal", "sqlite"])
 def test_two_processes_share_one_search(world, tmp_path, storage):
     """Two `surgery search` processes on one journal file (or one SQLite database through
     optuna's RDB storage) finish N trials together: both work, none is lost or repeated, each
@@ -395,6 +396,78 @@ def test_a_killed_process_trial_runs_again_in_the_other(world, tmp_path):
     retried = [t for t in complete if t.user_attrs.get(st.RETRY_OF) == lost[0].number]
     assert len(retried) == 1 and retried[0].params == lost[0].params
     assert retried[0].user_attrs[st.WORKER] == f"{st.socket.gethostname()}:{survivor.pid}"
+
+
+# --- seed profiles (`eval.search.priors`) ----------------------------------------------------
+
+
+def _localize(world, first: str, second: str, out: Path) -> Path:
+    argv = ["localize", world[first], world[second], *BLOCKS]
+    argv += ["--suite", world["suite"], "-o", out, "-q"]
+    result = CliRunner().invoke(cli, list(map(str, argv)))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def localized(world, tmp_path_factory) -> Path:
+    return _localize(world, "base", "trained", tmp_path_factory.mktemp("loc") / "localize")
+
+
+def test_localize_records_the_identity_of_its_inputs(world, localized):
+    from surgery.diagnostics.localize import pair_identity
+    from surgery.hub.resolve import open_input
+
+    inputs = json.loads((localized / "localize.json").read_text())["config"]["inputs"]
+    base, trained = open_input(world["base"]), open_input(world["trained"])
+    assert inputs["identity"] == pair_identity(base, trained)
+    assert inputs["identity"] != pair_identity(trained, base)
+    assert inputs["num_layers"] == search_world.LAYERS
+
+
+def test_localize_seeds_find_the_damaged_block_and_the_report_names_each_family(
+    world, localized, tmp_path
+):
+    """In the world, reverting the last block helps both perplexities and reverting the first
+    hurts them: `localize sign` is the ideal profile. Every seed runs once, first, and the
+    report says which family each point came from (sampled points: none)."""
+    out = tmp_path / "seeded"
+    seeds = ["--seed-profiles", "lines", "--seed-profiles", "reverted"]
+    seeds += ["--seed-profiles", f"localize {localized}"]
+    result = _search(world, out, "--trials", "14", *seeds)
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "frontier.json").read_text())
+    came = {p["profile"]: p["came_from"] for p in document["points"]}
+    assert came[search_world.IDEAL] == "localize (localize sign)"
+    families = [c.split(" ")[0] for c in came.values()]
+    assert {"baseline", "lines", "localize"} <= set(families)
+    # The band 1:3 of 4 at 0, 0.25, 0.5 is 0.5 or 0.75 in both blocks: the reverted and
+    # uniform baselines hold them, so no `reverted` seed runs here.
+    assert "reverted" not in families
+    sampled = [p for p in document["points"] if p["baseline"] is None]
+    assert all(p["came_from"] == "none" for p in sampled)
+    names = [p["baseline"] for p in document["points"] if p["baseline"]]
+    assert len(names) == len(set(names))
+    report = (out / "report.md").read_text()
+    assert "| came from |" in report and "localize (localize sign)" in report
+
+
+def test_a_localize_run_of_another_pair_is_refused_before_any_model_loads(
+    world, tmp_path, monkeypatch
+):
+    import eval.model_loading
+
+    other = _localize(world, "base", "m", tmp_path / "other")
+    monkeypatch.setattr(eval.model_loading, "load_model", _no_model)
+    out = tmp_path / "refused"
+    result = _search(world, out, "--trials", "8", "--seed-profiles", f"localize {other}")
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1, result.output
+    assert "not this BASE and TRAINED" in result.output and str(world["m"]) in result.output
+    assert not out.exists()
+    result = _search(world, out, "--trials", "8", "--seed-profiles", f"localize {tmp_path}")
+    assert result.exit_code == 2 and "no localize run there" in result.output
+    assert not out.exists()
 
 
 # --- sweep and localize --suite: the same scoring of a suite on a blend in memory -----------
