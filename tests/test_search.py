@@ -4,7 +4,12 @@ search never saw (the world: tests/support/search_world.py)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -239,10 +244,10 @@ def test_a_killed_search_resumes_to_n_trials(world, tmp_path, monkeypatch):
     assert study.trials[8].state.name == "FAIL"
 
 
-def _study(out: Path):
+def _study(out: Path, url: str | None = None):
     import optuna
 
-    return optuna.load_study(study_name=st.STUDY, storage=st.open_storage(out, None))
+    return optuna.load_study(study_name=st.STUDY, storage=st.open_storage(out, url))
 
 
 def test_two_workers_share_one_search(world, tmp_path):
@@ -351,18 +356,9 @@ def test_a_folder_of_something_else_is_refused(world, tmp_path):
 @pytest.mark.slow
 def test_a_search_killed_by_sigkill_resumes_to_n_trials(world, tmp_path):
     """The same as above with a real process and SIGKILL."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
 
     out = tmp_path / "sigkill"
-    argv = ["search", world["base"], world["trained"], "--suite", world["suite"], "-o", out]
-    code = "import sys; from cli import main; sys.argv[0] = 'surgery'; main()"
-    command = [sys.executable, "-c", code, *map(str, argv), *SEARCH, "--trials", "40"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(command, env=env, cwd=Path(__file__).parents[1])
+    process = _process(world, out, "--trials", "40")
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and process.poll() is None:
@@ -382,6 +378,168 @@ def test_a_search_killed_by_sigkill_resumes_to_n_trials(world, tmp_path):
     for number in killed:
         assert study.trials[number].state.name == "FAIL"
         assert [t.user_attrs.get(st.RETRY_OF) for t in st.finished(study)].count(number) == 1
+
+
+def _process(world, out: Path, *extra: str) -> subprocess.Popen:
+    """`surgery search` in a process of its own (one thread: workers share the cores)."""
+    argv = ["search", world["base"], world["trained"], "--suite", world["suite"], "-o", out]
+    code = "import sys; from cli import main; sys.argv[0] = 'surgery'; main()"
+    command = [sys.executable, "-c", code, *map(str, argv), *SEARCH, *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        command, env=env, cwd=Path(__file__).parents[1], stderr=subprocess.PIPE, text=True
+    )
+
+
+def _ran_once(study, total: int) -> list:
+    """The complete trials: exactly `total`, numbers distinct, each baseline once, nothing left
+    waiting or running."""
+    complete = st.finished(study)
+    assert len(complete) == total and len({t.number for t in complete}) == total
+    baselines = [t.user_attrs["baseline"] for t in complete if "baseline" in t.user_attrs]
+    assert sorted(baselines) == sorted({"trained", "reverted 1:3", *UNIFORM}), baselines
+    assert not [t.number for t in study.trials if t.state.name in ("WAITING", "RUNNING")]
+    return complete
+
+
+UNIFORM = ("uniform 0.25", "uniform 0.5", "uniform 0.75")
+PROCESS_TRIALS = 16
+
+
+@pytest.mark.slow  # two processes start, load and write the report each: about a minute
+@pytest.mark.parametrize("storage", ["journal", "sqlite"])
+def test_two_processes_share_one_search(world, tmp_path, storage):
+    """Two `surgery search` processes on one journal file (or one SQLite database through
+    optuna's RDB storage) finish N trials together: both work, none is lost or repeated, each
+    baseline runs once, and the report holds all N. (SQLite takes no row lock: two workers
+    popping one enqueued trial at the same instant may both run it, optuna issue 4002; the
+    workers' start-up spreads them apart here, and the journal file is the default.)"""
+    out = tmp_path / "shared"
+    url = f"sqlite:///{tmp_path / 'search.db'}" if storage == "sqlite" else None
+    extra = ["--trials", str(PROCESS_TRIALS), *(["--storage", url] if url else [])]
+    processes = [_process(world, out, *extra) for _ in range(2)]
+    for process in processes:
+        _, errors = process.communicate(timeout=600)
+        assert process.returncode == 0, errors
+    complete = _ran_once(_study(out, url), PROCESS_TRIALS)
+    workers = {t.user_attrs[st.WORKER] for t in complete}
+    assert workers == {f"{st.socket.gethostname()}:{p.pid}" for p in processes}
+    assert _frontier(out)["trials"] == PROCESS_TRIALS
+
+
+@pytest.mark.slow
+def test_a_killed_process_trial_runs_again_in_the_other(world, tmp_path):
+    """Two processes on one journal file; one is killed (SIGKILL) in a trial. The other fails
+    that trial, runs it again (same strengths) and ends the search with N trials."""
+    out = tmp_path / "killed"
+    total = 24
+    killed, survivor = (_process(world, out, "--trials", str(total)) for _ in range(2))
+    victim = f"{st.socket.gethostname()}:{killed.pid}"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and killed.poll() is None:
+            if (out / st.JOURNAL).is_file():
+                try:
+                    study = _study(out)
+                except KeyError:  # the journal is there, the study not yet
+                    time.sleep(0.05)
+                    continue
+                running = [
+                    t
+                    for t in study.get_trials(deepcopy=False)
+                    if t.state.name == "RUNNING" and t.user_attrs.get(st.WORKER) == victim
+                ]
+                if running and len(st.finished(study)) >= 6:
+                    os.kill(killed.pid, signal.SIGKILL)
+                    break
+            time.sleep(0.05)
+        assert killed.wait() == -signal.SIGKILL, killed.stderr.read()
+        _, errors = survivor.communicate(timeout=600)
+        assert survivor.returncode == 0, errors
+    finally:
+        for process in (killed, survivor):
+            if process.poll() is None:
+                process.kill()
+    study = _study(out)
+    lost = [t for t in study.trials if t.user_attrs.get(st.WORKER) == victim]
+    lost = [t for t in lost if t.state.name == "FAIL"]
+    assert len(lost) == 1, [(t.number, t.state.name) for t in study.trials]
+    complete = _ran_once(study, total)
+    retried = [t for t in complete if t.user_attrs.get(st.RETRY_OF) == lost[0].number]
+    assert len(retried) == 1 and retried[0].params == lost[0].params
+    assert retried[0].user_attrs[st.WORKER] == f"{st.socket.gethostname()}:{survivor.pid}"
+
+
+# --- seed profiles (`eval.search.priors`) ----------------------------------------------------
+
+
+def _localize(world, first: str, second: str, out: Path) -> Path:
+    argv = ["localize", world[first], world[second], *BLOCKS]
+    argv += ["--suite", world["suite"], "-o", out, "-q"]
+    result = CliRunner().invoke(cli, list(map(str, argv)))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def localized(world, tmp_path_factory) -> Path:
+    return _localize(world, "base", "trained", tmp_path_factory.mktemp("loc") / "localize")
+
+
+def test_localize_records_the_identity_of_its_inputs(world, localized):
+    from surgery.diagnostics.localize import pair_identity
+    from surgery.hub.resolve import open_input
+
+    inputs = json.loads((localized / "localize.json").read_text())["config"]["inputs"]
+    base, trained = open_input(world["base"]), open_input(world["trained"])
+    assert inputs["identity"] == pair_identity(base, trained)
+    assert inputs["identity"] != pair_identity(trained, base)
+    assert inputs["num_layers"] == search_world.LAYERS
+
+
+def test_localize_seeds_find_the_damaged_block_and_the_report_names_each_family(
+    world, localized, tmp_path
+):
+    """In the world, reverting the last block helps both perplexities and reverting the first
+    hurts them: `localize sign` is the ideal profile. Every seed runs once, first, and the
+    report says which family each point came from (sampled points: none)."""
+    out = tmp_path / "seeded"
+    seeds = ["--seed-profiles", "lines", "--seed-profiles", "reverted"]
+    seeds += ["--seed-profiles", f"localize {localized}"]
+    result = _search(world, out, "--trials", "14", *seeds)
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "frontier.json").read_text())
+    came = {p["profile"]: p["came_from"] for p in document["points"]}
+    assert came[search_world.IDEAL] == "localize (localize sign)"
+    families = [c.split(" ")[0] for c in came.values()]
+    assert {"baseline", "lines", "localize"} <= set(families)
+    # The band 1:3 of 4 at 0, 0.25, 0.5 is 0.5 or 0.75 in both blocks: the reverted and
+    # uniform baselines hold them, so no `reverted` seed runs here.
+    assert "reverted" not in families
+    sampled = [p for p in document["points"] if p["baseline"] is None]
+    assert all(p["came_from"] == "none" for p in sampled)
+    names = [p["baseline"] for p in document["points"] if p["baseline"]]
+    assert len(names) == len(set(names))
+    report = (out / "report.md").read_text()
+    assert "| came from |" in report and "localize (localize sign)" in report
+
+
+def test_a_localize_run_of_another_pair_is_refused_before_any_model_loads(
+    world, tmp_path, monkeypatch
+):
+    import eval.model_loading
+
+    other = _localize(world, "base", "m", tmp_path / "other")
+    monkeypatch.setattr(eval.model_loading, "load_model", _no_model)
+    out = tmp_path / "refused"
+    result = _search(world, out, "--trials", "8", "--seed-profiles", f"localize {other}")
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1, result.output
+    assert "not this BASE and TRAINED" in result.output and str(world["m"]) in result.output
+    assert not out.exists()
+    result = _search(world, out, "--trials", "8", "--seed-profiles", f"localize {tmp_path}")
+    assert result.exit_code == 2 and "no localize run there" in result.output
+    assert not out.exists()
 
 
 # --- sweep and localize --suite: the same scoring of a suite on a blend in memory -----------

@@ -136,6 +136,14 @@ search_options = collapse(
         help="optuna's sampler: a Gaussian process, multi-objective TPE, NSGA-II, or random "
         "(docs/search.md compares them).",
     ),
+    click.option(
+        "--seed-profiles",
+        "seed_profiles",
+        multiple=True,
+        metavar="FAMILY",
+        help="Priors run as first trials, repeatable: lines (LiNeS: linear in depth), reverted "
+        "(the paper's middle band), 'localize DIR' (a localize run of these two models).",
+    ),
 )
 
 

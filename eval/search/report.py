@@ -22,6 +22,7 @@ from eval.search import hypervolume as hv
 from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.search.plots import plot_frontier
+from eval.search.priors import came_from
 from eval.study.compare import Comparison, compare_runs
 from eval.study.memory import axis_name, write_run
 from eval.study.report import finite
@@ -48,6 +49,7 @@ def points_of(study: Any) -> list[dict[str, Any]]:
             "point": trial.number,
             "profile": profile,
             "baseline": baseline,
+            "came_from": came_from(trial.user_attrs),
             "frontier": trial.number in front,
             "feasible": all(v <= 0 for v in trial.constraints.values()),
             "search_values": trial.user_attrs["search"],
@@ -241,7 +243,7 @@ def markdown(document: dict[str, Any]) -> str:
             "",
             f"BASE {base['report'][name]['value']:.4g} (search half {base['search'][name]:.4g}).",
             "",
-            "| point | profile | baseline | frontier | report | vs BASE | vs TRAINED | search "
+            "| point | profile | came from | frontier | report | vs BASE | vs TRAINED | search "
             "| gap |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
@@ -252,7 +254,7 @@ def markdown(document: dict[str, Any]) -> str:
         for point in document["points"]:
             report = point["report"][name]
             lines.append(
-                f"| {point['point']} | `{point['profile']}` | {point['baseline'] or ''} | "
+                f"| {point['point']} | `{point['profile']}` | {point['came_from']} | "
                 f"{'yes' if point['frontier'] else ''} | {report['value']:.4g} | "
                 f"{_change(report.get('vs_base'))} | {_change(report.get('vs_trained'))} | "
                 f"{point['search'][name]:.4g} | {point['gap'][name]:+.3g} |"

@@ -20,6 +20,7 @@ from typing import Any
 from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.search.objectives import Budget, Measures, Objective, parse_budget, parse_objectives
+from eval.search.priors import seeds
 from eval.search.settings import SearchOptions
 from eval.search.space import Baseline, Space, baselines, paper_band, parse_blocks
 from eval.study.compare import compare_runs
@@ -29,6 +30,7 @@ from eval.study.suite import load_suite
 from surgery.core.errors import OutputError, SurgeryError
 from surgery.core.layers import parse_layer_spec, select_stack
 from surgery.core.threads import rebalance_threads
+from surgery.diagnostics.localize import pair_identity
 
 SETTINGS_FILE = "search.json"  # DIR's record of the search's settings: DIR is this search's
 
@@ -113,6 +115,7 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
         else list(range(*paper_band(stack.num_layers)))
     )
     points = baselines(space, band, options.uniform)
+    points += seeds(space, options.seed_profiles, pair_identity(base, trained), points)
     if options.trials < len(points):
         raise SurgeryError(
             f"--trials {options.trials}: the {len(points)} baselines alone are {len(points)} "
@@ -137,7 +140,9 @@ def check_folder(out: Path, inputs: list[Path]) -> None:
 
     check_output(out, inputs, force=True)  # overlaps with the inputs, whatever exists
     check_resumable_folder(out)
-    if out.is_dir() and any(out.iterdir()) and not (out / SETTINGS_FILE).is_file():
+    # A worker starting beside another may find search.json still being written (its partial).
+    names = [p.name for p in out.iterdir()] if out.is_dir() else []
+    if names and not any(n == SETTINGS_FILE or n.startswith(f"{SETTINGS_FILE}.") for n in names):
         raise OutputError(
             f"output {out} exists and holds no search (no {SETTINGS_FILE}); choose another"
         )
@@ -195,9 +200,10 @@ class Searcher:
         self.study = opened.study
         if opened.created:
             for point in checked.baselines:
-                self.study.enqueue_trial(
-                    point.strengths, user_attrs={"baseline": point.name, "profile": point.profile}
-                )
+                attrs = {"baseline": point.name, "profile": point.profile}
+                if getattr(point, "family", None):  # a seed profile (`eval.search.priors`)
+                    attrs["family"] = point.family
+                self.study.enqueue_trial(point.strengths, user_attrs=attrs)
         st.requeue_stale(self.study)
 
     def load(self) -> None:
@@ -258,6 +264,7 @@ class Searcher:
         progress = Progress(total, len(st.finished(self.study)), self.options.quiet)
 
         def after(study: Any, trial: Any) -> None:
+            st.requeue_stale(study)  # a worker killed since: its trial runs next, here
             progress.update(len(st.finished(study)))
             rebalance_threads()  # share the cores with workers that started since
             if len(st.finished(study)) >= total:

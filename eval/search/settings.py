@@ -35,3 +35,4 @@ class SearchOptions:
     resamples: int = 2000
     quiet: bool = False
     sampler: str = "gp"  # optuna's sampler: gp, tpe, nsga2 or random (docs/search.md)
+    seed_profiles: tuple[str, ...] = ()  # `eval.search.priors`: lines, reverted, localize DIR

@@ -65,13 +65,24 @@ def open_storage(folder: Path, url: str | None) -> Any:
         # The open lock (O_EXCL) works where symbolic links do not (some network file systems).
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
     from optuna.storages import RDBStorage, RetryFailedTrialCallback
+    from sqlalchemy.exc import IntegrityError, OperationalError
 
-    return RDBStorage(
-        url,
-        heartbeat_interval=30,
-        grace_period=120,
-        failed_trial_callback=RetryFailedTrialCallback(max_retry=3),
-    )
+    def rdb() -> Any:
+        return RDBStorage(
+            url,
+            heartbeat_interval=30,
+            grace_period=120,
+            failed_trial_callback=RetryFailedTrialCallback(max_retry=3),
+        )
+
+    for attempt in range(4):
+        try:
+            return rdb()
+        except (IntegrityError, OperationalError):
+            # Workers starting together on a new database race to create its tables (one
+            # wins, the others fail to insert the schema's version): open it again.
+            time.sleep(0.5 * (attempt + 1))
+    return rdb()
 
 
 @dataclass

@@ -16,6 +16,8 @@ is the one carrying the gain, not a "recovery".
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,7 +40,9 @@ from surgery.diagnostics.metric_kinds import (
 from surgery.diagnostics.results import announce, metric_names, write_results
 from surgery.diagnostics.scoring import Scorer
 from surgery.engine.output_dir import check_output, staged_output
+from surgery.engine.reader import Checkpoint
 from surgery.hub.resolve import open_input
+from surgery.merge_stages import input_identity
 
 # Below this relative difference a metric without a standard error (chrF: a corpus score) counts
 # as unchanged: a blend rounded to bf16 storage moves a score by about this much.
@@ -79,6 +83,14 @@ def recovery(score: float, trained: float, base: float, floor: float = 0.0) -> f
     return (score - trained) / (base - trained)
 
 
+def pair_identity(base: Checkpoint, trained: Checkpoint) -> str:
+    """sha256 of BASE's and TRAINED's identities, in that order (`merge_stages.input_identity`:
+    a Hub commit, the shard hashes a surgery output records, else each file's name, size and
+    modification time with its header's tensor table): what a localize run was run on."""
+    record = [input_identity(base), input_identity(trained)]
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _improved(metric: str, base: float, trained: float) -> bool:
     """Whether training made the metric better (lower perplexity, higher accuracy)."""
     return trained < base if lower_is_better(metric) else trained > base
@@ -97,6 +109,7 @@ class Localization:
     within_noise: list[str] = field(default_factory=list)  # moved, but not beyond noise
     modules: str | None = None  # the --modules filter that narrowed each block, if any
     mode: str = "blocks"  # how blocks were formed (`BlockPlan.mode`): window rows get a curve
+    inputs: dict = field(default_factory=dict)  # BASE, TRAINED and their `pair_identity`
 
     def improved(self) -> list[str]:
         """Metrics training made better beyond noise (reverting a block gives the gain back)."""
@@ -193,7 +206,8 @@ def run_localize(
     plan = parse_block_plan(blocks, block_size, window, stride, boundaries)
     base_ckpt, trained_ckpt = open_input(base), open_input(trained)
     warn_if_swapped(base_ckpt, trained_ckpt)
-    block_list = plan.resolve(select_stack(trained_ckpt.stacks, stack).num_layers)
+    on_disk = select_stack(trained_ckpt.stacks, stack)
+    block_list = plan.resolve(on_disk.num_layers)
     if out_dir is not None:
         check_output(Path(out_dir), [base_ckpt.path, trained_ckpt.path], force)
     blender = MemoryBlender(base_ckpt, trained_ckpt, scorer.load)
@@ -209,6 +223,13 @@ def run_localize(
 
     result = Localization(base=score(LayerValues(default=0.0)), trained=score(LayerValues()))
     result.modules, result.mode = modules, plan.mode
+    result.inputs = {
+        "base": str(base_ckpt.spec),
+        "trained": str(trained_ckpt.spec),
+        "identity": pair_identity(base_ckpt, trained_ckpt),
+        "stack": on_disk.name,
+        "num_layers": on_disk.num_layers,
+    }
     attribute(result)
     step, total = 0, len(block_list) * len(alphas)
     for block in block_list:
@@ -287,6 +308,7 @@ def save_localization(result: Localization, out_dir: Path, title: str) -> Path:
             "best": result.best(),
             "modules": result.modules,
             "blocks": result.mode,
+            "inputs": result.inputs,
         }
         write_results(result.rows, staging, "localize", config)
         if result.metrics and result.mode == "window":

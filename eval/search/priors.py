@@ -1,0 +1,218 @@
+"""Priors a user can name: `--seed-profiles` families, run as the first trials beside the
+baselines.
+
+Each family is a few strength profiles (one strength per block of `Space.names`, on its grid),
+enqueued like the baselines; a profile a baseline or an earlier seed already holds is dropped.
+
+- `lines`: LiNeS (Wang et al., ICLR 2025) scales layer l's update by a + (b - a) * l / (L - 1)
+  (l = 0 .. L-1: `a` at the first layer, `b` at the last). A block takes that line at its mean
+  depth (the mean of its layers' strengths, the line being linear); the block outside the
+  stack (`*`) takes `a`, as the embeddings sit before the first layer. Grid: a in LINES_A, b in
+  LINES_B.
+- `reverted`: the paper's middle band (`space.paper_band`) at each strength of REVERTED
+  (0 reverts it), the other layers TRAINED's; a block takes the mean of its layers' strengths.
+- `localize DIR`: a `surgery localize` run on the same BASE and TRAINED (its localize.json
+  records their identity; another pair is refused). Its rows that revert a block fully
+  (alpha 0) say, per metric beyond noise, how far reverting the block moves the score from
+  TRAINED towards BASE (the recovery r). The benefit of reverting is r where training made the
+  metric worse and -r where it made it better (reverting then gives the gain back, or with
+  r < 0 improves it further). A layer's benefit is the mean over metrics and over the rows
+  whose block holds it; its strength is 1 - clip(benefit, 0, 1) (`localize`), or 0 where the
+  benefit is positive and 1 elsewhere (`localize sign`). A block takes the mean of its layers'
+  strengths; `*` stays TRAINED's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.search.space import EMBEDDINGS, Baseline, Space, paper_band
+from surgery.core.errors import SurgeryError
+from surgery.core.layers import format_layers, parse_layer_spec
+
+FAMILIES = ("lines", "reverted", "localize")
+LINES_A = (0.0, 0.25, 0.5)  # LiNeS's strength at the first layer
+LINES_B = (0.75, 1.0)  # and at the last
+REVERTED = (0.0, 0.25, 0.5)  # the middle band's strengths
+
+
+@dataclass(frozen=True)
+class Seed(Baseline):
+    """A baseline from a named family of priors (`lines`, `reverted`, `localize`)."""
+
+    family: str = ""
+
+
+def parse_seed(text: str) -> tuple[str, Path | None]:
+    """`lines`, `reverted` or `localize DIR` (also `localize=DIR`) -> (family, DIR).
+
+    Raises:
+        SurgeryError: another family, a DIR given to lines/reverted, or localize without one.
+    """
+    family, _, rest = text.strip().replace("=", " ", 1).partition(" ")
+    folder = rest.strip() or None
+    if family not in FAMILIES:
+        raise SurgeryError(
+            f"--seed-profiles {text!r}: write one of lines, reverted, 'localize DIR'"
+        )
+    if (family == "localize") != (folder is not None):
+        wanted = "'localize DIR' (a localize run's folder)" if folder is None else family
+        raise SurgeryError(f"--seed-profiles {text!r}: write {wanted}")
+    return family, Path(folder) if folder else None
+
+
+def seeds(
+    space: Space, texts: Sequence[str], pair: str, taken: Sequence[Baseline] = ()
+) -> list[Seed]:
+    """The seed profiles of each `--seed-profiles` text, in order, without those whose
+    strengths a baseline in `taken` or an earlier seed holds.
+
+    Args:
+        pair: `surgery.diagnostics.localize.pair_identity` of BASE and TRAINED.
+
+    Raises:
+        SurgeryError: a bad text, or a localize folder that is unreadable, from another pair
+            of models or with no fully reverted block.
+    """
+    seen = [b.strengths for b in taken]
+    found: list[Seed] = []
+    for text in texts:
+        family, folder = parse_seed(text)
+        if family == "lines":
+            made = lines(space)
+        elif family == "reverted":
+            made = reverted(space)
+        else:
+            made = localized(space, read_localize(folder, pair, space.num_layers))
+        for seed in made:
+            if seed.strengths not in seen:
+                seen.append(seed.strengths)
+                found.append(seed)
+    return found
+
+
+def _seed(space: Space, family: str, name: str, strengths: dict[str, float]) -> Seed:
+    return Seed(name, space.profile(strengths), strengths, family)
+
+
+def block_strengths(space: Space, layer: Callable[[int], float], outside: float) -> dict:
+    """One strength per block: the mean of `layer(i)` over its layers, on the grid; `*` (when
+    the space has it) gets `outside`."""
+    strengths = {
+        f"{start}:{stop}": space.snap(sum(layer(i) for i in range(start, stop)) / (stop - start))
+        for start, stop in space.blocks
+    }
+    if space.embeddings:
+        strengths[EMBEDDINGS] = space.snap(outside)
+    return strengths
+
+
+def lines(space: Space) -> list[Seed]:
+    """LiNeS's profiles: strength a at the first layer growing linearly to b at the last."""
+    last = max(space.num_layers - 1, 1)
+    return [
+        _seed(
+            space,
+            "lines",
+            f"lines {a:g}-{b:g}",
+            block_strengths(space, lambda i, a=a, b=b: a + (b - a) * i / last, a),
+        )
+        for a in LINES_A
+        for b in LINES_B
+    ]
+
+
+def reverted(space: Space) -> list[Seed]:
+    """The paper's middle band at each strength of REVERTED, the rest TRAINED."""
+    start, stop = paper_band(space.num_layers)
+    band = format_layers(list(range(start, stop)))
+    return [
+        _seed(
+            space,
+            "reverted",
+            f"reverted {band} at {s:g}",
+            block_strengths(space, lambda i, s=s: s if start <= i < stop else 1.0, 1.0),
+        )
+        for s in REVERTED
+    ]
+
+
+def read_localize(folder: Path, pair: str, num_layers: int) -> dict[int, float]:
+    """Each layer's benefit of reverting (see the module docstring) from a localize run.
+
+    Raises:
+        SurgeryError: no readable localize.json, one from other models, or no row that
+            reverts a block fully.
+    """
+    path = Path(folder) / "localize.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        config, rows = document["config"], document["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise SurgeryError(f"--seed-profiles localize {folder}: no localize run there") from None
+    recorded = (config.get("inputs") or {}).get("identity")
+    if recorded != pair:
+        inputs = config.get("inputs") or {}
+        made = (
+            f"{inputs.get('base')} and {inputs.get('trained')}"
+            if recorded
+            else "models it does not record"
+        )
+        raise SurgeryError(
+            f"--seed-profiles localize {folder}: it localized {made}, not this BASE and TRAINED"
+        )
+    benefits: dict[int, list[float]] = {}
+    for row in rows:
+        if row.get("alpha") != 0:
+            continue
+        benefit = _benefit(row, config)
+        for layer in parse_layer_spec(str(row["block"]), num_layers):
+            benefits.setdefault(layer, []).append(benefit)
+    if not benefits:
+        raise SurgeryError(
+            f"--seed-profiles localize {folder}: no row reverts a block fully (alpha 0)"
+        )
+    return {layer: sum(values) / len(values) for layer, values in benefits.items()}
+
+
+def _benefit(row: dict[str, Any], config: dict[str, Any]) -> float:
+    """The mean over metrics beyond noise of r (made worse in training) or -r (made better);
+    0 when no metric has a recovery."""
+    improved = set(config.get("improved_in_training", []))
+    values = []
+    for key, value in row.items():
+        if not key.startswith("recovery/") or not isinstance(value, int | float):
+            continue
+        if math.isfinite(value):
+            values.append(-value if key.removeprefix("recovery/") in improved else value)
+    return sum(values) / len(values) if values else 0.0
+
+
+def localized(space: Space, benefits: dict[int, float]) -> list[Seed]:
+    """`localize` (1 - clipped benefit) and `localize sign` (0 where reverting helps)."""
+
+    def scaled(i: int) -> float:
+        return 1.0 - min(max(benefits.get(i, 0.0), 0.0), 1.0)
+
+    def sign(i: int) -> float:
+        return 0.0 if benefits.get(i, 0.0) > 0 else 1.0
+
+    return [
+        _seed(space, "localize", "localize", block_strengths(space, scaled, 1.0)),
+        _seed(space, "localize", "localize sign", block_strengths(space, sign, 1.0)),
+    ]
+
+
+def came_from(attrs: dict[str, Any]) -> str:
+    """Where a trial's profile came from, from its user attributes: `baseline NAME`,
+    `FAMILY (NAME)` for a seed, or `none` (sampled)."""
+    name = attrs.get("baseline")
+    if name is None:
+        return "none"
+    family = attrs.get("family")
+    return f"{family} ({name})" if family else f"baseline {name}"
