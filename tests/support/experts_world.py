@@ -3,11 +3,11 @@ with three experts.
 
 BASE is a tiny Llama trained for a few seconds on the demo world's general language (gen, the
 suite's `others:`). Each expert is BASE with one known layer trained on its own family's
-language, gen replayed beside it (expert k: layer k, k = 0, 1, 2), then seeded noise on the last layer (a block damaged
-in training). So the soup that takes layer k from expert k and BASE's last layer learns each
-family and forgets nothing of the last layer; none of the baselines (the uniform Expert Soup,
-each expert alone, the soup of reverted experts, uniform strengths, BASE) takes BASE's last
-layer alone. With blocks 0:1, 1:2, 2:3, 3:4 that profile is `IDEAL`.
+language, gen replayed beside it (expert k: layer k, k = 0, 1, 2), then seeded noise on the
+last layer (a block damaged in training). So the soup that takes layer k from expert k and
+BASE's last layer learns each family and keeps BASE's last layer; none of the baselines (the
+uniform Expert Soup, each expert alone, the soup of reverted experts, uniform strengths, BASE)
+takes BASE's last layer alone. With blocks 0:1, 1:2, 2:3, 3:4 that profile is `IDEAL`.
 """
 
 from __future__ import annotations
