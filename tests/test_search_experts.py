@@ -64,14 +64,7 @@ def test_the_baselines_and_each_familys_learning_are_reported(searched):
     soup, references = baselines["soup"], document["references"]
     for name, entry in references["trained"]["report"].items():
         assert soup["report"][name]["value"] == entry["value"]
-    # Each expert learns its own family best of the three experts (its block was trained on it),
-    # and the mean learning is the mean of the families' own.
-    for family in experts_world.FAMILIES:
-        own = baselines[f"expert {family}"]["families"][family]["value"]
-        others = [
-            baselines[f"expert {f}"]["families"][family]["value"] for f in experts_world.FAMILIES
-        ]
-        assert own == min(others)
+    # The mean learning is the mean of the families' own, for every point.
     learning = document["objectives"][0]["name"]
     for point in document["points"]:
         values = [point["families"][f]["value"] for f in experts_world.FAMILIES]
