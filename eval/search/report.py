@@ -244,9 +244,10 @@ def plot_frontier(document: dict[str, Any], path: Path) -> Path:
     learning, forgetting = document["objectives"][:2]
     figure, axes = plt.subplots(figsize=(7, 5))
     base = document["references"]["base"]["report"]
-    trained = {"point": "TRAINED", "baseline": None, **document["references"]["trained"]}
-    # The `trained` baseline is TRAINED itself: drawn once, as the reference.
-    points = [p for p in document["points"] if p["baseline"] != "trained"]
+    reference = "Expert Soup" if document.get("experts") else "TRAINED"
+    trained = {"point": reference, "baseline": None, **document["references"]["trained"]}
+    # The `trained` (or `soup`) and `base` baselines are the references themselves: drawn once.
+    points = [p for p in document["points"] if p["baseline"] not in ("trained", "soup", "base")]
     for point in [*points, trained]:
         x, xerr = _value_and_error(point["report"][forgetting["name"]])
         y, yerr = _value_and_error(point["report"][learning["name"]])
@@ -259,7 +260,7 @@ def plot_frontier(document: dict[str, Any], path: Path) -> Path:
         marker, color = style[kind]
         axes.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, color=color, capsize=2, alpha=0.8)
         # Frontier points sit close together: they are named in report.md, not on the plot.
-        label = {"trained": "TRAINED", "baseline": point["baseline"]}.get(kind)
+        label = {"trained": reference, "baseline": point["baseline"]}.get(kind)
         if label:
             axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     base_x, base_y = base[forgetting["name"]]["value"], base[learning["name"]]["value"]
@@ -272,8 +273,8 @@ def plot_frontier(document: dict[str, Any], path: Path) -> Path:
     axes.set_xlabel(f"{forgetting['name']} ({better[forgetting['higher_is_better']]})")
     axes.set_ylabel(f"{learning['name']} ({better[learning['higher_is_better']]})")
     axes.set_title(
-        "Report half: frontier (blue), baselines (orange), TRAINED (black);\n"
-        "bars: 95% paired interval of the change from TRAINED",
+        f"Report half: frontier (blue), baselines (orange), {reference} (black);\n"
+        f"bars: 95% paired interval of the change from {reference}",
         fontsize=9,
     )
     axes.legend(loc="best", fontsize=8)
