@@ -133,8 +133,9 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
     check_folder(options.out, [base.path, *(e.path for e in experts)])
     needed = [*objectives, *(b.objective for b in budgets)]
     search = prepare_half(options, scoring, "search", needed)
-    checked = Checked(options, space, objectives, budgets, points, base, trained, stack, search)
-    checked.experts, checked.labels = experts, labels
+    checked = Checked(
+        options, space, objectives, budgets, points, base, trained, stack, search, experts, labels
+    )
     _check_resume(options.out, checked.settings())
     return checked
 
