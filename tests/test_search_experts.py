@@ -40,6 +40,20 @@ def _search(world, out: Path, *extra: str):
 
 
 @pytest.fixture(scope="module")
+def untrained(tmp_path_factory) -> dict[str, Path]:
+    """BASE and three experts of the world's suite, untrained (for checks before any model
+    loads: nothing is scored)."""
+    from tests.support.tiny_models import build_model, perturb, save
+
+    root = tmp_path_factory.mktemp("untrained")
+    model = build_model("llama")
+    paths = {"base": save(model, root / "base"), "suite": experts_world.write_suite(root)}
+    for seed, family in enumerate(experts_world.FAMILIES, start=1):
+        paths[family] = save(perturb(build_model("llama"), seed), root / f"expert-{family}")
+    return paths
+
+
+@pytest.fixture(scope="module")
 def searched(world, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("experts_searched") / "search"
     result = _search(world, out, "--trials", str(TRIALS))
@@ -51,6 +65,7 @@ def _frontier(folder: Path) -> dict:
     return json.loads((folder / "frontier.json").read_text())
 
 
+@pytest.mark.slow  # the world's training and a search: about a minute on 2 busy cores
 def test_the_baselines_and_each_familys_learning_are_reported(searched):
     document = _frontier(searched)
     assert document["trials"] == TRIALS
@@ -73,6 +88,7 @@ def test_the_baselines_and_each_familys_learning_are_reported(searched):
     assert "per family" in report and "merge_method: linear" in report
 
 
+@pytest.mark.slow  # the world's training and a search: about a minute on 2 busy cores
 def test_every_frontier_point_rebuilt_by_merge_from_its_config_scores_its_report(
     world, searched, tmp_path
 ):
@@ -246,36 +262,40 @@ def _refused(world, tmp_path, monkeypatch, experts, *extra: str) -> str:
     return result.output
 
 
-def test_experts_of_another_architecture_or_layer_count_are_refused(world, tmp_path, monkeypatch):
+def test_experts_of_another_architecture_or_layer_count_are_refused(
+    untrained, tmp_path, monkeypatch
+):
     from tests.support.tiny_models import build_model, random_llama, save
 
-    first = world["slavic"]
+    first = untrained["slavic"]
     gpt2 = save(build_model("gpt2"), tmp_path / "expert-germanic")
-    output = _refused(world, tmp_path, monkeypatch, [first, gpt2])
+    output = _refused(untrained, tmp_path, monkeypatch, [first, gpt2])
     assert "other architectures (llama and gpt2)" in output
     short = random_llama(tmp_path / "expert-indic", hidden=32, layers=3)
-    output = _refused(world, tmp_path, monkeypatch, [first, short])
+    output = _refused(untrained, tmp_path, monkeypatch, [first, short])
     assert "have 4 and 3 layers" in output
 
 
-def test_a_family_the_suite_lacks_is_refused(world, tmp_path, monkeypatch):
-    experts = [world[family] for family in experts_world.FAMILIES]
-    output = _refused(world, tmp_path, monkeypatch, experts, "--labels", "slavic,germanic,celtic")
+def test_a_family_the_suite_lacks_is_refused(untrained, tmp_path, monkeypatch):
+    experts = [untrained[family] for family in experts_world.FAMILIES]
+    output = _refused(
+        untrained, tmp_path, monkeypatch, experts, "--labels", "slavic,germanic,celtic"
+    )
     assert "the suite has no family 'celtic'" in output
     renamed = tmp_path / "expert-celtic"
-    renamed.symlink_to(world["indic"], target_is_directory=True)
-    output = _refused(world, tmp_path, monkeypatch, [*experts[:2], renamed])
+    renamed.symlink_to(untrained["indic"], target_is_directory=True)
+    output = _refused(untrained, tmp_path, monkeypatch, [*experts[:2], renamed])
     assert "expert-celtic: its folder name names no family" in output
 
 
 def test_a_search_that_does_not_fit_in_memory_is_refused_with_the_figure(
-    world, tmp_path, monkeypatch
+    untrained, tmp_path, monkeypatch
 ):
     from eval.search.experts import MEMORY_ENV
 
     monkeypatch.setenv(MEMORY_ENV, "100K")
-    experts = [world[family] for family in experts_world.FAMILIES]
-    output = _refused(world, tmp_path, monkeypatch, experts)
+    experts = [untrained[family] for family in experts_world.FAMILIES]
+    output = _refused(untrained, tmp_path, monkeypatch, experts)
     assert "GiB" in output and "0.00 GiB is available" in output and MEMORY_ENV in output
 
 

@@ -117,11 +117,16 @@ def build(root: Path) -> dict[str, Path]:
         expert = _expert(base, code, layer, seed=10 + layer)
         paths[family] = save(expert, root / f"expert-{family}")
     paths["base"] = save(base.to(torch.bfloat16), root / "base")
+    return {**paths, "suite": write_suite(root)}
+
+
+def write_suite(root: Path) -> Path:
+    """The suite and its perplexity documents under `root / "data"`; returns the suite."""
     for code, lines in _texts([*FAMILIES.values(), OTHER], DOCS * 2, 7).items():
         folder = root / "data" / "ppl" / _flores(code)
         folder.mkdir(parents=True)
         docs = [" ".join(lines[i : i + 2]) for i in range(0, len(lines), 2)]
         (folder / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    paths["suite"] = root / "data" / "suite.yml"
-    paths["suite"].write_text(suite_text(), encoding="utf-8")
-    return paths
+    suite = root / "data" / "suite.yml"
+    suite.write_text(suite_text(), encoding="utf-8")
+    return suite
