@@ -13,8 +13,9 @@ from eval.options import scoring_options, suite_option
 from eval.search.settings import SearchOptions
 from surgery.options import blocks_option, collapse, out_option, quiet_option
 
-HELP = """Search per-block interpolation profiles between BASE and TRAINED on the
-learning-forgetting frontier of a suite, and report them on items the search never saw.
+HELP = """Search per-block interpolation profiles between BASE and TRAINED (or per-block soups
+of BASE and several experts) on the learning-forgetting frontier of a suite, and report them on
+items the search never saw.
 
 \b
 Each trial blends the two checkpoints in memory (one strength per block of layers: 0 = BASE,
@@ -24,7 +25,13 @@ search.journal, or --storage URL), so a killed search resumes with the same comm
 several workers can share one search. The frontier and the baselines (TRAINED, the middle
 layers reverted, uniform strengths) are then scored on the report half with paired bootstrap
 intervals: DIR gets frontier.json, frontier.png, report.md and report/<point>/ results
-folders. Each profile prints as the --alpha string of `surgery interpolate`.
+folders. Each profile prints as the --alpha string of `surgery interpolate` and as the
+`surgery merge` config that writes it.
+
+\b
+With several experts, each block also gets each expert's share: BASE weighs 1 - s, the experts
+share s. Each expert's family comes from --labels or its folder's name; the baselines add the
+uniform Expert Soup, each expert alone, the soup of Expert-Reverted experts and BASE.
 
 \b
 Examples:
@@ -32,6 +39,7 @@ Examples:
   surgery search base trained --suite study.yml -o search/ --blocks 0:9,9:28,28:34 \\
       --budget "others ppl <= +5%" --time 2h
   surgery search base trained --suite study.yml -o search/ --objectives held_out
+  surgery search base expert-slavic expert-germanic expert-indic --suite study.yml -o search/
   surgery search search/ --write 17          # point 17 as a checkpoint: search/point-17
 """
 
@@ -144,11 +152,17 @@ search_options = collapse(
         help="Priors run as first trials, repeatable: lines (LiNeS: linear in depth), reverted "
         "(the paper's middle band), 'localize DIR' (a localize run of these two models).",
     ),
+    click.option(
+        "--labels",
+        default=None,
+        help="Each expert's family in the suite, comma-separated [default: the family its "
+        "folder's name contains].",
+    ),
 )
 
 
 @click.command("search", help=HELP, short_help="Search layer profiles on the frontier.")
-@click.argument("inputs", nargs=-1, required=True, metavar="BASE TRAINED | DIR")
+@click.argument("inputs", nargs=-1, required=True, metavar="BASE EXPERT... | DIR")
 @suite_option
 @out_option(
     "The search's folder: search.json, frontier.json, frontier.png, report.md, "
@@ -172,16 +186,22 @@ def search_command(inputs, suite, out, search, write, scoring, quiet) -> None:
 
         click.echo(f"wrote {write_point(Path(inputs[0]), write, quiet=quiet)}", err=True)
         return
-    if len(inputs) != 2:
-        raise click.UsageError("give BASE TRAINED (or a search's DIR with --write N)")
+
     if suite is None or out is None:
         raise click.UsageError("a search needs --suite SUITE and -o/--out DIR")
     from eval.search.report import write_point, write_report
     from eval.search.run import run_search
     from eval.study.scoring import suite_run
 
+    experts = tuple(inputs[1:]) if len(inputs) > 2 else ()
     search = replace(
-        search, base=inputs[0], trained=inputs[1], suite=Path(suite), out=out, quiet=quiet
+        search,
+        base=inputs[0],
+        trained=inputs[1],
+        experts=experts,
+        suite=Path(suite),
+        out=out,
+        quiet=quiet,
     )
     searcher = run_search(search, suite_run(scoring.resolved(), progress=False))
     document = write_report(searcher)
@@ -196,6 +216,7 @@ def format_frontier(document: dict) -> str:
     """One line per point: number, report values of the objectives, profile."""
     names = [o["name"] for o in document["objectives"]]
     lines = [f"{document['trials']} trials; report half (search half in brackets):"]
+    flag = "profile" if document.get("experts") else "--alpha"
     for point in document["points"]:
         values = ", ".join(
             f"{name} {point['report'][name]['value']:.4g} ({point['search'][name]:.4g})"
@@ -203,5 +224,5 @@ def format_frontier(document: dict) -> str:
         )
         tag = " frontier" if point["frontier"] else ""
         label = f" [{point['baseline']}]" if point["baseline"] else ""
-        lines.append(f"  #{point['point']}{tag}{label}: {values}; --alpha {point['profile']}")
+        lines.append(f"  #{point['point']}{tag}{label}: {values}; {flag} {point['profile']}")
     return "\n".join(lines)

@@ -91,8 +91,9 @@ def frontier_figure(document: dict[str, Any]):
     for part, objective in (("x", forgetting), ("y", learning)):
         _axis(ax, part, objective, shown)
     _arrows(ax, marks, far, "learning", "forgetting")
-    ax.set_title("Report half; bars: 95% paired interval of the change from TRAINED")
-    legend_below(fig, _handles({m.kind for m in shown}))
+    reference = reference_name(document)
+    ax.set_title(f"Report half; bars: 95% paired interval of the change from {reference}")
+    legend_below(fig, _handles({m.kind for m in shown}, reference))
     _label_points(fig, ax, shown)  # last: where the labels fall depends on the final layout
     return fig
 
@@ -101,10 +102,11 @@ def _marks(document: dict[str, Any], learning: str, forgetting: str) -> list[Mar
     """The points to draw: frontier points and baselines, TRAINED, BASE (its report values;
     no interval of its own)."""
     references = document["references"]
-    trained = {"point": "TRAINED", "baseline": None, "report": references["trained"]["report"]}
+    reference = reference_name(document)
+    trained = {"point": reference, "baseline": None, "report": references["trained"]["report"]}
     base = {"point": "BASE", "baseline": None, "report": references["base"]["report"]}
-    # The `trained` baseline is TRAINED itself: drawn once, as the reference.
-    points = [p for p in document["points"] if p["baseline"] != "trained"]
+    # The `trained` (or `soup`) and `base` baselines are the references themselves: drawn once.
+    points = [p for p in document["points"] if p["baseline"] not in ("trained", "soup", "base")]
     marks = []
     for point in [*points, trained, base]:
         kind = (
@@ -207,9 +209,15 @@ def _ends(mark: Mark) -> list[tuple[float, float]]:
     return [(x, y), (x - left, y), (x + right, y), (x, y - below), (x, y + above)]
 
 
-def _handles(kinds: set[str]) -> list:
-    """One legend entry per kind of point drawn."""
-    return [marker_handle(STYLE[k][2], STYLE[k][0], STYLE[k][1]) for k in STYLE if k in kinds]
+def reference_name(document: dict[str, Any]) -> str:
+    """What the changes are read against: TRAINED, or with several experts the Expert Soup."""
+    return "Expert Soup" if document.get("experts") else "TRAINED"
+
+
+def _handles(kinds: set[str], reference: str) -> list:
+    """One legend entry per kind of point drawn (TRAINED's named as the reference)."""
+    names = {k: reference if k == "trained" else STYLE[k][2] for k in STYLE}
+    return [marker_handle(names[k], STYLE[k][0], STYLE[k][1]) for k in STYLE if k in kinds]
 
 
 def _value_and_error(entry: dict[str, Any]) -> tuple[float, list[list[float]]]:

@@ -7,6 +7,11 @@ intervals of each change from BASE and from TRAINED. The report states the gap b
 point's search and report scores (how much choosing on the search half flattered it). DIR gets
 frontier.json, frontier.png, report.md, and report/<name>/ results folders that `surgery
 compare` reads (`surgery compare DIR/report/point-* --base DIR/report/base -o ...`).
+
+Each point also prints as the `surgery merge` config that writes it (`eval.search.mix`). With
+several experts, TRAINED's place is the uniform Expert Soup's (profile `1`), and the report
+gives each family's own learning beside the mean, where each expert alone is read against its
+family.
 """
 
 from __future__ import annotations
@@ -137,12 +142,18 @@ def _write_report(searcher: Any) -> dict[str, Any]:
         point["gap"] = {
             label: point["report"][label]["value"] - point["search"][label] for label in labels
         }
+    config = _config_maker(searcher)
+    learning = checked.objectives[0]
+    for point in points:
+        point["merge"] = config(point["profile"])
+        point["families"] = _families(vs_base, f"point-{point['point']}", learning)
     base_search = [searcher.base_values[o.key] for o in measured]
     document = {
         "format": FORMAT,
         "trials": len(st.finished(searcher.study)),
         "base": str(options.base),
         "trained": str(options.trained),
+        **({"experts": _experts(checked)} if checked.several else {}),
         "suite": str(options.suite),
         "blocks": [f"{a}:{b}" for a, b in checked.space.blocks],
         "embeddings": checked.space.embeddings,
@@ -165,8 +176,12 @@ def _write_report(searcher: Any) -> dict[str, Any]:
             "base": {
                 "search": dict(zip(labels, base_search, strict=True)),
                 "report": reported("base"),
+                "families": _families(vs_base, "base", learning),
             },
-            "trained": {"report": reported("trained")},
+            "trained": {
+                "report": reported("trained"),
+                "families": _families(vs_base, "trained", learning),
+            },
         },
         "points": points,
         "sampler": options.sampler,
@@ -178,9 +193,55 @@ def _write_report(searcher: Any) -> dict[str, Any]:
     return document
 
 
-# The baselines that are input models themselves (their search-half values bound the
-# hypervolume's reference point beside BASE's).
-INPUT_BASELINES = ("trained",)
+def is_input(baseline: str | None) -> bool:
+    """Whether a baseline is an input model itself: TRAINED, or one expert alone (their values
+    bound the hypervolume's reference point beside BASE's)."""
+    return baseline == "trained" or (baseline or "").startswith("expert ")
+
+
+def _experts(checked: Any) -> list[dict[str, str]]:
+    """Each expert's path and family."""
+    paths = checked.options.inputs
+    return [{"path": p, "family": f} for p, f in zip(paths, checked.labels, strict=True)]
+
+
+def _config_maker(searcher: Any) -> Any:
+    """`profile -> surgery merge YAML` for this search's models (`eval.search.mix`)."""
+    from eval.search.mix import merge_config, mix_of
+    from surgery.core.layers import select_stack
+    from surgery.engine.naming import layout_of
+    from surgery.engine.ops.merge.modules import module_map
+
+    checked, options = searcher.checked, searcher.options
+    experts = checked.experts or [checked.trained]
+    prefixes = [select_stack(c.stacks).prefix for c in [checked.base, *experts]]
+    tensors = checked.base.tensors
+    modules = list(dict.fromkeys(module_map(tensors, layout_of(tensors)).values()))
+    models = [str(options.base), *map(str, options.inputs)]
+    layers = checked.space.num_layers
+
+    def config(profile: str) -> str:
+        return merge_config(mix_of(profile, layers, len(experts)), models, prefixes, modules)
+
+    return config
+
+
+def _families(comparison: Comparison, model: str, objective: Any) -> dict[str, Any]:
+    """`model`'s learning on each family's own held-in languages (value, and the change from
+    BASE with its interval)."""
+    found = {}
+    key = (objective.measure.task, objective.measure.metric)
+    for row in comparison.rows:
+        where = (axis_name(row), row["metric"])
+        if row["model"] != model or row["scope"] != "family" or where != key:
+            continue
+        if row["split"] != "held_in":
+            continue
+        entry = {"value": row["value"]}
+        if model != "base":
+            entry["vs_base"] = {k: row[k] for k in CHANGE_KEYS}
+        found[row["family"]] = entry
+    return found
 
 
 def _hypervolume(searcher: Any, document: dict[str, Any]) -> dict[str, Any]:
@@ -189,12 +250,16 @@ def _hypervolume(searcher: Any, document: dict[str, Any]) -> dict[str, Any]:
     objectives = [o for o in document["objectives"] if o["optimized"]]
     names = [o["name"] for o in objectives]
     trials = st.finished(searcher.study)
-    inputs = [t.values for t in trials if t.user_attrs.get("baseline") in INPUT_BASELINES]
+    inputs = [t.values for t in trials if is_input(t.user_attrs.get("baseline"))]
     base = [searcher.base_values[o.key] for o in searcher.checked.objectives]
     references = document["references"]
     report_inputs = [
         [references[model]["report"][name]["value"] for name in names]
         for model in ("base", "trained")
+    ] + [
+        [p["report"][name]["value"] for name in names]
+        for p in document["points"]
+        if is_input(p["baseline"])
     ]
     frontier = [
         [p["report"][name]["value"] for name in names] for p in document["points"] if p["frontier"]
@@ -218,10 +283,16 @@ def markdown(document: dict[str, Any]) -> str:
     """report.md: the settings, one table per objective (report half: value, change from BASE
     and from TRAINED with 95% intervals; the search half's value and the gap), and the command
     that writes each point."""
+    experts = document.get("experts")
+    inputs = (
+        "experts " + ", ".join(f"`{e['path']}` ({e['family']})" for e in experts)
+        if experts
+        else f"TRAINED `{document['trained']}`"
+    )
     lines = [
         "# Search report",
         "",
-        f"BASE `{document['base']}`, TRAINED `{document['trained']}`, suite "
+        f"BASE `{document['base']}`, {inputs}, suite "
         f"`{document['suite']}`; blocks {', '.join(document['blocks'])}"
         + (" and the embeddings and head (`*`)" if document["embeddings"] else "")
         + f"; {document['trials']} trials ({document['sampler']} sampler, seed "
@@ -232,6 +303,14 @@ def markdown(document: dict[str, Any]) -> str:
         f"({document['resamples']} resamples); gap = report value - search value.",
         "",
     ]
+    if experts:
+        lines += [
+            "With several experts, a profile gives each block a strength s and each expert a "
+            "share: BASE weighs 1 - s, expert k s * r_k / sum(r) (`0:2=0.5[1 0 0]`; a block "
+            "without shares splits s equally). TRAINED below is the uniform Expert Soup "
+            "(profile `1`).",
+            "",
+        ]
     if document["budgets"]:
         lines += ["Budgets: " + "; ".join(f"`{b}`" for b in document["budgets"]) + ".", ""]
     base = document["references"]["base"]
@@ -248,8 +327,9 @@ def markdown(document: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         trained = document["references"]["trained"]["report"][name]
+        label = "Expert Soup" if experts else "TRAINED"
         lines.append(
-            f"| TRAINED | `1` | | | {trained['value']:.4g} | {_change(trained['vs_base'])} | | | |"
+            f"| {label} | `1` | | | {trained['value']:.4g} | {_change(trained['vs_base'])} | | | |"
         )
         for point in document["points"]:
             report = point["report"][name]
@@ -261,20 +341,79 @@ def markdown(document: dict[str, Any]) -> str:
             )
         lines.append("")
     lines += hv.markdown_lines(document["hypervolume"])
+    lines += _family_table(document)
     lines += ["## Rebuild a point", ""]
+    if experts:
+        return "\n".join([*lines, *_configs(document)])
     for point in document["points"]:
         command = [
             "surgery", "interpolate", "--alpha", point["profile"],
             document["base"], document["trained"], f"point-{point['point']}",
         ]  # fmt: skip
         lines.append(f"- {point['point']}: `{shlex.join(command)}`")
-    lines += ["", "or `surgery search DIR --write N`.", ""]
+    lines += [
+        "",
+        "or `surgery search DIR --write N`; frontier.json holds each point's `surgery merge` "
+        "config too.",
+        "",
+    ]
     return "\n".join(lines)
+
+
+def _family_table(document: dict[str, Any]) -> list[str]:
+    """Each family's own learning (the learning objective on its held-in languages): BASE,
+    TRAINED (the Expert Soup) and every point; an expert alone is read against its family."""
+    families = list(document["references"]["base"]["families"])
+    if len(families) < 2 and not document.get("experts"):
+        return []
+    learning = document["objectives"][0]["name"]
+    own = {f"expert {e['family']}": e["family"] for e in document.get("experts") or []}
+    lines = [
+        f"## {learning} per family (report half)",
+        "",
+        "Each family's held-in languages alone; change from BASE with its 95% interval. "
+        + ("Each expert alone is read against its own family (in bold)." if own else ""),
+        "",
+        "| point | " + " | ".join(families) + " |",
+        "|---|" + "---|" * len(families),
+    ]
+    references = document["references"]
+    soup = "Expert Soup" if own else "TRAINED"
+    rows = [("BASE", None, references["base"]), (soup, None, references["trained"])]
+    rows += [(str(p["point"]), p["baseline"], p) for p in document["points"]]
+    for label, baseline, entry in rows:
+        cells = []
+        for family in families:
+            found = entry["families"].get(family)
+            cell = "-" if found is None else f"{found['value']:.4g} {_change(found.get('vs_base'))}"
+            cells.append(f"**{cell}**" if own.get(baseline) == family else cell)
+        name = f"{label} [{baseline}]" if baseline else label
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _configs(document: dict[str, Any]) -> list[str]:
+    """Each point's `surgery merge` config and the command that writes it."""
+    lines = []
+    for point in document["points"]:
+        number = point["point"]
+        lines += [
+            f"### Point {number}",
+            "",
+            f"`surgery merge point-{number}.yml point-{number}` with `point-{number}.yml`:",
+            "",
+            "```yaml",
+            point["merge"].rstrip(),
+            "```",
+            "",
+        ]
+    return [*lines, "Or `surgery search DIR --write N`.", ""]
 
 
 def write_point(folder: Path, number: int, out: Path | None = None, quiet: bool = False) -> Path:
     """Write point `number` of the search in `folder` as a checkpoint (with its recipe and
-    card), by `surgery interpolate` with its profile; into `folder/point-N` by default.
+    card), by `surgery interpolate` with its profile, or with several experts by `surgery merge`
+    with its config (written beside: `folder/point-N.yml`); into `folder/point-N` by default.
 
     Raises:
         SurgeryError: no frontier.json in `folder`, or no such point.
@@ -292,5 +431,11 @@ def write_point(folder: Path, number: int, out: Path | None = None, quiet: bool 
             f"{folder}: no point {number}; points: {', '.join(map(str, sorted(points)))}"
         )
     target = Path(out) if out is not None else Path(folder) / f"point-{number}"
+    if document.get("experts"):
+        from surgery.api import merge
+
+        config = Path(folder) / f"point-{number}.yml"
+        config.write_text(points[number]["merge"], encoding="utf-8")
+        return merge(config, target, quiet=quiet)
     profile = points[number]["profile"]
     return interpolate(document["base"], document["trained"], target, profile, quiet=quiet)

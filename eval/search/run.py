@@ -7,13 +7,17 @@ is opened (created with the baselines enqueued, or resumed), TRAINED is loaded o
 tensors read once (`MemoryBlender`), BASE is scored on the search half (the reference of the
 budgets), and each trial sets the blend in place and scores the search half. At the end the
 frontier is scored on the report half (`eval.search.report`).
+
+With several experts the first is loaded and BASE's and the others' tensors are read once
+(`eval.search.blend.SoupBlender`); their architectures, families and the expected memory are
+checked first (`eval.search.experts`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +53,8 @@ class Checked:
     trained: Any
     stack: Any
     search: PreparedSuite
+    experts: list[Any] = field(default_factory=list)  # the opened experts (TRAINED first)
+    labels: list[str] = field(default_factory=list)  # their families, when known
 
     @property
     def measured(self) -> list[Objective]:
@@ -72,7 +78,14 @@ class Checked:
             "baselines": [b.profile for b in self.baselines],
             "seed": options.seed,
             "sampler": options.sampler,
+            # Several experts only: a search of one expert keeps the settings it always had.
+            **({"experts": list(options.inputs), "labels": self.labels} if self.several else {}),
         }
+
+    @property
+    def several(self) -> bool:
+        """Whether the search mixes several experts."""
+        return len(self.experts) > 1
 
 
 def _sha(value: Any) -> str:
@@ -89,9 +102,8 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
         SurgeryError, SuiteError, EvalDataError, TaskSpecError, LayerSpecError, OutputError.
     """
     from surgery.api import warn_if_swapped
-    from surgery.hub.resolve import open_input
 
-    if not (options.base and options.trained) or options.suite is None or options.out is None:
+    if not (options.base and options.inputs) or options.suite is None or options.out is None:
         raise SurgeryError("a search needs BASE, TRAINED, a suite and an output folder")
     if options.trials < 1:
         raise SurgeryError(f"--trials must be at least 1, not {options.trials}")
@@ -104,11 +116,14 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
     measures = Measures(load_suite(options.suite))
     objectives = parse_objectives(measures, options.measure, options.objectives)
     budgets = [parse_budget(measures, text) for text in options.budgets]
-    base, trained = open_input(options.base), open_input(options.trained)
-    warn_if_swapped(base, trained)
+    base, experts, labels = _open_models(options, measures, scoring)
+    trained = experts[0]
+    for expert in experts:
+        warn_if_swapped(base, expert)
     stack = select_stack(trained.stacks)
     space = Space(parse_blocks(options.blocks, stack.num_layers), stack.num_layers)
-    space = Space(space.blocks, space.num_layers, options.embeddings, options.step)
+    several = tuple(labels) if len(experts) > 1 else ()
+    space = Space(space.blocks, space.num_layers, options.embeddings, options.step, several)
     band = (
         parse_layer_spec(options.baseline_layers, stack.num_layers)
         if options.baseline_layers
@@ -121,12 +136,38 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
             f"--trials {options.trials}: the {len(points)} baselines alone are {len(points)} "
             "trials; give more"
         )
-    check_folder(options.out, [base.path, trained.path])
+    check_folder(options.out, [base.path, *(e.path for e in experts)])
     needed = [*objectives, *(b.objective for b in budgets)]
     search = prepare_half(options, scoring, "search", needed)
-    checked = Checked(options, space, objectives, budgets, points, base, trained, stack, search)
+    checked = Checked(
+        options, space, objectives, budgets, points, base, trained, stack, search, experts, labels
+    )
     _check_resume(options.out, checked.settings())
     return checked
+
+
+def _open_models(
+    options: SearchOptions, measures: Measures, scoring: SuiteRun
+) -> tuple[Any, list[Any], list[str]]:
+    """BASE and the experts opened (headers only), the experts' families (`--labels`, their
+    folders' names; none for one expert without `--labels`), and the memory checked.
+
+    Raises:
+        SurgeryError: experts of other architectures or layer counts, a family the suite lacks,
+            or models that do not fit in memory.
+    """
+    from eval.model_loading import dtype_name
+    from eval.search.experts import check_experts, check_memory, family_labels
+    from surgery.hub.resolve import open_input
+
+    base, experts = open_input(options.base), [open_input(p) for p in options.inputs]
+    labels = []
+    if len(experts) > 1 or options.labels is not None:
+        check_experts(experts)
+        families = [family.name for family in measures.suite.families]
+        labels = family_labels(options.inputs, options.labels, families)
+    check_memory([*experts, base], dtype_name(scoring.dtype, scoring.device), scoring.device)
+    return base, experts, labels
 
 
 def check_folder(out: Path, inputs: list[Path]) -> None:
@@ -203,21 +244,35 @@ class Searcher:
                 attrs = {"baseline": point.name, "profile": point.profile}
                 if getattr(point, "family", None):  # a seed profile (`eval.search.priors`)
                     attrs["family"] = point.family
-                self.study.enqueue_trial(point.strengths, user_attrs=attrs)
+                self.study.enqueue_trial(checked.space.complete(point.strengths), user_attrs=attrs)
         st.requeue_stale(self.study)
 
     def load(self) -> None:
-        """Load TRAINED once, read BASE's tensors, and score BASE on the search half."""
+        """Load TRAINED once, read BASE's tensors (and the other experts'), and score BASE on
+        the search half."""
+        from eval.search.blend import SoupBlender
         from surgery.diagnostics.memory_blend import MemoryBlender
 
-        loader = _loader(self.checked.search.options)
-        self.blender = MemoryBlender(self.checked.base, self.checked.trained, loader)
-        self.base_values = self.values("0", self.checked.search, "base")
+        checked = self.checked
+        loader = _loader(checked.search.options)
+        if checked.several:
+            self.blender = SoupBlender(checked.base, checked.experts, loader)
+        else:
+            self.blender = MemoryBlender(checked.base, checked.trained, loader)
+        self.base_values = self.values("0", checked.search, "base")
 
     def blend(self, profile: str) -> None:
-        """Set the model's weights to the profile (an --alpha string), as interpolate would."""
+        """Set the model's weights to the profile (an --alpha string), as interpolate would;
+        with several experts, as `surgery merge` writes the profile's config."""
         from surgery.engine.ops.interpolate import resolve_alphas
 
+        if self.checked.several:
+            from eval.search.mix import mix_of
+
+            stack = self.checked.stack
+            mix = mix_of(profile, stack.num_layers, len(self.checked.experts))
+            self.blender.set_mix(mix, self.blender.stack(stack.name))
+            return
         values, stack, modules = resolve_alphas(self.checked.trained, profile, None, None)
         memory_stack = self.blender.stack(stack.name) if stack is not None else None
         self.blender.set_alphas(values, memory_stack, modules)
@@ -245,7 +300,7 @@ class Searcher:
         space = checked.space
         strengths = {
             name: space.snap(trial.suggest_float(name, 0.0, 1.0, step=space.step))
-            for name in space.names
+            for name in space.params
         }
         profile = trial.user_attrs.get("profile") or space.profile(strengths)
         values = self.values(profile, checked.search, f"trial-{trial.number}")

@@ -13,7 +13,8 @@ class SearchOptions:
     """What `surgery search` is given (validated by `eval.search.run.check`).
 
     The command line builds the search's own options first (`eval.search.command`), then adds
-    BASE, TRAINED, the suite and the folder; a search without them is refused by `check`.
+    BASE, TRAINED (the first expert) and the experts, the suite and the folder; a search without
+    them is refused by `check`.
     """
 
     base: str = ""
@@ -36,3 +37,11 @@ class SearchOptions:
     quiet: bool = False
     sampler: str = "gp"  # optuna's sampler: gp, tpe, nsga2 or random (docs/search.md)
     seed_profiles: tuple[str, ...] = ()  # `eval.search.priors`: lines, reverted, localize DIR
+    # Several experts: every expert (TRAINED is the first), and their families (`--labels`).
+    experts: tuple[str, ...] = ()
+    labels: str | None = None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The experts: `experts`, or TRAINED alone."""
+        return self.experts or ((self.trained,) if self.trained else ())

@@ -7,12 +7,18 @@ block of their own (`*` in the string); otherwise they stay TRAINED's. Each stre
 [0, 1] on a grid of `step` (0 = BASE, 1 = TRAINED, as `surgery interpolate` reads it), so a
 profile prints exactly as the `--alpha` string that rebuilds it:
 `0:9=0.3,9:28=0,28:34=1,*=0.8`.
+
+With several experts (their families' `labels`), each block also has one share per expert,
+named `BLOCK@LABEL` on the same grid: expert k's weight in the block is s * r_k / sum(r) (equal
+shares when every r is 0), BASE's 1 - s. Such a profile prints each block's shares after its
+strength, `0:9=0.3[1 0.5 0]`, a syntax `eval.search.mix` reads; a block without shares (an
+--alpha string: `2:5=0`, `0.5`) splits its strength equally among the experts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 import numpy as np
@@ -34,12 +40,32 @@ class Space:
         num_layers: layers of the stack.
         embeddings: whether the tensors outside the stack are a block (`*`).
         step: the grid of strengths, e.g. 0.05.
+        labels: the experts' family labels when there are several (a share per block each).
     """
 
     blocks: tuple[tuple[int, int], ...]
     num_layers: int
     embeddings: bool = False
     step: float = 0.05
+    labels: tuple[str, ...] = ()
+
+    @property
+    def several(self) -> bool:
+        """Whether the space mixes several experts (shares per block)."""
+        return len(self.labels) > 1
+
+    @property
+    def params(self) -> list[str]:
+        """The sampler's parameters, in the order they are suggested: each block's strength,
+        then (several experts) each block's share of each expert, `BLOCK@LABEL`."""
+        if not self.several:
+            return self.names
+        return [*self.names, *(f"{n}@{label}" for n in self.names for label in self.labels)]
+
+    def complete(self, strengths: Mapping[str, float]) -> dict[str, float]:
+        """A strength profile (block name -> s) as every parameter: missing shares are equal
+        (1), so a strength profile is the uniform soup at those strengths."""
+        return {name: strengths.get(name, 1.0) for name in self.params}
 
     @property
     def names(self) -> list[str]:
@@ -53,8 +79,15 @@ class Space:
         return float(Decimal(str(self.step)) * steps)
 
     def profile(self, strengths: Mapping[str, float]) -> str:
-        """The --alpha string of one strength per block name."""
-        return ",".join(f"{name}={_number(strengths[name])}" for name in self.names)
+        """The --alpha string of one strength per block name; with several experts each block's
+        shares follow in brackets (`0:9=0.3[1 0.5 0]`)."""
+        if not self.several:
+            return ",".join(f"{name}={_number(strengths[name])}" for name in self.names)
+        return ",".join(
+            f"{name}={_number(strengths[name])}"
+            f"[{' '.join(_number(strengths[f'{name}@{label}']) for label in self.labels)}]"
+            for name in self.names
+        )
 
     def strengths_of(self, alpha: str) -> dict[str, float] | None:
         """The block strengths an --alpha string spells, or None if it is not one strength per
@@ -133,7 +166,9 @@ class Baseline:
 
 def baselines(space: Space, band: Sequence[int], uniform: Sequence[float]) -> list[Baseline]:
     """TRAINED, TRAINED with the `band` layers reverted, and each uniform strength (sweep's
-    points: every tensor at that strength).
+    points: every tensor at that strength). With several experts TRAINED is the uniform Expert
+    Soup and the reverted point the soup of Expert-Reverted experts; each expert alone and BASE
+    follow (`expert_baselines`).
 
     Args:
         band: the reverted layers (from `--baseline-layers`, or `paper_band`).
@@ -149,11 +184,29 @@ def baselines(space: Space, band: Sequence[int], uniform: Sequence[float]) -> li
     }
     if space.embeddings:
         near[EMBEDDINGS] = 1.0
+    soup = "soup" if space.several else "trained"
     points = [
-        Baseline("trained", space.profile(ones), ones),
+        Baseline(soup, space.profile(space.complete(ones)), space.complete(ones)),
         Baseline(f"reverted {format_layers(band)}", f"{format_layers(band)}=0", near),
     ]
     for value in uniform:
         near = dict.fromkeys(space.names, space.snap(value))
         points.append(Baseline(f"uniform {_number(value)}", _number(value), near))
-    return points
+    points = [replace(p, strengths=space.complete(p.strengths)) for p in points]
+    return [*points, *expert_baselines(space)] if space.several else points
+
+
+def expert_baselines(space: Space) -> list[Baseline]:
+    """Each expert alone (every tensor, those outside the blocks too: `*`) and BASE."""
+    points = []
+    for label in space.labels:
+        shares = " ".join("1" if other == label else "0" for other in space.labels)
+        params = {
+            name: 1.0 if "@" not in name or name.endswith(f"@{label}") else 0.0
+            for name in space.params
+        }
+        items = [*space.names, *([] if space.embeddings else [EMBEDDINGS])]
+        profile = ",".join(f"{name}=1[{shares}]" for name in items)
+        points.append(Baseline(f"expert {label}", profile, params))
+    base = dict.fromkeys(space.names, 0.0)
+    return [*points, Baseline("base", "0", space.complete(base))]
