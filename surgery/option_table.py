@@ -167,7 +167,12 @@ OPTIONS: dict[str, Meaning] = {
     "--json-file": Meaning("drift: a JSON file of every matrix"),
     "--pair-plot": Meaning("drift: a figure file of one pair"),
     "--pair": Meaning("drift: the pair of --pair-plot", "0,1"),
-    "--labels": Meaning("drift: the experts' names", "their folder names"),
+    "--labels": Meaning(
+        "several experts: their names, comma-separated, in the order given",
+        "their folder names",
+        wording="search reads each name as the expert's family in the suite",
+        worded=("search",),
+    ),
     "--base": Meaning("compare: the base model's results folder"),
     "--jobs": Meaning("compare: processes", "the usable CPUs"),
     "--bold": Meaning("compare: which changes are bold", "interval"),
