@@ -128,6 +128,13 @@ search_options = collapse(
     click.option(
         "--resamples", default=2000, show_default=True, type=int, help="Bootstrap resamples."
     ),
+    click.option(
+        "--prune/--no-prune",
+        default=True,
+        show_default=True,
+        help="Score a trial on a quarter, then half of the search items first, and stop it "
+        "there when it breaks a budget or the frontier dominates it beyond noise.",
+    ),
 )
 
 

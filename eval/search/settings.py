@@ -34,3 +34,4 @@ class SearchOptions:
     storage: str | None = None
     resamples: int = 2000
     quiet: bool = False
+    prune: bool = True  # cut short trials out of the running on a share (`eval.search.pruning`)
