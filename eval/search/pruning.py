@@ -8,7 +8,8 @@ paired bootstrap interval `surgery compare` gives it, predicts its value on the 
 half: BASE's whole-half value moved by the change (scaled by the ratio for perplexities). The
 interval's half-widths shrink by sqrt(1 - share), the finite-population correction: the items
 scored are part of the half the prediction is about. The trial is cut short when the prediction
-is out of the running beyond that noise:
+is out of the running beyond that noise (never on a change resting on fewer items in some
+language than `surgery compare` calls a change on, `eval.study.stats.MIN_ITEMS`):
 
 - **budget**: even the end of the interval most favourable to a `--budget` breaks it;
 - **dominated**: a point of the current frontier (optuna's Pareto front of the complete trials
@@ -109,11 +110,13 @@ def restricted(run: Run, to: Run) -> Run:
 
 @dataclass(frozen=True)
 class Interval:
-    """A predicted whole-half value and the ends of its noise."""
+    """A predicted whole-half value and the ends of its noise; `few`: some language it averages
+    has fewer items than `surgery compare` calls a change on (`eval.study.stats.MIN_ITEMS`)."""
 
     value: float
     low: float
     high: float
+    few: bool = False
 
 
 def predictions(
@@ -128,15 +131,15 @@ def predictions(
         key = (axis_name(row), row["metric"], row["split"])
         if row["model"] != model or row["scope"] not in ("overall", "task") or key not in base:
             continue
-        value = base[key]
+        value, few = base[key], row["few_items"]
         if row.get("ratio") is not None:
             ratio, low, high = row["ratio"], row["ratio_low"], row["ratio_high"]
             ends = (ratio - shrink * (ratio - low), ratio + shrink * (high - ratio))
-            found[key] = Interval(value * ratio, value * ends[0], value * ends[1])
+            found[key] = Interval(value * ratio, value * ends[0], value * ends[1], few)
         else:
             delta, low, high = row["delta"], row["ci_low"], row["ci_high"]
             ends = (delta - shrink * (delta - low), delta + shrink * (high - delta))
-            found[key] = Interval(value + delta, value + ends[0], value + ends[1])
+            found[key] = Interval(value + delta, value + ends[0], value + ends[1], few)
     return found
 
 
@@ -159,8 +162,11 @@ def verdict(
     for budget in budgets:
         key = budget.objective.key
         interval = predicted[key]
-        if min(budget.violation(end, base[key]) for end in (interval.low, interval.high)) > 0:
+        ends = (interval.low, interval.high)
+        if not interval.few and min(budget.violation(end, base[key]) for end in ends) > 0:
             return "budget"
+    if any(predicted[o.key].few for o in objectives):
+        return None
     best = [predicted[o.key].high if o.measure.higher else predicted[o.key].low for o in objectives]
     higher = [o.measure.higher for o in objectives]
     if any(dominates(point, best, higher) for point in frontier):
