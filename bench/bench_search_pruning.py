@@ -149,7 +149,51 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--seeds", default=[0, 1, 2], type=lambda text: [int(s) for s in text.split(",")]
     )
     parser.add_argument("--world", type=Path, default=None, help="reuse a world built here")
+    parser.add_argument(
+        "--demo",
+        type=Path,
+        default=None,
+        help="a `surgery demo --quick` run: search its base and Slavic expert instead",
+    )
     return parser.parse_args(argv)
+
+
+DEMO_SUITE = """\
+families:
+  slavic: {held_in: [sla_Latn, slb_Latn]}
+others: [gen_Latn]
+languages:
+  gen_Latn: {lang2: gen}
+  sla_Latn: {lang2: sla1}
+  slb_Latn: {lang2: sla2}
+tasks:
+  ppl: {path: "ppl/{lang}/"}
+root: .
+"""
+
+
+def demo_world(demo: Path, root: Path, docs: int) -> dict[str, Path]:
+    """A `surgery demo` run's base and Slavic expert, with a suite of `docs` fresh perplexity
+    documents (four sentences each, as the demo's) in its two trained Slavic languages (held
+    in) and in the base's language (`others`): the demo's own has too few to judge a share."""
+    from demo.world import build_languages, sentences
+
+    seed = json.loads((demo / "data" / "world.json").read_text())["seed"]
+    languages = {lang.code: lang for lang in build_languages(seed)}
+    concepts = sentences(docs * 4, seed + 1000)  # drawn apart from the demo's own pools
+    for code, lang in (("gen_Latn", "gen"), ("sla_Latn", "sla1"), ("slb_Latn", "sla2")):
+        folder = root / "ppl" / code
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = [languages[lang].render(c) for c in concepts]
+        rows = [{"text": " ".join(lines[i : i + 4])} for i in range(0, len(lines), 4)]
+        (folder / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "suite.yml").write_text(DEMO_SUITE)
+    models = demo / "models"
+    return {
+        "base": models / "base",
+        "trained": models / "expert-slavic",
+        "suite": root / "suite.yml",
+    }
 
 
 def world_at(root: Path, docs: int) -> dict[str, Path]:
@@ -170,7 +214,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     """Build the world, run the searches, print the table; returns the rows."""
     args = parse(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        world = world_at(args.world or Path(tmp) / "world", args.docs)
+        if args.demo is not None:
+            world = demo_world(args.demo, Path(tmp) / "demo-suite", args.docs)
+        else:
+            world = world_at(args.world or Path(tmp) / "world", args.docs)
         rows = compare_modes(world, Path(tmp), args)
     print_table(rows, args)
     return rows

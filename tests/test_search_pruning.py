@@ -94,6 +94,11 @@ def test_the_shares_cut_each_unit_s_half_into_disjoint_growing_parts(prepared):
     assert pieces[0] != frozenset(sorted(half)[: len(half) // 4])  # shuffled, not the first
 
 
+def test_only_shares_with_enough_items_in_every_unit_are_judged(prepared):
+    assert pruning.judged_shares(prepared, pruning.SHARES) == (0.5, 1.0)  # 16, 32 of 64 items
+    assert pruning.judged_shares(prepared, (0.25, 0.4, 1.0)) == (1.0,)  # 16, 26: scored whole
+
+
 def _blender(world):
     from eval.study.memory import SuiteScorer
     from surgery.diagnostics.memory_blend import MemoryBlender

@@ -9,7 +9,8 @@ half: BASE's whole-half value moved by the change (scaled by the ratio for perpl
 interval's half-widths shrink by sqrt(1 - share), the finite-population correction: the items
 scored are part of the half the prediction is about. The trial is cut short when the prediction
 is out of the running beyond that noise (never on a change resting on fewer items in some
-language than `surgery compare` calls a change on, `eval.study.stats.MIN_ITEMS`):
+language than `surgery compare` calls a change on, `eval.study.stats.MIN_ITEMS`: a share with
+fewer in some unit is skipped, and a half with fewer than twice as many is scored whole):
 
 - **budget**: even the end of the interval most favourable to a `--budget` breaks it;
 - **dominated**: a point of the current frontier (optuna's Pareto front of the complete trials
@@ -37,6 +38,7 @@ from eval.study.compare import Comparison, Run, compare_runs
 from eval.study.halves import unit_key
 from eval.study.memory import PreparedSuite, axis_name, score_suite
 from eval.study.runner import SuiteRun
+from eval.study.stats import MIN_ITEMS
 from eval.study.suite import Unit
 from eval.tasks import Task
 
@@ -76,6 +78,16 @@ def share_parts(prepared: PreparedSuite, shares: tuple[float, ...]) -> list[Prep
         units = [u for u in prepared.units if u.id in part]
         parts.append(replace(prepared, units=units, options=PartRun(**settings, part=part)))
     return parts
+
+
+def judged_shares(prepared: PreparedSuite, shares: tuple[float, ...]) -> tuple[float, ...]:
+    """The shares at which every unit has `MIN_ITEMS` items or more (a change on fewer is not
+    judged), then the whole half; (1.0,) alone: every trial is scored whole, as unpruned."""
+    counts = [
+        len(prepared.options.items(unit, prepared.tasks[unit.id]) or ()) for unit in prepared.units
+    ]
+    judged = [s for s in shares[:-1] if min(math.ceil(s * n) for n in counts) >= MIN_ITEMS]
+    return (*judged, 1.0)
 
 
 def lines_in(run: Run) -> int:
@@ -190,7 +202,9 @@ class Pruner:
         self.searcher = searcher
         self.base = base
         self.half_items = lines_in(base)
-        self.parts = share_parts(searcher.checked.search, shares) if len(shares) > 1 else []
+        prepared = searcher.checked.search
+        shares = judged_shares(prepared, shares)
+        self.parts = share_parts(prepared, shares) if len(shares) > 1 else []
 
     def values(self, trial: Any, profile: str) -> dict[tuple, float]:
         """The trial's measured values on the whole search half.
