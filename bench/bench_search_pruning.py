@@ -109,8 +109,9 @@ def summary(rows: list[dict], mode: str, key: str) -> tuple[float, float, float]
 
 def print_table(rows: list[dict], args: argparse.Namespace) -> None:
     """The rows, the medians and ranges per mode, and the ratios pruned / unpruned."""
+    world = f"demo {args.demo} (base, expert-slavic)" if args.demo else "search world"
     print(
-        f"search world: {args.docs} documents per language, blocks {args.blocks}, step "
+        f"{world}: {args.docs} documents per language, blocks {args.blocks}, step "
         f"{args.step}, {args.trials} trials, budget '{args.budget}', seeds "
         f"{','.join(map(str, args.seeds))}"
     )
@@ -155,6 +156,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="a `surgery demo --quick` run: search its base and Slavic expert instead",
     )
+    parser.add_argument("--sentences", type=int, default=1, help="sentences per document (--demo)")
     return parser.parse_args(argv)
 
 
@@ -172,20 +174,21 @@ root: .
 """
 
 
-def demo_world(demo: Path, root: Path, docs: int) -> dict[str, Path]:
+def demo_world(demo: Path, root: Path, docs: int, length: int) -> dict[str, Path]:
     """A `surgery demo` run's base and Slavic expert, with a suite of `docs` fresh perplexity
-    documents (four sentences each, as the demo's) in its two trained Slavic languages (held
-    in) and in the base's language (`others`): the demo's own has too few to judge a share."""
+    documents (`length` sentences each; the demo's have four) in its two trained Slavic
+    languages (held in) and in the base's language (`others`): the demo's own suite has too few
+    documents to judge a share."""
     from demo.world import build_languages, sentences
 
     seed = json.loads((demo / "data" / "world.json").read_text())["seed"]
     languages = {lang.code: lang for lang in build_languages(seed)}
-    concepts = sentences(docs * 4, seed + 1000)  # drawn apart from the demo's own pools
+    concepts = sentences(docs * length, seed + 1000)  # drawn apart from the demo's own pools
     for code, lang in (("gen_Latn", "gen"), ("sla_Latn", "sla1"), ("slb_Latn", "sla2")):
         folder = root / "ppl" / code
         folder.mkdir(parents=True, exist_ok=True)
         lines = [languages[lang].render(c) for c in concepts]
-        rows = [{"text": " ".join(lines[i : i + 4])} for i in range(0, len(lines), 4)]
+        rows = [{"text": " ".join(lines[i : i + length])} for i in range(0, len(lines), length)]
         (folder / "docs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "suite.yml").write_text(DEMO_SUITE)
     models = demo / "models"
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parse(argv)
     with tempfile.TemporaryDirectory() as tmp:
         if args.demo is not None:
-            world = demo_world(args.demo, Path(tmp) / "demo-suite", args.docs)
+            world = demo_world(args.demo, Path(tmp) / "demo-suite", args.docs, args.sentences)
         else:
             world = world_at(args.world or Path(tmp) / "world", args.docs)
         rows = compare_modes(world, Path(tmp), args)
