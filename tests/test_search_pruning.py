@@ -220,6 +220,7 @@ def test_pruning_never_reads_the_report_half(pruned):
     assert halves and set(halves) == {"search"}
 
 
+@pytest.mark.slow
 def test_no_prune_scores_every_trial_on_the_whole_half(world, tmp_path):
     out = tmp_path / "unpruned"
     result = _search(world, out, "--trials", "6", "--no-prune")
