@@ -212,28 +212,26 @@ def test_a_killed_search_resumes_to_n_trials(world, tmp_path, monkeypatch):
     resumed by the same command: the finished trials are kept, the killed one runs again, and
     the search ends with N trials."""
     out = tmp_path / "killed"
-    from eval.search.run import Searcher
+    from eval.search.pruning import Pruner
 
-    original = Searcher.values
-    calls = []
+    original = Pruner.values
 
     class Killed(BaseException):
         """Stands for SIGKILL: nothing of the trial's ending runs."""
 
-    def dies_in_the_ninth_trial(self, profile, prepared, name):
-        calls.append(name)
-        if name == "trial-8":
+    def dies_in_the_ninth_trial(self, trial, profile):
+        if trial.number == 8:
             raise Killed
-        return original(self, profile, prepared, name)
+        return original(self, trial, profile)
 
-    monkeypatch.setattr(Searcher, "values", dies_in_the_ninth_trial)
+    monkeypatch.setattr(Pruner, "values", dies_in_the_ninth_trial)
     monkeypatch.setattr(st, "worker_id", lambda: f"{st.socket.gethostname()}:999999999")
     with pytest.raises(Killed):  # neither optuna nor the command line catch it
         _search(world, out, "--trials", "12")
     monkeypatch.undo()
     study = _study(out)
     states = [t.state.name for t in study.trials]
-    assert states[:8] == ["COMPLETE"] * 8 and states[8] == "RUNNING"
+    assert len(st.finished(study)) == 8 and states[8] == "RUNNING"
     result = _search(world, out, "--trials", "12")
     assert result.exit_code == 0, result.output
     study = _study(out)
@@ -271,9 +269,11 @@ def test_two_workers_share_one_search(world, tmp_path):
     original = Searcher.objective
 
     def counted(self, trial):
-        values = original(self, trial)
-        ran[threading.get_ident()] = ran.get(threading.get_ident(), 0) + 1
-        return values
+        try:
+            return original(self, trial)
+        finally:  # scored: complete, or cut short (a trial past N is neither)
+            if "search" in trial.user_attrs or st.CUT in trial.user_attrs:
+                ran[threading.get_ident()] = ran.get(threading.get_ident(), 0) + 1
 
     Searcher.objective = counted
 

@@ -158,6 +158,13 @@ search_options = collapse(
         help="Each expert's family in the suite, comma-separated [default: the family its "
         "folder's name contains].",
     ),
+    click.option(
+        "--prune/--no-prune",
+        default=True,
+        show_default=True,
+        help="Score a trial on a quarter, then half of the search items first, and stop it "
+        "there when it breaks a budget or the frontier dominates it beyond noise.",
+    ),
 )
 
 

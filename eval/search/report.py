@@ -28,6 +28,7 @@ from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.search.plots import plot_frontier
 from eval.search.priors import came_from
+from eval.search.pruning import tally
 from eval.study.compare import Comparison, compare_runs
 from eval.study.memory import axis_name, write_run
 from eval.study.report import finite
@@ -171,6 +172,7 @@ def _write_report(searcher: Any) -> dict[str, Any]:
             for o in measured
         ],
         "budgets": [b.text for b in checked.budgets],
+        "pruning": tally(searcher.study, searcher.pruner.half_items),
         "resamples": options.resamples,
         "references": {
             "base": {
@@ -273,6 +275,16 @@ def _hypervolume(searcher: Any, document: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def pruned_line(pruning: dict[str, Any]) -> str:
+    """How many trials were cut short, and the search items scored against an unpruned search."""
+    cut = pruning["cut"]
+    scored, whole = pruning["items_scored"], pruning["items_unpruned"]
+    return (
+        f"Cut short: {cut['budget']} trials by a budget, {cut['dominated']} dominated by the "
+        f"frontier; search items scored {scored} of {whole} ({scored / max(whole, 1):.0%})."
+    )
+
+
 def _change(entry: dict[str, Any] | None) -> str:
     if not entry or entry["delta"] is None:
         return "-"
@@ -313,6 +325,7 @@ def markdown(document: dict[str, Any]) -> str:
         ]
     if document["budgets"]:
         lines += ["Budgets: " + "; ".join(f"`{b}`" for b in document["budgets"]) + ".", ""]
+    lines += [pruned_line(document["pruning"]), ""]
     base = document["references"]["base"]
     for objective in document["objectives"]:
         name = objective["name"]

@@ -25,6 +25,7 @@ from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.search.objectives import Budget, Measures, Objective, parse_budget, parse_objectives
 from eval.search.priors import seeds
+from eval.search.pruning import SHARES, Pruner
 from eval.search.settings import SearchOptions
 from eval.search.space import Baseline, Space, baselines, paper_band, parse_blocks
 from eval.study.compare import compare_runs
@@ -228,6 +229,7 @@ class Searcher:
         self.study: Any = None
         self.blender: Any = None
         self.base_values: dict[tuple, float] = {}
+        self.pruner: Any = None
 
     def open(self, storage: Any) -> None:
         """Open (create or load) the study; enqueue the baselines when this worker created it;
@@ -259,7 +261,9 @@ class Searcher:
             self.blender = SoupBlender(checked.base, checked.experts, loader)
         else:
             self.blender = MemoryBlender(checked.base, checked.trained, loader)
-        self.base_values = self.values("0", checked.search, "base")
+        base = self.run("0", checked.search, "base")
+        self.base_values = self.measure(base)
+        self.pruner = Pruner(self, base, SHARES if self.options.prune else (1.0,))
 
     def blend(self, profile: str) -> None:
         """Set the model's weights to the profile (an --alpha string), as interpolate would;
@@ -284,7 +288,11 @@ class Searcher:
 
     def values(self, profile: str, prepared: PreparedSuite, name: str) -> dict[tuple, float]:
         """The measured objectives' values of a profile on `prepared`'s items."""
-        values = summary(compare_runs([self.run(profile, prepared, name)], resamples=1), name)
+        return self.measure(self.run(profile, prepared, name))
+
+    def measure(self, run: Any) -> dict[tuple, float]:
+        """The measured objectives' values of a scored run."""
+        values = summary(compare_runs([run], resamples=1), run.name)
         return {o.key: values[o.key] for o in self.checked.measured}
 
     def objective(self, trial: Any) -> list[float]:
@@ -303,7 +311,7 @@ class Searcher:
             for name in space.params
         }
         profile = trial.user_attrs.get("profile") or space.profile(strengths)
-        values = self.values(profile, checked.search, f"trial-{trial.number}")
+        values = self.pruner.values(trial, profile)  # raises TrialPruned for a trial cut short
         trial.set_user_attr("profile", profile)
         trial.set_user_attr("search", [values[o.key] for o in checked.measured])
         for index, budget in enumerate(checked.budgets):

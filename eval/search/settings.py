@@ -41,6 +41,8 @@ class SearchOptions:
     experts: tuple[str, ...] = ()
     labels: str | None = None
 
+    prune: bool = True  # cut short trials out of the running on a share (`eval.search.pruning`)
+
     @property
     def inputs(self) -> tuple[str, ...]:
         """The experts: `experts`, or TRAINED alone."""

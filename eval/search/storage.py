@@ -13,6 +13,8 @@ live: `optuna-dashboard DIR/search.journal`.
   enqueues again every running trial whose process is gone.
 - N is the total over every worker: a trial starts only while the finished trials and those
   running with a lower number are fewer than N; a trial past N is pruned and its worker stops.
+  A trial cut short (`eval.search.pruning`: pruned, with the attribute `cut`) is finished: it
+  counts toward N.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ STUDY = "surgery-search"
 SETTINGS = "surgery_search"  # the study's user attribute holding the search's settings
 WORKER = "worker"  # each trial's user attribute: host:pid of the process running it
 RETRY_OF = "retry_of"  # a retried trial's user attribute: the number of the trial it reruns
+CUT = "cut"  # a pruned trial's user attribute when a budget or the frontier cut it short
 
 
 def require_optuna() -> Any:
@@ -230,21 +233,28 @@ def requeue_stale(study: Any) -> list[int]:
 
 
 def finished(study: Any) -> list[Any]:
-    """The study's complete trials, in number order."""
+    """The trials that count toward N, in number order: the complete ones and those cut short
+    (pruned with the attribute `cut`; they have no values)."""
     from optuna.trial import TrialState
 
-    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    states = (TrialState.COMPLETE, TrialState.PRUNED)
+    return [t for t in study.get_trials(deepcopy=False, states=states) if _counts(t)]
+
+
+def _counts(trial: Any) -> bool:
+    """Whether a complete or pruned trial counts toward N (a trial past N is pruned uncut)."""
+    return trial.state.name == "COMPLETE" or CUT in trial.user_attrs
 
 
 def may_start(study: Any, number: int, total: int) -> bool:
-    """Whether trial `number` fits in `total`: fewer than `total` trials are complete or running
+    """Whether trial `number` fits in `total`: fewer than `total` trials are finished or running
     with a lower number (the running ones are counted as if they will finish)."""
     from optuna.trial import TrialState
 
-    states = (TrialState.COMPLETE, TrialState.RUNNING)
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
     ahead = [
         t
         for t in study.get_trials(deepcopy=False, states=states)
-        if t.state == TrialState.COMPLETE or t.number < number
+        if _counts(t) or (t.state == TrialState.RUNNING and t.number < number)
     ]
     return len(ahead) < total

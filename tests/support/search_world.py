@@ -89,15 +89,16 @@ def _damaged(model: LlamaForCausalLM, layer: int, seed: int, scale: float) -> Ll
     return copy
 
 
-def build(root: Path) -> dict[str, Path]:
-    """M, BASE, TRAINED and the suite (perplexity held in and on `others`) under `root`."""
+def build(root: Path, docs: int = DOCS) -> dict[str, Path]:
+    """M, BASE, TRAINED and the suite (perplexity held in and on `others`, `docs` documents per
+    language) under `root`."""
     model = _train()
     paths = {
         "m": save(model, root / "m"),
         "base": save(_damaged(model, 0, seed=1, scale=0.3), root / "base"),
         "trained": save(_damaged(model, LAYERS - 1, seed=2, scale=0.3), root / "trained"),
     }
-    for lang, lines in _texts(DOCS * 2, 7).items():
+    for lang, lines in _texts(docs * 2, 7).items():
         folder = root / "data" / "ppl" / lang
         folder.mkdir(parents=True)
         docs = [" ".join(lines[i : i + 2]) for i in range(0, len(lines), 2)]
