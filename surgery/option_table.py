@@ -189,6 +189,8 @@ OPTIONS: dict[str, Meaning] = {
     "--uniform": Meaning("search: uniform-strength baselines", "0.25,0.5,0.75"),
     "--storage": Meaning("search: an optuna database URL", "DIR's journal"),
     "--sampler": Meaning("search: optuna's sampler (gp, tpe, nsga2, random)", "gp"),
+    "--prune": Meaning("search: cut short trials a budget or the frontier rules out early", "on"),
+    "--no-prune": Meaning("search: score every trial on the whole search half", "off"),
     "--seed-profiles": Meaning("search: priors run as first trials (lines, reverted, localize)"),
     "--write": Meaning("search: write point N as a checkpoint in DIR"),
     "--fewshot-seeds": Meaning("eval: repeat few-shot tasks per seed"),
