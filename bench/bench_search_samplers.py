@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -192,6 +193,9 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
     parser.add_argument("--figure", type=Path, default=Path("docs/search_samplers.png"))
+    parser.add_argument(
+        "--results", type=Path, default=Path("search_samplers.json"), help="every seed's curve"
+    )
     args = parser.parse_args()
     import torch
 
@@ -220,7 +224,9 @@ def run_all(base: Path, expert: Path, suite: Path, args) -> None:
                 flush=True,
             )
     print_table(results, args)
+    args.results.write_text(json.dumps({"world": _world(args), "results": results}, indent=1))
     draw(results, args.figure, _world(args))
+    print(f"wrote {args.results}")
     print(f"wrote {args.figure}")
 
 
@@ -251,33 +257,22 @@ def _world(args) -> str:
 
 def draw(results: dict[str, list[dict]], path: Path, world: str) -> None:
     """Median and range of the report half's hypervolume against trials, one line per
-    sampler."""
-    import matplotlib
+    sampler, drawn through surgery.plotting (house style, command and hash in the PNG)."""
+    from surgery.plotting import SERIES, figure, legend_below, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6.5, 4.2))
-    for sampler, runs in results.items():
-        counts = sorted(runs[0]["curve"])
+    fig, ((axes,),) = figure("full", 8.0)
+    for colour, (sampler, runs) in zip(SERIES, results.items(), strict=False):
+        counts = sorted(runs[0]["curve"], key=int)
         values = [[r["curve"][c] for r in runs] for c in counts]
+        trials = [int(c) for c in counts]
         medians = [statistics.median(v) for v in values]
-        (line,) = axes.plot(counts, medians, marker="o", markersize=3, label=sampler)
+        axes.plot(trials, medians, marker="o", color=colour, label=f"{sampler} (median)")
         axes.fill_between(
-            counts, [min(v) for v in values], [max(v) for v in values], alpha=0.15,
-            color=line.get_color(),
-        )  # fmt: skip
+            trials, [min(v) for v in values], [max(v) for v in values], alpha=0.15, color=colour
+        )
     axes.set_xlabel("trials")
-    axes.set_ylabel("report-half hypervolume (higher is better)")
-    axes.set_title(
-        f"Samplers on the {world}: median and range over {len(runs)} seeds",
-        fontsize=9,
-    )
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-
-
-if __name__ == "__main__":
-    main()
+    axes.set_xticks(trials)
+    axes.set_ylabel("report-half hypervolume\n(higher is better)")
+    axes.set_title(f"Samplers on the {world}: median and range over {len(runs)} seeds")
+    legend_below(fig, axes.get_legend_handles_labels()[0])
+    save_figure(fig, path, shlex.join(["python", "bench/bench_search_samplers.py", *sys.argv[1:]]))

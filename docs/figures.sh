@@ -66,12 +66,17 @@ yaml.safe_dump(suite, open("runs/demo/data/suite-slavic.yml", "w"), sort_keys=Fa
 PY
 OMP_NUM_THREADS=1 surgery search runs/demo/models/base runs/demo/models/expert-slavic \
     --suite runs/demo/data/suite-slavic.yml -o runs/demo/search-expert \
-    --blocks 6 --embeddings --trials 40 --budget "held_in ppl <= 30" >/dev/null
+    --blocks 6 --embeddings --trials 40 --budget "held_in ppl <= 30" --sampler tpe >/dev/null
 OMP_NUM_THREADS=1 surgery search runs/demo/models/base runs/demo/models/dense \
     --suite runs/demo/data/suite.yml -o runs/demo/search-dense \
-    --blocks 6 --embeddings --trials 40 --budget "held_in ppl <= 124" >/dev/null
+    --blocks 6 --embeddings --trials 40 --budget "held_in ppl <= 124" --sampler tpe >/dev/null
+OMP_NUM_THREADS=1 surgery search runs/demo/models/base \
+    runs/demo/models/expert-{slavic,germanic,indic,austro,romance} \
+    --suite runs/demo/data/suite.yml -o runs/demo/search-experts --blocks 3 --trials 40 \
+    --sampler tpe >/dev/null
 cp runs/demo/search-expert/frontier.png "$docs/search_expert.png"
 cp runs/demo/search-dense/frontier.png "$docs/search_dense.png"
+cp runs/demo/search-experts/frontier.png "$docs/search_experts.png"
 surgery compare runs/demo/scores/dense runs/demo/scores/dense-reverted runs/demo/scores/ema \
     runs/demo/scores/soup --base runs/demo/scores/base -o runs/demo/compare --resamples 1000 \
     >/dev/null
@@ -81,3 +86,6 @@ cp runs/demo/compare/tradeoff.png "$docs/compare_tradeoff.png"
 cd "$work" && rm -rf e/runs/demo && mkdir -p e2/runs && cp -r "$demo" e2/runs/demo && cd e2
 surgery demo --quick -o runs/demo >/dev/null
 cp runs/demo/strategies.png "$docs/demo_strategies.png"
+
+# docs/search_samplers.png is drawn by `python bench/bench_search_samplers.py` (about 20 minutes
+# on 2 CPUs; docs/search.md gives its table), not here.
