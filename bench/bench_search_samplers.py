@@ -276,3 +276,7 @@ def draw(results: dict[str, list[dict]], path: Path, world: str) -> None:
     axes.set_title(f"Samplers on the {world}: median and range over {len(runs)} seeds")
     legend_below(fig, axes.get_legend_handles_labels()[0])
     save_figure(fig, path, shlex.join(["python", "bench/bench_search_samplers.py", *sys.argv[1:]]))
+
+
+if __name__ == "__main__":
+    main()
