@@ -20,6 +20,11 @@ enqueued like the baselines; a profile a baseline or an earlier seed already hol
   whose block holds it; its strength is 1 - clip(benefit, 0, 1) (`localize`), or 0 where the
   benefit is positive and 1 elsewhere (`localize sign`). A block takes the mean of its layers'
   strengths; `*` stays TRAINED's.
+- `blocks`: measured, in two phases (`probes`, then `compose`). First one probe per block b
+  and model m (BASE, and each expert; TRAINED with one expert): the uniform Expert Soup (TRAINED
+  with one expert) everywhere but b, which is m alone; B * (K + 1) trials. When every probe is
+  complete, the search enqueues one composition (`compose`): per block, the model whose probe
+  improved most on the soup, or the soup's own where none did.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from eval.search.space import EMBEDDINGS, Baseline, Space, paper_band
 from surgery.core.errors import SurgeryError
 from surgery.core.layers import format_layers, parse_layer_spec
 
-FAMILIES = ("lines", "reverted", "localize")
+FAMILIES = ("lines", "reverted", "localize", "blocks")
+BLOCKS = "blocks"  # the measured family: its probes, then their composition
+BASE = "base"  # the model BASE in a probe's name
 LINES_A = (0.0, 0.25, 0.5)  # LiNeS's strength at the first layer
 LINES_B = (0.75, 1.0)  # and at the last
 REVERTED = (0.0, 0.25, 0.5)  # the middle band's strengths
@@ -58,7 +65,7 @@ def parse_seed(text: str) -> tuple[str, Path | None]:
     folder = rest.strip() or None
     if family not in FAMILIES:
         raise SurgeryError(
-            f"--seed-profiles {text!r}: write one of lines, reverted, 'localize DIR'"
+            f"--seed-profiles {text!r}: write one of lines, reverted, blocks, 'localize DIR'"
         )
     if (family == "localize") != (folder is not None):
         wanted = "'localize DIR' (a localize run's folder)" if folder is None else family
@@ -87,6 +94,8 @@ def seeds(
             made = lines(space)
         elif family == "reverted":
             made = reverted(space)
+        elif family == BLOCKS:
+            made = probes(space)
         else:
             made = localized(space, read_localize(folder, pair, space.num_layers))
         for seed in made:
@@ -140,6 +149,89 @@ def reverted(space: Space) -> list[Seed]:
         )
         for s in REVERTED
     ]
+
+
+def models(space: Space) -> list[str]:
+    """The models a probe puts in a block: BASE, then each expert's label (`trained` for one
+    expert)."""
+    return [BASE, *(space.labels if space.several else ["trained"])]
+
+
+def block_of(space: Space, block: str, model: str) -> dict[str, float]:
+    """A block's parameters when `model` (BASE or an expert's label) holds it alone."""
+    if model == BASE:
+        return {block: 0.0}
+    if not space.several:
+        return {block: 1.0}
+    shares = {f"{block}@{label}": float(label == model) for label in space.labels}
+    return {block: 1.0, **shares}
+
+
+def soup(space: Space) -> dict[str, float]:
+    """The uniform Expert Soup's parameters (TRAINED's with one expert)."""
+    return space.complete(dict.fromkeys(space.names, 1.0))
+
+
+def probe(space: Space, block: str, model: str) -> dict[str, float]:
+    """The soup with `block` the model's alone."""
+    return {**soup(space), **block_of(space, block, model)}
+
+
+def probes(space: Space) -> list[Seed]:
+    """`blocks`'s first phase: per block and model, `probe` (named `probe BLOCK MODEL`)."""
+    found = []
+    for block in space.names:
+        for model in models(space):
+            strengths = probe(space, block, model)
+            name = f"probe {block} {model}"
+            found.append(Seed(name, space.profile(strengths), strengths, BLOCKS))
+    return found
+
+
+def compose(
+    soup: Sequence[float],
+    probed: dict[tuple[str, str], Sequence[float]],
+    higher: Sequence[bool],
+) -> dict[str, str]:
+    """`blocks`'s rule: per block, the model whose probe improved most on the soup, or none
+    (the block stays the soup's) where no probe improved.
+
+    A probe's improvement is the sum over objectives of its change from the soup, signed so
+    that better is positive and divided by the objective's spread (its largest minus its
+    smallest value over the soup and every probe; an objective with no spread counts 0).
+
+    Args:
+        soup: the soup's objective values (search half).
+        probed: (block, model) -> the probe's objective values.
+        higher: per objective, whether higher is better.
+
+    Returns:
+        block -> the chosen model, for the blocks where a probe improved.
+    """
+    rows = [list(soup), *map(list, probed.values())]
+    spreads = [max(column) - min(column) for column in zip(*rows, strict=True)]
+
+    def gain(values: Sequence[float]) -> float:
+        return sum(
+            (v - s) / spread * (1 if up else -1)
+            for v, s, spread, up in zip(values, soup, spreads, higher, strict=True)
+            if spread > 0
+        )
+
+    best: dict[str, tuple[float, str]] = {}
+    for (block, model), values in probed.items():
+        score = gain(values)
+        if score > 0 and score > best.get(block, (0.0, ""))[0]:
+            best[block] = (score, model)
+    return {block: model for block, (_, model) in best.items()}
+
+
+def composed(space: Space, choice: dict[str, str]) -> Seed:
+    """The profile of `compose`'s choice: the soup, with each chosen block its model's alone."""
+    strengths = soup(space)
+    for block, model in choice.items():
+        strengths.update(block_of(space, block, model))
+    return Seed("composed", space.profile(strengths), strengths, BLOCKS)
 
 
 def read_localize(folder: Path, pair: str, num_layers: int) -> dict[int, float]:

@@ -16,11 +16,13 @@ checked first (`eval.search.experts`).
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.search import priors
 from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.search.objectives import Budget, Measures, Objective, parse_budget, parse_objectives
@@ -37,6 +39,7 @@ from surgery.core.threads import rebalance_threads
 from surgery.diagnostics.localize import pair_identity
 
 SETTINGS_FILE = "search.json"  # DIR's record of the search's settings: DIR is this search's
+COMPOSED = "blocks.json"  # `--seed-profiles blocks`: its composition's choice, once enqueued
 
 
 @dataclass
@@ -131,9 +134,10 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
     )
     points = baselines(space, band, options.uniform)
     points += seeds(space, options.seed_profiles, pair_identity(base, trained), points)
-    if options.trials < len(points):
+    needed = len(points) + _composes(options)  # `blocks` adds its composition
+    if options.trials < needed:
         raise SurgeryError(
-            f"--trials {options.trials}: the {len(points)} baselines alone are {len(points)} "
+            f"--trials {options.trials}: the baselines and seed profiles alone are {needed} "
             "trials; give more"
         )
     check_folder(options.out, [base.path, *(e.path for e in experts)])
@@ -144,6 +148,11 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
     )
     _check_resume(options.out, checked.settings())
     return checked
+
+
+def _composes(options: SearchOptions) -> bool:
+    """Whether the search seeds `blocks` (its probes, then their composition)."""
+    return any(priors.parse_seed(text)[0] == priors.BLOCKS for text in options.seed_profiles)
 
 
 def _open_models(
@@ -313,6 +322,36 @@ class Searcher:
             )
         return [values[o.key] for o in checked.objectives]
 
+    def compose_blocks(self) -> None:
+        """`--seed-profiles blocks`'s second phase: once the soup and every probe are complete,
+        enqueue their composition (`priors.compose`), once over every worker: the worker that
+        creates DIR/COMPOSED (O_EXCL) enqueues it and records the choice there."""
+        checked, marker = self.checked, self.options.out / COMPOSED
+        if marker.exists():
+            return
+        space = checked.space
+        done = {_key(space, t.params): t.values for t in st.finished(self.study)}
+        soup = done.get(_key(space, priors.soup(space)))
+        probed = {
+            (block, model): done.get(_key(space, priors.probe(space, block, model)))
+            for block in space.names
+            for model in priors.models(space)
+        }
+        if soup is None or any(v is None for v in probed.values()):
+            return
+        try:
+            descriptor = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return  # another worker composes
+        higher = [o.measure.higher for o in checked.objectives]
+        choice = priors.compose(soup, probed, higher)
+        seed = priors.composed(space, choice)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump({"choice": choice, "profile": seed.profile}, handle)
+        if _key(space, seed.strengths) not in done:  # a probe or the soup itself: scored
+            attrs = {"baseline": seed.name, "profile": seed.profile, "family": seed.family}
+            self.study.enqueue_trial(seed.strengths, user_attrs=attrs)
+
     def optimize(self) -> None:
         """Run trials until N are complete over every worker, or the time is up."""
         total = self.options.trials
@@ -320,6 +359,8 @@ class Searcher:
 
         def after(study: Any, trial: Any) -> None:
             st.requeue_stale(study)  # a worker killed since: its trial runs next, here
+            if _composes(self.options):
+                self.compose_blocks()
             progress.update(len(st.finished(study)))
             rebalance_threads()  # share the cores with workers that started since
             if len(st.finished(study)) >= total:
@@ -336,6 +377,11 @@ class Searcher:
                 )
         finally:
             progress.close()
+
+
+def _key(space: Space, params: dict[str, float]) -> tuple[float, ...]:
+    """A profile's parameters as a key (on the grid)."""
+    return tuple(space.snap(params.get(name, 1.0)) for name in space.params)
 
 
 def _loader(options: SuiteRun):
