@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eval.search import priors
-from eval.search.space import Space
+from eval.search.space import Space, baselines
 from surgery.core.errors import SurgeryError
 
 
@@ -60,8 +60,7 @@ def test_blocks_probes_each_model_alone_in_each_block_of_the_soup():
     # One expert: BASE per block; TRAINED in a block is TRAINED, the baseline, dropped.
     one = Space(((0, 2), (2, 4)), 4, step=0.5)
     assert [s.profile for s in priors.probes(one)][:2] == ["0:2=0,2:4=1", "0:2=1,2:4=1"]
-    taken = [priors.Seed("trained", "1", priors.soup(one))]
-    kept = priors.seeds(one, ["blocks"], "pair", taken)
+    kept = priors.seeds(one, ["blocks"], "pair", baselines(one, [1, 2], [0.5]))
     assert [s.name for s in kept] == ["probe 0:2 base", "probe 2:4 base"]
 
 

@@ -86,7 +86,10 @@ def seeds(
         SurgeryError: a bad text, or a localize folder that is unreadable, from another pair
             of models or with no fully reverted block.
     """
+    # `blocks` reads its probes back by profile (a baseline's strengths are only the nearest
+    # point of the space), so it drops only the profiles a baseline already runs.
     seen = [b.strengths for b in taken]
+    profiles = [b.profile for b in taken]
     found: list[Seed] = []
     for text in texts:
         family, folder = parse_seed(text)
@@ -99,8 +102,9 @@ def seeds(
         else:
             made = localized(space, read_localize(folder, pair, space.num_layers))
         for seed in made:
-            if seed.strengths not in seen:
+            if (seed.profile if family == BLOCKS else seed.strengths) not in profiles + seen:
                 seen.append(seed.strengths)
+                profiles.append(seed.profile)
                 found.append(seed)
     return found
 

@@ -330,10 +330,11 @@ class Searcher:
         if marker.exists():
             return
         space = checked.space
-        done = {_key(space, t.params): t.values for t in st.finished(self.study)}
-        soup = done.get(_key(space, priors.soup(space)))
+        # By profile: a baseline's strengths are only the nearest point of the space.
+        done = {t.user_attrs.get("profile"): t.values for t in st.finished(self.study)}
+        soup = done.get(space.profile(priors.soup(space)))
         probed = {
-            (block, model): done.get(_key(space, priors.probe(space, block, model)))
+            (block, model): done.get(space.profile(priors.probe(space, block, model)))
             for block in space.names
             for model in priors.models(space)
         }
@@ -348,7 +349,7 @@ class Searcher:
         seed = priors.composed(space, choice)
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             json.dump({"choice": choice, "profile": seed.profile}, handle)
-        if _key(space, seed.strengths) not in done:  # a probe or the soup itself: scored
+        if seed.profile not in done:  # a probe or the soup itself: scored already
             attrs = {"baseline": seed.name, "profile": seed.profile, "family": seed.family}
             self.study.enqueue_trial(seed.strengths, user_attrs=attrs)
 
@@ -377,11 +378,6 @@ class Searcher:
                 )
         finally:
             progress.close()
-
-
-def _key(space: Space, params: dict[str, float]) -> tuple[float, ...]:
-    """A profile's parameters as a key (on the grid)."""
-    return tuple(space.snap(params.get(name, 1.0)) for name in space.params)
 
 
 def _loader(options: SuiteRun):
