@@ -189,7 +189,7 @@ OPTIONS: dict[str, Meaning] = {
     "--uniform": Meaning("search: uniform-strength baselines", "0.25,0.5,0.75"),
     "--storage": Meaning("search: an optuna database URL", "DIR's journal"),
     "--sampler": Meaning("search: optuna's sampler (gp, tpe, nsga2, random)", "gp"),
-    "--seed-profiles": Meaning("search: priors as first trials (lines, reverted, localize, blocks)"),
+    "--seed-profiles": Meaning("search: first-trial priors (lines, reverted, localize, blocks)"),
     "--write": Meaning("search: write point N as a checkpoint in DIR"),
     "--fewshot-seeds": Meaning("eval: repeat few-shot tasks per seed"),
     "--allow-missing": Meaning("eval: skip units whose data is missing", "off"),
