@@ -176,7 +176,7 @@ def test_the_frontier_keeps_each_experts_block_and_reverts_the_damaged_one(world
     pytest.fail(f"no point like the ideal beats the soup beyond the interval: {found}")
 
 
-LONG_TRIALS = 26  # the 9 baselines, 16 probes (4 blocks, BASE and 3 experts), the composition
+LONG_TRIALS = 60  # the 9 baselines, 16 probes (4 blocks, BASE and 3 experts), the rounds
 
 
 # --- one expert: today's search, bit for bit --------------------------------------------------

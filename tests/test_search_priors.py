@@ -57,9 +57,9 @@ def test_blocks_probes_each_model_alone_in_each_block_of_the_soup():
     assert found[0].profile == "0:2=0[1 1],2:4=1[1 1]"
     assert found[2].profile == "0:2=1[0 1],2:4=1[1 1]"
     assert {s.family for s in found} == {"blocks"}
-    # One expert: BASE per block; TRAINED in a block is TRAINED, the baseline, dropped.
+    # One expert: BASE per block (TRAINED in a block is TRAINED itself, the context).
     one = Space(((0, 2), (2, 4)), 4, step=0.5)
-    assert [s.profile for s in priors.probes(one)][:2] == ["0:2=0,2:4=1", "0:2=1,2:4=1"]
+    assert [s.profile for s in priors.probes(one)] == ["0:2=0,2:4=1", "0:2=1,2:4=0"]
     kept = priors.seeds(one, ["blocks"], "pair", baselines(one, [1, 2], [0.5]))
     assert [s.name for s in kept] == ["probe 0:2 base", "probe 2:4 base"]
 
@@ -88,3 +88,9 @@ def test_blocks_composes_per_block_the_probe_that_improved_most_on_the_soup():
     assert flipped["2:4"] == "a" and flipped["4:6"] == "a" and "0:2" in flipped
     seed = priors.composed(space, {"2:4": "b"})
     assert seed.profile == "0:2=1[1 1],2:4=1[0 1],4:6=1[1 1]" and seed.family == "blocks"
+    # Round 2 probes around the composition, but not the composition itself.
+    around = priors.probes(space, seed.strengths, 2)
+    assert len(around) == 3 * 3 - 1 and around[0].name == "probe 2 0:2 base"
+    assert "0:2=1[1 1],2:4=1[1 0],4:6=1[1 1]" in [s.profile for s in around]
+    later = priors.composed(space, {"0:2": "a"}, seed.strengths, 2)
+    assert later.name == "composed 2" and later.profile == "0:2=1[1 0],2:4=1[0 1],4:6=1[1 1]"

@@ -39,7 +39,7 @@ from surgery.core.threads import rebalance_threads
 from surgery.diagnostics.localize import pair_identity
 
 SETTINGS_FILE = "search.json"  # DIR's record of the search's settings: DIR is this search's
-COMPOSED = "blocks.json"  # `--seed-profiles blocks`: its composition's choice, once enqueued
+COMPOSED = "blocks-{}.json"  # `--seed-profiles blocks`: round R's composition, once enqueued
 
 
 @dataclass
@@ -323,35 +323,47 @@ class Searcher:
         return [values[o.key] for o in checked.objectives]
 
     def compose_blocks(self) -> None:
-        """`--seed-profiles blocks`'s second phase: once the soup and every probe are complete,
-        enqueue their composition (`priors.compose`), once over every worker: the worker that
-        creates DIR/COMPOSED (O_EXCL) enqueues it and records the choice there."""
-        checked, marker = self.checked, self.options.out / COMPOSED
-        if marker.exists():
-            return
-        space = checked.space
+        """`--seed-profiles blocks`'s next composition: once the round's context (the soup,
+        then the last composition) and its probes are complete, enqueue their composition
+        (`priors.compose`) and, when it changed a block, the next round's probes around it.
+        Once over every worker: the worker that creates DIR/blocks-R.json (O_EXCL) enqueues
+        them and records the round there."""
+        space, out = self.checked.space, self.options.out
+        rounds = _rounds(out)
+        if rounds is None or len(rounds) >= priors.ROUNDS:
+            return  # a round being recorded, or the last one done
+        if rounds and rounds[-1]["profile"] == rounds[-1]["context"]:
+            return  # the last composition changed nothing
+        context = rounds[-1]["strengths"] if rounds else priors.soup(space)
         # By profile: a baseline's strengths are only the nearest point of the space.
         done = {t.user_attrs.get("profile"): t.values for t in st.finished(self.study)}
-        soup = done.get(space.profile(priors.soup(space)))
+        reference = done.get(space.profile(context))
         probed = {
-            (block, model): done.get(space.profile(priors.probe(space, block, model)))
+            (block, model): done.get(space.profile(priors.probe(space, block, model, context)))
             for block in space.names
             for model in priors.models(space)
         }
-        if soup is None or any(v is None for v in probed.values()):
+        if reference is None or any(v is None for v in probed.values()):
             return
+        number = len(rounds) + 1
         try:
-            descriptor = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
+            descriptor = os.open(out / COMPOSED.format(number), flags)
         except FileExistsError:
-            return  # another worker composes
-        higher = [o.measure.higher for o in checked.objectives]
-        choice = priors.compose(soup, probed, higher)
-        seed = priors.composed(space, choice)
+            return  # another worker composes this round
+        higher = [o.measure.higher for o in self.checked.objectives]
+        choice = priors.compose(reference, probed, higher)
+        seed = priors.composed(space, choice, context, number)
+        record = {"context": space.profile(context), "choice": choice, "profile": seed.profile}
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump({"choice": choice, "profile": seed.profile}, handle)
-        if seed.profile not in done:  # a probe or the soup itself: scored already
-            attrs = {"baseline": seed.name, "profile": seed.profile, "family": seed.family}
-            self.study.enqueue_trial(seed.strengths, user_attrs=attrs)
+            json.dump({**record, "strengths": seed.strengths}, handle)
+        points = [seed]
+        if seed.profile != record["context"] and number < priors.ROUNDS:
+            points += priors.probes(space, seed.strengths, number + 1)
+        for point in points:
+            if point.profile not in done:  # e.g. a composition equal to a probe: scored
+                attrs = {"baseline": point.name, "profile": point.profile, "family": point.family}
+                self.study.enqueue_trial(point.strengths, user_attrs=attrs)
 
     def optimize(self) -> None:
         """Run trials until N are complete over every worker, or the time is up."""
@@ -378,6 +390,17 @@ class Searcher:
                 )
         finally:
             progress.close()
+
+
+def _rounds(out: Path) -> list[dict[str, Any]] | None:
+    """`blocks`'s recorded rounds, in order; None while one is being written."""
+    found = []
+    while (path := out / COMPOSED.format(len(found) + 1)).is_file():
+        try:
+            found.append(json.loads(path.read_text(encoding="utf-8")))
+        except ValueError:
+            return None
+    return found
 
 
 def _loader(options: SuiteRun):
