@@ -350,3 +350,11 @@ def test_the_space_suggests_todays_parameters_for_one_expert():
     names = [b.name for b in baselines(several, [1, 2], [0.5])]
     assert names == ["soup", "reverted 1:3", "uniform 0.5", "expert a", "expert b", "base"]
     assert several.profile(several.complete({"0:2": 0.5, "2:4": 1.0})) == "0:2=0.5[1 1],2:4=1[1 1]"
+
+
+def test_blocks_with_too_few_trials_for_its_probes_is_refused(untrained, tmp_path, monkeypatch):
+    """9 baselines, 16 probes and the first composition: 26 trials at least."""
+    experts = [untrained[family] for family in experts_world.FAMILIES]
+    extra = ["--seed-profiles", "blocks", "--trials", "25"]
+    output = _refused(untrained, tmp_path, monkeypatch, experts, *extra)
+    assert "--trials 25: the baselines and seed profiles alone are 26 trials" in output
