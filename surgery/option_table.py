@@ -191,7 +191,7 @@ OPTIONS: dict[str, Meaning] = {
     "--sampler": Meaning("search: optuna's sampler (gp, tpe, nsga2, random)", "gp"),
     "--prune": Meaning("search: cut short trials a budget or the frontier rules out early", "on"),
     "--no-prune": Meaning("search: score every trial on the whole search half", "off"),
-    "--seed-profiles": Meaning("search: priors run as first trials (lines, reverted, localize)"),
+    "--seed-profiles": Meaning("search: first-trial priors (lines, reverted, localize, blocks)"),
     "--write": Meaning("search: write point N as a checkpoint in DIR"),
     "--fewshot-seeds": Meaning("eval: repeat few-shot tasks per seed"),
     "--allow-missing": Meaning("eval: skip units whose data is missing", "off"),

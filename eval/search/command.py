@@ -150,7 +150,8 @@ search_options = collapse(
         multiple=True,
         metavar="FAMILY",
         help="Priors run as first trials, repeatable: lines (LiNeS: linear in depth), reverted "
-        "(the paper's middle band), 'localize DIR' (a localize run of these two models).",
+        "(the paper's middle band), 'localize DIR' (a localize run of these two models), blocks "
+        "(each model alone in each block of the soup, then their best per block).",
     ),
     click.option(
         "--labels",

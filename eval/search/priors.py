@@ -20,6 +20,13 @@ enqueued like the baselines; a profile a baseline or an earlier seed already hol
   whose block holds it; its strength is 1 - clip(benefit, 0, 1) (`localize`), or 0 where the
   benefit is positive and 1 elsewhere (`localize sign`). A block takes the mean of its layers'
   strengths; `*` stays TRAINED's.
+- `blocks`: measured, in rounds of probes and a composition (`probes`, then `compose`).
+  Round 1 probes, per block b and model m (BASE, and each expert; TRAINED with one expert),
+  the uniform Expert Soup (TRAINED with one expert) everywhere but b, which is m alone:
+  B * (K + 1) trials. When every probe is complete, the search enqueues their composition:
+  per block, the model whose probe improved most on the soup, or the soup's own where none
+  did. Each later round (up to ROUNDS) probes the same way around the last composition, until
+  a composition changes nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ from eval.search.space import EMBEDDINGS, Baseline, Space, paper_band
 from surgery.core.errors import SurgeryError
 from surgery.core.layers import format_layers, parse_layer_spec
 
-FAMILIES = ("lines", "reverted", "localize")
+FAMILIES = ("lines", "reverted", "localize", "blocks")
+BLOCKS = "blocks"  # the measured family: its probes, then their composition
+BASE = "base"  # the model BASE in a probe's name
+ROUNDS = 3  # `blocks`'s rounds of probes at most
 LINES_A = (0.0, 0.25, 0.5)  # LiNeS's strength at the first layer
 LINES_B = (0.75, 1.0)  # and at the last
 REVERTED = (0.0, 0.25, 0.5)  # the middle band's strengths
@@ -58,7 +68,7 @@ def parse_seed(text: str) -> tuple[str, Path | None]:
     folder = rest.strip() or None
     if family not in FAMILIES:
         raise SurgeryError(
-            f"--seed-profiles {text!r}: write one of lines, reverted, 'localize DIR'"
+            f"--seed-profiles {text!r}: write one of lines, reverted, blocks, 'localize DIR'"
         )
     if (family == "localize") != (folder is not None):
         wanted = "'localize DIR' (a localize run's folder)" if folder is None else family
@@ -79,7 +89,10 @@ def seeds(
         SurgeryError: a bad text, or a localize folder that is unreadable, from another pair
             of models or with no fully reverted block.
     """
+    # `blocks` reads its probes back by profile (a baseline's strengths are only the nearest
+    # point of the space), so it drops only the profiles a baseline already runs.
     seen = [b.strengths for b in taken]
+    profiles = [b.profile for b in taken]
     found: list[Seed] = []
     for text in texts:
         family, folder = parse_seed(text)
@@ -87,11 +100,14 @@ def seeds(
             made = lines(space)
         elif family == "reverted":
             made = reverted(space)
+        elif family == BLOCKS:
+            made = probes(space)
         else:
             made = localized(space, read_localize(folder, pair, space.num_layers))
         for seed in made:
-            if seed.strengths not in seen:
+            if (seed.profile if family == BLOCKS else seed.strengths) not in profiles + seen:
                 seen.append(seed.strengths)
+                profiles.append(seed.profile)
                 found.append(seed)
     return found
 
@@ -140,6 +156,97 @@ def reverted(space: Space) -> list[Seed]:
         )
         for s in REVERTED
     ]
+
+
+def models(space: Space) -> list[str]:
+    """The models a probe puts in a block: BASE, then each expert's label (`trained` for one
+    expert)."""
+    return [BASE, *(space.labels if space.several else ["trained"])]
+
+
+def block_of(space: Space, block: str, model: str) -> dict[str, float]:
+    """A block's parameters when `model` (BASE or an expert's label) holds it alone."""
+    if model == BASE:
+        return {block: 0.0}
+    if not space.several:
+        return {block: 1.0}
+    shares = {f"{block}@{label}": float(label == model) for label in space.labels}
+    return {block: 1.0, **shares}
+
+
+def soup(space: Space) -> dict[str, float]:
+    """The uniform Expert Soup's parameters (TRAINED's with one expert)."""
+    return space.complete(dict.fromkeys(space.names, 1.0))
+
+
+def probe(
+    space: Space, block: str, model: str, context: dict[str, float] | None = None
+) -> dict[str, float]:
+    """The context (the soup by default) with `block` the model's alone."""
+    return {**(context or soup(space)), **block_of(space, block, model)}
+
+
+def probes(space: Space, context: dict[str, float] | None = None, round_: int = 1) -> list[Seed]:
+    """A round of `blocks`: per block and model, `probe` in the context (the soup in round 1),
+    but the context itself. Named `probe BLOCK MODEL`, after round 1 `probe R BLOCK MODEL`."""
+    own = space.profile(context or soup(space))
+    found = []
+    for block in space.names:
+        for model in models(space):
+            strengths = probe(space, block, model, context)
+            name = f"probe {'' if round_ == 1 else f'{round_} '}{block} {model}"
+            if space.profile(strengths) != own:
+                found.append(Seed(name, space.profile(strengths), strengths, BLOCKS))
+    return found
+
+
+def compose(
+    reference: Sequence[float],
+    probed: dict[tuple[str, str], Sequence[float]],
+    higher: Sequence[bool],
+) -> dict[str, str]:
+    """`blocks`'s rule: per block, the model whose probe improved most on the probes' context
+    (the soup in round 1), or none (the block stays the context's) where no probe improved.
+
+    A probe's improvement is the sum over objectives of its change from the context, signed
+    so that better is positive and divided by the objective's spread (its largest minus its
+    smallest value over the context and every probe; an objective with no spread counts 0).
+
+    Args:
+        reference: the context's objective values (search half).
+        probed: (block, model) -> the probe's objective values.
+        higher: per objective, whether higher is better.
+
+    Returns:
+        block -> the chosen model, for the blocks where a probe improved.
+    """
+    rows = [list(reference), *map(list, probed.values())]
+    spreads = [max(column) - min(column) for column in zip(*rows, strict=True)]
+
+    def gain(values: Sequence[float]) -> float:
+        return sum(
+            (v - s) / spread * (1 if up else -1)
+            for v, s, spread, up in zip(values, reference, spreads, higher, strict=True)
+            if spread > 0
+        )
+
+    best: dict[str, tuple[float, str]] = {}
+    for (block, model), values in probed.items():
+        score = gain(values)
+        if score > 0 and score > best.get(block, (0.0, ""))[0]:
+            best[block] = (score, model)
+    return {block: model for block, (_, model) in best.items()}
+
+
+def composed(
+    space: Space, choice: dict[str, str], context: dict[str, float] | None = None, round_: int = 1
+) -> Seed:
+    """The profile of `compose`'s choice (`composed R`): the context (the soup in round 1),
+    each chosen block its model's alone."""
+    strengths = dict(context or soup(space))
+    for block, model in choice.items():
+        strengths.update(block_of(space, block, model))
+    return Seed(f"composed {round_}", space.profile(strengths), strengths, BLOCKS)
 
 
 def read_localize(folder: Path, pair: str, num_layers: int) -> dict[int, float]:

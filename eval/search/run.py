@@ -16,11 +16,13 @@ checked first (`eval.search.experts`).
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.search import priors
 from eval.search import storage as st
 from eval.search.files import prepare_half, write_json
 from eval.search.objectives import Budget, Measures, Objective, parse_budget, parse_objectives
@@ -38,6 +40,7 @@ from surgery.core.threads import rebalance_threads
 from surgery.diagnostics.localize import pair_identity
 
 SETTINGS_FILE = "search.json"  # DIR's record of the search's settings: DIR is this search's
+COMPOSED = "blocks-{}.json"  # `--seed-profiles blocks`: round R's composition, once enqueued
 
 
 @dataclass
@@ -132,9 +135,10 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
     )
     points = baselines(space, band, options.uniform)
     points += seeds(space, options.seed_profiles, pair_identity(base, trained), points)
-    if options.trials < len(points):
+    needed = len(points) + _composes(options)  # `blocks` adds its composition
+    if options.trials < needed:
         raise SurgeryError(
-            f"--trials {options.trials}: the {len(points)} baselines alone are {len(points)} "
+            f"--trials {options.trials}: the baselines and seed profiles alone are {needed} "
             "trials; give more"
         )
     check_folder(options.out, [base.path, *(e.path for e in experts)])
@@ -145,6 +149,11 @@ def check(options: SearchOptions, scoring: SuiteRun) -> Checked:
     )
     _check_resume(options.out, checked.settings())
     return checked
+
+
+def _composes(options: SearchOptions) -> bool:
+    """Whether the search seeds `blocks` (its probes, then their composition)."""
+    return any(priors.parse_seed(text)[0] == priors.BLOCKS for text in options.seed_profiles)
 
 
 def _open_models(
@@ -321,6 +330,49 @@ class Searcher:
             )
         return [values[o.key] for o in checked.objectives]
 
+    def compose_blocks(self) -> None:
+        """`--seed-profiles blocks`'s next composition: once the round's context (the soup,
+        then the last composition) and its probes are complete, enqueue their composition
+        (`priors.compose`) and, when it changed a block, the next round's probes around it.
+        Once over every worker: the worker that creates DIR/blocks-R.json (O_EXCL) enqueues
+        them and records the round there."""
+        space, out = self.checked.space, self.options.out
+        rounds = _rounds(out)
+        if rounds is None or len(rounds) >= priors.ROUNDS:
+            return  # a round being recorded, or the last one done
+        if rounds and rounds[-1]["profile"] == rounds[-1]["context"]:
+            return  # the last composition changed nothing
+        context = rounds[-1]["strengths"] if rounds else priors.soup(space)
+        # By profile: a baseline's strengths are only the nearest point of the space.
+        done = {t.user_attrs.get("profile"): t.values for t in st.finished(self.study)}
+        reference = done.get(space.profile(context))
+        probed = {
+            (block, model): done.get(space.profile(priors.probe(space, block, model, context)))
+            for block in space.names
+            for model in priors.models(space)
+        }
+        if reference is None or any(v is None for v in probed.values()):
+            return
+        number = len(rounds) + 1
+        try:
+            flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
+            descriptor = os.open(out / COMPOSED.format(number), flags)
+        except FileExistsError:
+            return  # another worker composes this round
+        higher = [o.measure.higher for o in self.checked.objectives]
+        choice = priors.compose(reference, probed, higher)
+        seed = priors.composed(space, choice, context, number)
+        record = {"context": space.profile(context), "choice": choice, "profile": seed.profile}
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump({**record, "strengths": seed.strengths}, handle)
+        points = [seed]
+        if seed.profile != record["context"] and number < priors.ROUNDS:
+            points += priors.probes(space, seed.strengths, number + 1)
+        for point in points:
+            if point.profile not in done:  # e.g. a composition equal to a probe: scored
+                attrs = {"baseline": point.name, "profile": point.profile, "family": point.family}
+                self.study.enqueue_trial(point.strengths, user_attrs=attrs)
+
     def optimize(self) -> None:
         """Run trials until N are complete over every worker, or the time is up."""
         total = self.options.trials
@@ -328,6 +380,8 @@ class Searcher:
 
         def after(study: Any, trial: Any) -> None:
             st.requeue_stale(study)  # a worker killed since: its trial runs next, here
+            if _composes(self.options):
+                self.compose_blocks()
             progress.update(len(st.finished(study)))
             rebalance_threads()  # share the cores with workers that started since
             if len(st.finished(study)) >= total:
@@ -344,6 +398,17 @@ class Searcher:
                 )
         finally:
             progress.close()
+
+
+def _rounds(out: Path) -> list[dict[str, Any]] | None:
+    """`blocks`'s recorded rounds, in order; None while one is being written."""
+    found = []
+    while (path := out / COMPOSED.format(len(found) + 1)).is_file():
+        try:
+            found.append(json.loads(path.read_text(encoding="utf-8")))
+        except ValueError:
+            return None
+    return found
 
 
 def _loader(options: SuiteRun):
