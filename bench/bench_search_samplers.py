@@ -122,16 +122,17 @@ def demo_world(root: Path) -> tuple[Path, Path, Path]:
 
 
 def slavic_suite(text: str) -> str:
-    """The demo's suite with the Slavic family alone and the perplexity task alone."""
-    kept = {"families": "slavic:", "tasks": "ppl:"}  # the one entry kept in these sections
-    lines, section = [], ""
-    for line in text.splitlines():
-        if not line.startswith(" "):
-            section = line.split(":")[0]
-        elif section in kept and not line.strip().startswith(kept[section]):
-            continue
-        lines.append(line)
-    return "\n".join(lines) + "\n"
+    """The demo's suite with the Slavic family alone, its languages and the base's own
+    (`others:`), and the perplexity task alone (as docs/figures.sh writes suite-slavic.yml)."""
+    import yaml
+
+    suite = yaml.safe_load(text)
+    slavic = suite["families"]["slavic"]
+    suite["families"] = {"slavic": slavic}
+    keep = {*slavic["held_in"], *slavic["held_out"], *suite.get("others", [])}
+    suite["languages"] = {k: v for k, v in suite["languages"].items() if k in keep}
+    suite["tasks"] = {"ppl": suite["tasks"]["ppl"]}
+    return yaml.safe_dump(suite, sort_keys=False)
 
 
 def one_search(base: Path, expert: Path, suite: Path, sampler: str, seed: int, args) -> dict:
