@@ -197,7 +197,12 @@ def main() -> None:
     parser.add_argument(
         "--results", type=Path, default=Path("search_samplers.json"), help="every seed's curve"
     )
+    parser.add_argument("--redraw", type=Path, default=None, help="draw a --results file again")
     args = parser.parse_args()
+    if args.redraw is not None:
+        saved = json.loads(args.redraw.read_text())
+        draw(saved["results"], args.figure, saved["world"])
+        return
     import torch
 
     torch.set_num_threads(1)  # the searches run one after another, each on one thread
@@ -253,7 +258,7 @@ def print_table(results: dict[str, list[dict]], args) -> None:
 
 
 def _world(args) -> str:
-    return "the quick demo's Slavic expert" if args.demo else "tiny world (demo languages)"
+    return "quick demo's Slavic expert" if args.demo else "tiny world (demo languages)"
 
 
 def draw(results: dict[str, list[dict]], path: Path, world: str) -> None:

@@ -188,7 +188,7 @@ OPTIONS: dict[str, Meaning] = {
     "--baseline-layers": Meaning("search: the reverted baseline's layers", "9:28 of 34"),
     "--uniform": Meaning("search: uniform-strength baselines", "0.25,0.5,0.75"),
     "--storage": Meaning("search: an optuna database URL", "DIR's journal"),
-    "--sampler": Meaning("search: optuna's sampler (gp, tpe, nsga2, random)", "gp"),
+    "--sampler": Meaning("search: optuna's sampler (tpe, gp, nsga2, random)", "tpe"),
     "--prune": Meaning("search: cut short trials a budget or the frontier rules out early", "on"),
     "--no-prune": Meaning("search: score every trial on the whole search half", "off"),
     "--seed-profiles": Meaning("search: first-trial priors (lines, reverted, localize, blocks)"),

@@ -138,10 +138,10 @@ search_options = collapse(
     ),
     click.option(
         "--sampler",
-        default="gp",
+        default="tpe",
         show_default=True,
-        type=click.Choice(["gp", "tpe", "nsga2", "random"]),
-        help="optuna's sampler: a Gaussian process, multi-objective TPE, NSGA-II, or random "
+        type=click.Choice(["tpe", "gp", "nsga2", "random"]),
+        help="optuna's sampler: multi-objective TPE, a Gaussian process, NSGA-II, or random "
         "(docs/search.md compares them).",
     ),
     click.option(

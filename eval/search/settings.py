@@ -35,7 +35,7 @@ class SearchOptions:
     storage: str | None = None
     resamples: int = 2000
     quiet: bool = False
-    sampler: str = "gp"  # optuna's sampler: gp, tpe, nsga2 or random (docs/search.md)
+    sampler: str = "tpe"  # optuna's sampler: tpe, gp, nsga2 or random (docs/search.md)
     seed_profiles: tuple[str, ...] = ()  # `eval.search.priors`: lines, reverted, localize DIR
     # Several experts: every expert (TRAINED is the first), and their families (`--labels`).
     experts: tuple[str, ...] = ()
