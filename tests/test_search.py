@@ -190,7 +190,7 @@ def test_the_sampler_option_names_optunas_samplers():
     assert st.make_sampler("nsga2", 0, 40)._population_size == 8
     from eval.search.settings import SearchOptions
 
-    assert SearchOptions().sampler == "gp"  # the default: it leads bench_search_samplers.py
+    assert SearchOptions().sampler == "tpe"  # the default: it leads bench_search_samplers.py --demo
     assert isinstance(st.make_sampler("tpe", 3, 40), optuna.samplers.TPESampler)
 
 

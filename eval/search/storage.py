@@ -123,7 +123,7 @@ def open_study(
     settings: dict[str, Any],
     directions: list[str],
     sampler_seed: int,
-    sampler_name: str = "gp",
+    sampler_name: str = "tpe",
     trials: int = 50,
 ) -> Opened:
     """Create the study with these settings, or load it and check that they match.
