@@ -184,6 +184,7 @@ def _frontier(out: Path) -> dict:
     return json.loads((out / "frontier.json").read_text())
 
 
+@pytest.mark.slow  # a whole pruned search (about 30 s)
 def test_trials_cut_short_count_toward_n_and_are_told_apart(pruned):
     out, _ = pruned
     document, study = _frontier(out), _study(out)
@@ -203,6 +204,7 @@ def test_trials_cut_short_count_toward_n_and_are_told_apart(pruned):
     assert "Cut short:" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow  # a whole pruned search (about 30 s)
 def test_a_trial_cut_by_the_budget_breaks_it_on_the_whole_search_half(pruned, blend, prepared):
     """Rescored on every search item, each trial the budget cut short is outside it."""
     out, _ = pruned
@@ -215,6 +217,7 @@ def test_a_trial_cut_by_the_budget_breaks_it_on_the_whole_search_half(pruned, bl
         assert trial.user_attrs[pruning.ITEMS] >= 2 * MIN_ITEMS  # judged on enough items
 
 
+@pytest.mark.slow  # a whole pruned search (about 30 s)
 def test_pruning_never_reads_the_report_half(pruned):
     _, halves = pruned
     assert halves and set(halves) == {"search"}
