@@ -16,10 +16,11 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from demo.world import build_languages, sentences
-from tests.support.tiny_models import make_tokenizer, save, vocab_size
+from tests.support.search_world import tiny_llama
+from tests.support.tiny_models import make_tokenizer, save
 
 LAYERS = 4
 BLOCKS = "0:1,1:2,2:3,3:4"
@@ -74,21 +75,7 @@ def _fit(model: LlamaForCausalLM, windows: torch.Tensor, steps: int, seed: int) 
 
 
 def _base() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocab_size(),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    model = LlamaForCausalLM(config)
+    model = tiny_llama(LAYERS)
     _fit(model, _windows(_texts([OTHER], 400, 1)[OTHER]), steps=100, seed=0)
     return model
 

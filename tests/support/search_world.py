@@ -44,14 +44,14 @@ def _texts(count: int, seed: int) -> dict[str, list[str]]:
     }
 
 
-def _train(steps: int = 100) -> LlamaForCausalLM:
-    """M: a tiny Llama trained on both languages (float32; about a second per 50 steps)."""
-    torch.manual_seed(0)
+def tiny_llama(layers: int, seed: int = 0) -> LlamaForCausalLM:
+    """An untrained tiny Llama (hidden 32, untied head) over the tiny tokenizer's vocabulary."""
+    torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab_size(),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=LAYERS,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=128,
@@ -60,7 +60,12 @@ def _train(steps: int = 100) -> LlamaForCausalLM:
         eos_token_id=2,
         pad_token_id=0,
     )
-    model = LlamaForCausalLM(config)
+    return LlamaForCausalLM(config)
+
+
+def _train(steps: int = 100) -> LlamaForCausalLM:
+    """M: a tiny Llama trained on both languages (float32; about a second per 50 steps)."""
+    model = tiny_llama(LAYERS)
     tokenizer = make_tokenizer()
     text = " ".join(s for lines in _texts(400, 1).values() for s in lines)
     ids = torch.tensor(tokenizer(text)["input_ids"])
