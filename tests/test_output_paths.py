@@ -259,7 +259,7 @@ def test_a_plot_name_matplotlib_cannot_write_is_one_line_before_any_work(pair, t
 
 
 def test_every_plot_suffix_is_a_format_matplotlib_writes(pair, tmp_path):
-    from surgery.diagnostics.plots import PLOT_SUFFIXES, pyplot
+    from surgery.plotting import PLOT_SUFFIXES, pyplot
 
     figure = pyplot().figure()
     supported = figure.canvas.get_supported_filetypes()

@@ -16,20 +16,15 @@ from surgery.diagnostics.metric_kinds import is_perplexity, leaf, lower_is_bette
 from surgery.plotting import (
     BASE_COLOUR,
     NOISE_COLOUR,
-    PLOT_SUFFIXES,
     SERIES,
     TRAINED_COLOUR,
-    check_plot_path,
     figure,
     legend_below,
     noise_handle,
     plain_ticks,
-    pyplot,
     save_figure,
     use_log,
 )
-
-__all__ = ["PLOT_SUFFIXES", "check_plot_path", "pyplot"]  # re-exported for older callers
 
 # One NLL in several forms: a task's perplexities and bits per byte are monotone functions of one
 # total NLL, so they rise and fall (and recover) together. A figure draws the first one present.
