@@ -253,24 +253,29 @@ class RankRange:
         """Which elements of the chunk of `keys` at element `start` to keep."""
         if self.empty:
             return np.zeros(keys.shape, bool)
-        # A bound whose ties are all kept needs no positions (>= and <=, as for unique keys).
-        whole_low = self.low_from == 0 and self.low != self.high
-        whole_high = self.high_to == self.numel and self.low != self.high
+        stop = start + len(keys)
+        # Keys equal to a bound are kept whole where the chunk lies wholly on the kept side of
+        # that bound's tie position (>= and <=), dropped whole where it lies wholly on the other
+        # side (> and <); only the one chunk holding the position looks at positions.
+        low_all = self.low_from <= start and self.low != self.high
+        high_all = self.high_to >= stop and self.low != self.high
+        low_none = self.low_from >= stop and self.low != self.high
+        high_none = self.high_to <= start and self.low != self.high
         keep = np.ones(keys.shape, bool)
         if self.low is not None:
-            (np.greater_equal if whole_low else np.greater)(keys, self.low, out=keep)
+            (np.greater_equal if low_all else np.greater)(keys, self.low, out=keep)
         if self.high is not None:
-            keep &= (np.less_equal if whole_high else np.less)(keys, self.high)
+            keep &= (np.less_equal if high_all else np.less)(keys, self.high)
         # Keys equal to a bound are kept by position; they are few, so only their indices are
         # looked at.
         partial = {self.low, self.high} - {None}
-        partial -= {self.low} if whole_low else set()
-        partial -= {self.high} if whole_high else set()
+        partial -= {self.low} if low_all or low_none else set()
+        partial -= {self.high} if high_all or high_none else set()
         for bound in partial:
             ties = np.flatnonzero(keys == bound)
             first = self.low_from - start if bound == self.low else 0
-            stop = self.high_to - start if bound == self.high else len(keys)
-            keep[ties[np.searchsorted(ties, first) : np.searchsorted(ties, stop)]] = True
+            last = self.high_to - start if bound == self.high else len(keys)
+            keep[ties[np.searchsorted(ties, first) : np.searchsorted(ties, last)]] = True
         return keep
 
 

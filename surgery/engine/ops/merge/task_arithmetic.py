@@ -161,15 +161,24 @@ class TaskArithmetic(Kernel):
 
     @staticmethod
     def _elect(deltas: list[np.ndarray], weights: list) -> tuple[np.ndarray, np.ndarray]:
-        """TIES sign election ("sum"): keep each delta whose sign is that of the sum."""
-        positive = _sum(deltas) >= 0
+        """TIES sign election ("sum"): keep each delta whose sign is that of the sum. The
+        deltas are masked in place; the sum of the kept ones is written over the first."""
+        positive = np.greater_equal(_sum(deltas), 0)
         # d > 0 where the sum is >= 0, d < 0 where it is negative (mergekit's torch.where), as
         # two cheap comparisons: (d > 0) == positive, and d != 0.
-        masks = [np.equal(d > 0, positive) & (d != 0) for d in deltas]
-        for d, m in zip(deltas, masks, strict=True):
-            np.multiply(d, m, out=d)  # d * m, in the caller's arrays
+        masks, nonzero = [], np.empty(positive.shape, bool)
+        for d in deltas:
+            mask = np.greater(d, 0)
+            np.equal(mask, positive, out=mask)
+            mask &= np.not_equal(d, 0, out=nonzero)
+            np.multiply(d, mask, out=d)  # d * m, in the caller's arrays
+            masks.append(mask)
         mixed = _sum(deltas, in_place=True)
-        divisor = _sum([w * m.astype(mixed.dtype) for w, m in zip(weights, masks, strict=True)])
+        # sum(w * m) in order, each term w or 0, as mergekit's; then 1 where it is 0.
+        divisor = np.multiply(masks[0], weights[0], dtype=mixed.dtype)
+        term = np.empty_like(divisor)
+        for mask, weight in zip(masks[1:], weights[1:], strict=True):
+            divisor += np.multiply(mask, weight, out=term, dtype=mixed.dtype)
         divisor[divisor == 0] = 1
         return mixed, divisor
 
