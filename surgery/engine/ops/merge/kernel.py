@@ -19,6 +19,11 @@ from surgery.engine.reader import TensorInfo
 from surgery.engine.shard_hash import OrderedHash
 from surgery.engine.source import SourcePool
 
+# A kernel may compute a tensor of up to this many elements in one job (reductions and map,
+# not segments): what its reduction passes found per element can then be kept for the map
+# (a bit per element for DARE's masks).
+WHOLE_ELEMENTS = 2**24
+
 
 class Kernel(ABC):
     """Computes one output tensor: `prepare` runs the reduction passes over the whole tensor,

@@ -23,12 +23,18 @@ class Sparsifier(ABC):
     `prepare` finds thresholds; where `rescale`, `measure` then sees every chunk once, in order
     (the caller's pass, shared by the models), and `conclude` sets the factor; then `apply` masks
     any chunk, in any order.
+
+    Where `remember` is set, `measure` keeps each chunk's mask (one bit per element) and
+    `apply` uses it once instead of computing it again: for a mask that costs more than a
+    pass to rebuild (DARE's random draws), where the caller applies every chunk once.
     """
 
     def __init__(self, deltas: Deltas, numel: int, rescale: bool) -> None:
         self.deltas, self.numel, self.rescale = deltas, numel, rescale
         self.factor = 1.0
         self.before = self.after = 0.0
+        self.remember = False
+        self.masks: dict[int, np.ndarray] = {}  # chunk start -> packed mask, where remembered
 
     def measure(self, start: int, delta: np.ndarray) -> None:
         """Add one chunk's L1 norms, before and after masking (the rescaling pass)."""
@@ -36,7 +42,10 @@ class Sparsifier(ABC):
         # an order of magnitude faster than summing in float64 or gathering the kept values.
         magnitude = np.abs(delta)
         self.before += float(np.add.reduce(magnitude))
-        magnitude *= self.mask(start, delta)
+        mask = self.mask(start, delta)
+        if self.remember:
+            self.masks[start] = np.packbits(mask)
+        magnitude *= mask
         self.after += float(np.add.reduce(magnitude))
 
     def conclude(self) -> None:
@@ -46,7 +55,12 @@ class Sparsifier(ABC):
 
     def apply(self, start: int, delta: np.ndarray) -> np.ndarray:
         """The kept (and rescaled) values of one chunk, in place; the others become 0."""
-        kept = np.multiply(delta, self.mask(start, delta), out=delta)  # the caller's to change
+        packed = self.masks.pop(start, None)  # used once: freed as the map goes
+        if packed is None:
+            mask = self.mask(start, delta)
+        else:
+            mask = np.unpackbits(packed, count=len(delta)).view(bool)
+        kept = np.multiply(delta, mask, out=delta)  # the caller's to change
         if self.factor != 1.0:
             kept *= delta.dtype.type(self.factor)
         return kept

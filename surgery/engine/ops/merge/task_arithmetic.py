@@ -18,7 +18,7 @@ from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs, Output
 from surgery.engine.ops.merge.breadcrumbs import Breadcrumbs
 from surgery.engine.ops.merge.dare import Dare
 from surgery.engine.ops.merge.della import Della
-from surgery.engine.ops.merge.kernel import Kernel, computed
+from surgery.engine.ops.merge.kernel import WHOLE_ELEMENTS, Kernel, computed
 from surgery.engine.ops.merge.magnitude import Magnitude
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
 from surgery.engine.ops.merge.sparsify import Deltas, KeepAll, Sampled, Sparsifier
@@ -68,6 +68,14 @@ class TaskArithmetic(Kernel):
         if variant.sparsify == "della_magprune":
             self.row = _row_length(job)  # only DELLA has rows; the others see a flat tensor
             self.step = max(self.row, CHUNK_ELEMENTS // self.row * self.row)  # whole rows
+        # DARE's masks are random draws, which cost more than the rest of its map: a tensor of
+        # up to WHOLE_ELEMENTS is computed in one job, whose rescaling pass keeps the masks
+        # (a bit per element) for the map. A larger one is mapped in segments, drawn twice.
+        self.segmentable = not (
+            variant.sparsify == "random"
+            and bool(job.shared["rescale"])
+            and int(np.prod(job.shape)) <= WHOLE_ELEMENTS
+        )
 
     def _deltas(self, inputs: Inputs, index: int) -> Deltas:
         def passes(first: int = 0) -> Iterator[tuple[int, np.ndarray]]:
@@ -119,6 +127,8 @@ class TaskArithmetic(Kernel):
         for sparsifier in sparsifiers:
             sparsifier.prepare()
         rescaling = [(s, i) for s, i in zip(sparsifiers, self.others, strict=True) if s.rescale]
+        for sparsifier, _ in rescaling:
+            sparsifier.remember = not self.segmentable  # one job: this map follows, whole
         if rescaling:  # one pass for every model: the base decoded once per chunk
             for start in range(0, inputs.numel, self.step):
                 stop = min(start + self.step, inputs.numel)
@@ -179,7 +189,9 @@ class TaskArithmetic(Kernel):
         term = np.empty_like(divisor)
         for mask, weight in zip(masks[1:], weights[1:], strict=True):
             divisor += np.multiply(mask, weight, out=term, dtype=mixed.dtype)
-        divisor[divisor == 0] = 1
+        # 0 + 1 where it is 0, x + 0 = x elsewhere: a boolean assignment at scattered places
+        # costs 10x more.
+        divisor += np.equal(divisor, 0, out=nonzero)
         return mixed, divisor
 
 
