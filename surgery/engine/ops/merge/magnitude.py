@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from surgery.engine.ops.merge.arrays import Scratch
 from surgery.engine.ops.merge.select import RankRange, magnitude_keys, sample_positions
 from surgery.engine.ops.merge.sparsify import Deltas, Sampled, Sparsifier
 
@@ -46,3 +47,8 @@ class Magnitude(Sparsifier):
     def mask(self, start: int, delta: np.ndarray) -> np.ndarray:
         """Elements whose rank is in the kept range."""
         return self.range.mask(magnitude_keys(delta), start)
+
+    def mask_into(self, start: int, delta: np.ndarray, scratch: Scratch) -> np.ndarray:
+        """`mask`, its keys and result in `scratch`."""
+        keys = magnitude_keys(delta, scratch.get("keys", delta.dtype, len(delta)))
+        return self.range.mask(keys, start, scratch.get("mask", bool, len(delta)))

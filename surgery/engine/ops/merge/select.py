@@ -54,10 +54,11 @@ class Found:
     ties: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def magnitude_keys(values: np.ndarray) -> np.ndarray:
-    """Unsigned integers ordered like |values|."""
+def magnitude_keys(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Unsigned integers ordered like |values| (written into `out`, of the values' dtype,
+    where given)."""
     unsigned = np.uint32 if values.dtype == np.float32 else np.uint64
-    return np.abs(values).view(unsigned)
+    return np.abs(values, out=out).view(unsigned)
 
 
 def sample_positions(numel: int, width: int) -> np.ndarray | None:
@@ -249,10 +250,13 @@ class RankRange:
             if hi - high.less < high.equal:  # the ties from rank hi on are dropped
                 self.high_to = locate(keys, high, hi - high.less)
 
-    def mask(self, keys: np.ndarray, start: int) -> np.ndarray:
-        """Which elements of the chunk of `keys` at element `start` to keep."""
+    def mask(self, keys: np.ndarray, start: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Which elements of the chunk of `keys` at element `start` to keep (in `out`, a bool
+        array as long, where given)."""
+        keep = np.empty(keys.shape, bool) if out is None else out
         if self.empty:
-            return np.zeros(keys.shape, bool)
+            keep[...] = False
+            return keep
         stop = start + len(keys)
         # Keys equal to a bound are kept whole where the chunk lies wholly on the kept side of
         # that bound's tie position (>= and <=), dropped whole where it lies wholly on the other
@@ -261,9 +265,10 @@ class RankRange:
         high_all = self.high_to >= stop and self.low != self.high
         low_none = self.low_from >= stop and self.low != self.high
         high_none = self.high_to <= start and self.low != self.high
-        keep = np.ones(keys.shape, bool)
         if self.low is not None:
             (np.greater_equal if low_all else np.greater)(keys, self.low, out=keep)
+        else:
+            keep[...] = True
         if self.high is not None:
             keep &= (np.less_equal if high_all else np.less)(keys, self.high)
         # Keys equal to a bound are kept by position; they are few, so only their indices are

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from surgery.engine.ops.merge.arrays import Scratch
+
 # Below this L1 norm (before or after masking) mergekit does not rescale.
 _RESCALE_EPS = 1e-7
 
@@ -53,11 +55,16 @@ class Sparsifier(ABC):
         if self.before >= _RESCALE_EPS and self.after >= _RESCALE_EPS:
             self.factor = self.before / self.after
 
-    def apply(self, start: int, delta: np.ndarray) -> np.ndarray:
-        """The kept (and rescaled) values of one chunk, in place; the others become 0."""
+    def apply(self, start: int, delta: np.ndarray, scratch: Scratch | None = None) -> np.ndarray:
+        """The kept (and rescaled) values of one chunk, in place; the others become 0.
+        `scratch`: the caller's reused arrays, for the mask's temporaries."""
         packed = self.masks.pop(start, None)  # used once: freed as the map goes
         if packed is None:
-            mask = self.mask(start, delta)
+            mask = (
+                self.mask(start, delta)
+                if scratch is None
+                else self.mask_into(start, delta, scratch)
+            )
         else:
             mask = np.unpackbits(packed, count=len(delta)).view(bool)
         kept = np.multiply(delta, mask, out=delta)  # the caller's to change
@@ -71,6 +78,10 @@ class Sparsifier(ABC):
     @abstractmethod
     def mask(self, start: int, delta: np.ndarray) -> np.ndarray:
         """Which elements of the chunk starting at element `start` to keep."""
+
+    def mask_into(self, start: int, delta: np.ndarray, scratch: Scratch) -> np.ndarray:
+        """`mask`, its temporaries and result taken from `scratch` where the method can."""
+        return self.mask(start, delta)
 
 
 class KeepAll(Sparsifier):

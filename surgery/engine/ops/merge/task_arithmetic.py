@@ -14,7 +14,7 @@ from functools import partial
 
 import numpy as np
 
-from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs, Output
+from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs, Output, Scratch
 from surgery.engine.ops.merge.breadcrumbs import Breadcrumbs
 from surgery.engine.ops.merge.dare import Dare
 from surgery.engine.ops.merge.della import Della
@@ -141,7 +141,8 @@ class TaskArithmetic(Kernel):
         return sparsifiers
 
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
-        """The one map pass over `part`, with the prepared sparsifiers."""
+        """The one map pass over `part`, with the prepared sparsifiers (every chunk's arrays
+        reused from the previous chunk's)."""
         sparsifiers = state
         work = inputs.work
         weights = [work(w) for w in self.weights]
@@ -149,18 +150,23 @@ class TaskArithmetic(Kernel):
         if abs(plain_divisor) < 1e-8:
             plain_divisor = work(1)
         shared = self.job.shared
+        scratch = Scratch(min(self.step, len(part)))
         for start in range(part.start, part.stop, self.step):
             stop = min(start + self.step, part.stop)
-            base = inputs.chunk(self.base, start, stop)
+            count = stop - start
+            base = inputs.chunk_into(self.base, start, stop, scratch.get("base", work, count))
             deltas = []
-            for sparsifier, index, weight in zip(sparsifiers, self.others, weights, strict=True):
-                delta = inputs.chunk(index, start, stop)  # a new array: changed in place
+            for position, (sparsifier, index, weight) in enumerate(
+                zip(sparsifiers, self.others, weights, strict=True)
+            ):
+                delta = scratch.get(f"delta{position}", work, count)
+                delta = inputs.chunk_into(index, start, stop, delta)
                 delta -= base
-                delta = sparsifier.apply(start, delta)
+                delta = sparsifier.apply(start, delta, scratch)
                 delta *= weight
                 deltas.append(delta)
             if self.variant.consensus:
-                mixed, divisor = self._elect(deltas, weights)
+                mixed, divisor = _elect(deltas, weights, scratch)
             else:
                 mixed, divisor = _sum(deltas, in_place=True), plain_divisor
             if shared["normalize"]:
@@ -169,30 +175,40 @@ class TaskArithmetic(Kernel):
                 mixed *= work(shared["lambda"])
             out.put(start, np.add(base, mixed, out=base))
 
-    @staticmethod
-    def _elect(deltas: list[np.ndarray], weights: list) -> tuple[np.ndarray, np.ndarray]:
-        """TIES sign election ("sum"): keep each delta whose sign is that of the sum. The
-        deltas are masked in place; the sum of the kept ones is written over the first."""
-        positive = np.greater_equal(_sum(deltas), 0)
-        # d > 0 where the sum is >= 0, d < 0 where it is negative (mergekit's torch.where), as
-        # two cheap comparisons: (d > 0) == positive, and d != 0.
-        masks, nonzero = [], np.empty(positive.shape, bool)
-        for d in deltas:
-            mask = np.greater(d, 0)
-            np.equal(mask, positive, out=mask)
-            mask &= np.not_equal(d, 0, out=nonzero)
-            np.multiply(d, mask, out=d)  # d * m, in the caller's arrays
-            masks.append(mask)
-        mixed = _sum(deltas, in_place=True)
-        # sum(w * m) in order, each term w or 0, as mergekit's; then 1 where it is 0.
-        divisor = np.multiply(masks[0], weights[0], dtype=mixed.dtype)
-        term = np.empty_like(divisor)
-        for mask, weight in zip(masks[1:], weights[1:], strict=True):
-            divisor += np.multiply(mask, weight, out=term, dtype=mixed.dtype)
-        # 0 + 1 where it is 0, x + 0 = x elsewhere: a boolean assignment at scattered places
-        # costs 10x more.
-        divisor += np.equal(divisor, 0, out=nonzero)
-        return mixed, divisor
+
+def _elect(
+    deltas: list[np.ndarray], weights: list, scratch: Scratch
+) -> tuple[np.ndarray, np.ndarray]:
+    """TIES sign election ("sum"): keep each delta whose sign is that of the sum. The deltas
+    are masked in place; the sum of the kept ones is written over the first."""
+    count, dtype = len(deltas[0]), deltas[0].dtype
+    total = scratch.get("total", dtype, count)
+    if len(deltas) == 1:
+        np.copyto(total, deltas[0])
+    else:  # (d0 + d1) + d2 ..., the order of `_sum`
+        np.add(deltas[0], deltas[1], out=total)
+    for delta in deltas[2:]:
+        total += delta
+    positive = np.greater_equal(total, 0, out=scratch.get("positive", bool, count))
+    # d > 0 where the sum is >= 0, d < 0 where it is negative (mergekit's torch.where), as
+    # two cheap comparisons: (d > 0) == positive, and d != 0.
+    masks, nonzero = [], scratch.get("nonzero", bool, count)
+    for position, d in enumerate(deltas):
+        mask = np.greater(d, 0, out=scratch.get(f"elected{position}", bool, count))
+        np.equal(mask, positive, out=mask)
+        mask &= np.not_equal(d, 0, out=nonzero)
+        np.multiply(d, mask, out=d)  # d * m, in the caller's arrays
+        masks.append(mask)
+    mixed = _sum(deltas, in_place=True)
+    # sum(w * m) in order, each term w or 0, as mergekit's; then 1 where it is 0.
+    divisor = np.multiply(masks[0], weights[0], out=scratch.get("divisor", dtype, count))
+    term = scratch.get("term", dtype, count)
+    for mask, weight in zip(masks[1:], weights[1:], strict=True):
+        divisor += np.multiply(mask, weight, out=term)
+    # 0 + 1 where it is 0, x + 0 = x elsewhere: a boolean assignment at scattered places
+    # costs 10x more.
+    divisor += np.equal(divisor, 0, out=nonzero)
+    return mixed, divisor
 
 
 def _sum(arrays: list[np.ndarray], *, in_place: bool = False) -> np.ndarray:
