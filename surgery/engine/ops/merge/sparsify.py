@@ -90,7 +90,7 @@ class KeepAll(Sparsifier):
     def __init__(self, deltas: Deltas, numel: int) -> None:
         super().__init__(deltas, numel, rescale=False)
 
-    def apply(self, start: int, delta: np.ndarray) -> np.ndarray:
+    def apply(self, start: int, delta: np.ndarray, scratch: Scratch | None = None) -> np.ndarray:
         """The chunk itself."""
         return delta
 
