@@ -34,7 +34,7 @@ class Magnitude(Sparsifier):
         """Select the boundary magnitudes."""
         width = 64 if self._is_double() else 32
         lo, hi = self.keep_range()
-        keys = lambda start: ((s, magnitude_keys(d)) for s, d in self.deltas(start))  # noqa: E731
+        keys = lambda start: ((s, magnitude_keys(d, d)) for s, d in self.deltas(start))  # noqa: E731
         positions = sample_positions(self.numel, width)
         sample = None if positions is None else self.sampled(positions)
         sample = None if sample is None else magnitude_keys(sample)

@@ -136,15 +136,21 @@ def _in_window(keys: Keys, sample: np.ndarray, ranks: list[int], numel: int) -> 
         bounds.append((lo, hi))
     limit = WINDOW_BYTES // sample.itemsize
     below, kept, held, starts = [0] * len(ranks), [[] for _ in ranks], 0, []
+    inside = above = np.empty(0, bool)  # reused from chunk to chunk (no page faults)
     for start, chunk in keys(0):
         starts.append(start)
+        if len(inside) < len(chunk):
+            inside, above = np.empty(len(chunk), bool), np.empty(len(chunk), bool)
         for i, (lo, hi) in enumerate(bounds):
-            inside = np.ones(len(chunk), bool) if lo is None else chunk >= lo
-            if lo is not None:
-                below[i] += len(chunk) - int(np.count_nonzero(inside))
+            within = inside[: len(chunk)]
+            if lo is None:
+                within[...] = True
+            else:
+                np.greater_equal(chunk, lo, out=within)
+                below[i] += len(chunk) - int(np.count_nonzero(within))
             if hi is not None:
-                inside &= chunk <= hi
-            kept[i].append(chunk[inside])
+                within &= np.less_equal(chunk, hi, out=above[: len(chunk)])
+            kept[i].append(chunk[within])
             held += len(kept[i][-1])
         if held > limit:
             return None

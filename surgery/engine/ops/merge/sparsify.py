@@ -38,13 +38,15 @@ class Sparsifier(ABC):
         self.remember = False
         self.masks: dict[int, np.ndarray] = {}  # chunk start -> packed mask, where remembered
 
-    def measure(self, start: int, delta: np.ndarray) -> None:
-        """Add one chunk's L1 norms, before and after masking (the rescaling pass)."""
+    def measure(self, start: int, delta: np.ndarray, scratch: Scratch | None = None) -> None:
+        """Add one chunk's L1 norms, before and after masking (the rescaling pass);
+        `scratch`: the caller's reused arrays."""
         # Pairwise sums in the chunk's dtype (as mergekit's torch.sum), added up in float64:
         # an order of magnitude faster than summing in float64 or gathering the kept values.
-        magnitude = np.abs(delta)
+        out = None if scratch is None else scratch.get("magnitude", delta.dtype, len(delta))
+        magnitude = np.abs(delta, out=out)
         self.before += float(np.add.reduce(magnitude))
-        mask = self.mask(start, delta)
+        mask = self.mask(start, delta) if scratch is None else self.mask_into(start, delta, scratch)
         if self.remember:
             self.masks[start] = np.packbits(mask)
         magnitude *= mask

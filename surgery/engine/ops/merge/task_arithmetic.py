@@ -79,10 +79,17 @@ class TaskArithmetic(Kernel):
 
     def _deltas(self, inputs: Inputs, index: int) -> Deltas:
         def passes(first: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+            # Each chunk is decoded into the previous one's arrays: a consumer keeps nothing of
+            # a chunk once it asks for the next.
+            scratch = Scratch(min(self.step, max(inputs.numel - first, 0)))
             for start in range(first, inputs.numel, self.step):
                 stop = min(start + self.step, inputs.numel)
-                base = inputs.chunk(self.base, start, stop)
-                yield start, np.subtract(inputs.chunk(index, start, stop), base)
+                base = inputs.chunk_into(
+                    self.base, start, stop, scratch.get("base", inputs.work, stop - start)
+                )
+                delta = scratch.get("delta", inputs.work, stop - start)
+                delta = inputs.chunk_into(index, start, stop, delta)
+                yield start, np.subtract(delta, base, out=delta)
 
         return passes
 
@@ -130,12 +137,15 @@ class TaskArithmetic(Kernel):
         for sparsifier, _ in rescaling:
             sparsifier.remember = not self.segmentable  # one job: this map follows, whole
         if rescaling:  # one pass for every model: the base decoded once per chunk
+            scratch = Scratch(min(self.step, inputs.numel))
             for start in range(0, inputs.numel, self.step):
                 stop = min(start + self.step, inputs.numel)
-                base = inputs.chunk(self.base, start, stop)
+                base = scratch.get("base", inputs.work, stop - start)
+                base = inputs.chunk_into(self.base, start, stop, base)
                 for sparsifier, index in rescaling:
-                    delta = inputs.chunk(index, start, stop)
-                    sparsifier.measure(start, np.subtract(delta, base, out=delta))
+                    delta = scratch.get("delta", inputs.work, stop - start)
+                    delta = inputs.chunk_into(index, start, stop, delta)
+                    sparsifier.measure(start, np.subtract(delta, base, out=delta), scratch)
             for sparsifier, _ in rescaling:
                 sparsifier.conclude()
         return sparsifiers
