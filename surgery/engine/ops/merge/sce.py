@@ -19,44 +19,93 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from surgery.engine.ops.merge.arrays import Inputs, Output
-from surgery.engine.ops.merge.kernel import Kernel, computed
+from surgery.engine.ops.merge.arrays import Inputs, Output, Scratch
+from surgery.engine.ops.merge.kernel import WHOLE_ELEMENTS, Kernel, computed
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
-from surgery.engine.ops.merge.select import RankRange, magnitude_keys, sample_positions
+from surgery.engine.ops.merge.select import Keys, RankRange, magnitude_keys, sample_positions
 from surgery.engine.plan import OutputTensor, copy_of
 
 MIN_WEIGHT_SUM = 1e-6
 
 
-def _variance(deltas: list[np.ndarray]) -> np.ndarray:
+def _variance(deltas: list[np.ndarray], scratch: Scratch | None = None) -> np.ndarray:
     """The population variance across the models, in float64 and rounded to the work dtype,
     as torch.var accumulates it on CPU (bit for bit on float32 tests). The two passes of
-    np.var, by hand: np.var itself is 10x slower on a chunk."""
-    mean = deltas[0].astype(np.float64)
-    for delta in deltas[1:]:
-        mean += delta
+    np.var, by hand (np.var itself is 10x slower on a chunk), in `scratch`'s arrays where
+    given: the result is then its "variance" array."""
+    count = len(deltas[0])
+    scratch = scratch or Scratch(count)
+    wide = [scratch.get(f"wide{i}", np.float64, count) for i in range(len(deltas))]
+    for delta, out in zip(deltas, wide, strict=True):
+        np.copyto(out, delta)  # exact: every float32 is a float64
+    mean = scratch.get("mean", np.float64, count)
+    np.copyto(mean, wide[0])
+    for value in wide[1:]:
+        mean += value
     mean /= len(deltas)
-    total, deviation = np.zeros_like(mean), np.empty_like(mean)
-    for delta in deltas:
-        np.subtract(delta, mean, out=deviation)
-        np.multiply(deviation, deviation, out=deviation)
-        total += deviation
+    total = scratch.get("total", np.float64, count)
+    for i, value in enumerate(wide):
+        value -= mean
+        value *= value
+        if i == 0:  # 0 + x = x: a square is never -0
+            np.copyto(total, value)
+        else:
+            total += value
     total /= len(deltas)
-    return total.astype(deltas[0].dtype)
+    out = scratch.get("variance", deltas[0].dtype, count)
+    np.copyto(out, total, casting="same_kind")
+    return out
 
 
 class Sce(Kernel):
     """base + sum_i w_i m_i s_i d_i / sum_i w_i m_i: d_i the task vectors, s the selection
-    mask, m_i the sign agreement, w_i from mean squares."""
+    mask, m_i the sign agreement, w_i from mean squares.
+
+    A tensor of up to `WHOLE_ELEMENTS` is computed in one job that keeps its variance keys
+    (4 or 8 bytes per element): the variances are computed once, for the count, the
+    selection, the mean squares and the map. A larger one is mapped in segments and computes
+    them in each pass.
+    """
 
     def __init__(self, job: TensorJob) -> None:
         order = [job.base, *job.non_base]
         super().__init__(job.name, [job.inputs[i] for i in order], job.out_dtype)
         self.topk = float(job.shared["select_topk"])
+        self.segmentable = not 0 < self.topk < 1 or int(np.prod(job.shape)) > WHOLE_ELEMENTS
 
     def _deltas(self, chunk: list[np.ndarray]) -> list[np.ndarray]:
         base = chunk[0]
         return [np.subtract(m, base, out=m) for m in chunk[1:]]
+
+    def _chunk(self, inputs: Inputs, start: int, stop: int, scratch: Scratch) -> list:
+        """The base and the task vectors of elements [start, stop), in `scratch`."""
+        count = stop - start
+        chunk = [
+            inputs.chunk_into(i, start, stop, scratch.get(f"input{i}", inputs.work, count))
+            for i in range(len(self.inputs))
+        ]
+        return [chunk[0], *self._deltas(chunk)]
+
+    def _keys(self, inputs: Inputs) -> Keys:
+        """Starts a pass over the variance keys: computed, or read from those kept."""
+        held = getattr(self, "held", None)
+
+        def keys(first: int) -> Iterator[tuple[int, np.ndarray]]:
+            scratch = Scratch(min(self.step, max(inputs.numel - first, 0)))
+            for start in range(first, inputs.numel, self.step):
+                stop = min(start + self.step, inputs.numel)
+                if held is not None:
+                    yield start, held[start:stop]
+                    continue
+                deltas = self._chunk(inputs, start, stop, scratch)[1:]
+                yield (
+                    start,
+                    magnitude_keys(
+                        _variance(deltas, scratch), scratch.get("keys", inputs.work, stop - start)
+                    ),
+                )
+
+        return keys
 
     def _selection(self, inputs: Inputs) -> RankRange | bool:
         """The top-k variance mask (a `RankRange`), or True / False to keep all or none."""
@@ -64,11 +113,7 @@ class Sce(Kernel):
             return True
         if self.topk <= 0:
             return False
-
-        def keys(first: int) -> Iterator[tuple[int, np.ndarray]]:
-            for start, chunk in inputs.chunks(part=range(first, inputs.numel)):
-                yield start, magnitude_keys(_variance(self._deltas(chunk)))
-
+        keys = self._keys(inputs)
         nonzero = sum(int(np.count_nonzero(k)) for _, k in keys(0))
         # mergekit: int(count_nonzero(var) * density), a float32 product.
         k = int(np.float32(nonzero) * np.float32(self.topk))
@@ -81,30 +126,60 @@ class Sce(Kernel):
 
     def _sample(self, inputs: Inputs, positions: np.ndarray) -> np.ndarray | None:
         """The variance keys at `positions`, or None where the inputs cannot be gathered."""
+        held = getattr(self, "held", None)
+        if held is not None:
+            return held[positions]
         values = [inputs.gather(i, positions) for i in range(len(self.inputs))]
         if any(v is None for v in values):
             return None
         return magnitude_keys(_variance(self._deltas(values)))
 
-    def _select(self, selection: RankRange | bool, deltas: list[np.ndarray], start: int) -> None:
+    def _select(
+        self,
+        selection: RankRange | bool,
+        deltas: list[np.ndarray],
+        start: int,
+        scratch: Scratch,
+    ) -> None:
         if selection is True:
             return
         if selection is False:
             for delta in deltas:
                 delta[...] = 0
             return
-        keep = selection.mask(magnitude_keys(_variance(deltas)), start)
+        count = len(deltas[0])
+        held = getattr(self, "held", None)
+        if held is not None:
+            keys = held[start : start + count]
+        else:
+            keys = magnitude_keys(
+                _variance(deltas, scratch), scratch.get("keys", deltas[0].dtype, count)
+            )
+        keep = selection.mask(keys, start, scratch.get("keep", bool, count))
         for delta in deltas:
             delta *= keep
 
+    def _hold(self, inputs: Inputs) -> None:
+        """Compute the variance keys once, kept for every pass of this one job."""
+        unsigned = np.uint32 if inputs.work == np.float32 else np.uint64
+        held = np.empty(inputs.numel, unsigned)
+        for start, keys in self._keys(inputs)(0):
+            held[start : start + len(keys)] = keys
+        self.held = held
+
     def prepare(self, inputs: Inputs) -> tuple[RankRange | bool, list[float]]:
         """The selection, then the weights from the selected task vectors' mean squares."""
+        if not self.segmentable:  # one job: this map follows, whole
+            self._hold(inputs)
         selection = self._selection(inputs)
         squares = np.zeros(len(self.inputs) - 1)
-        for start, chunk in inputs.chunks():
-            deltas = self._deltas(chunk)
-            self._select(selection, deltas, start)
-            squares += [float(np.add.reduce(d * d)) for d in deltas]
+        scratch = Scratch(min(self.step, inputs.numel))
+        for start in range(0, inputs.numel, self.step):
+            stop = min(start + self.step, inputs.numel)
+            deltas = self._chunk(inputs, start, stop, scratch)[1:]
+            self._select(selection, deltas, start, scratch)
+            square = scratch.get("square", inputs.work, stop - start)
+            squares += [float(np.add.reduce(np.multiply(d, d, out=square))) for d in deltas]
         means = squares / max(inputs.numel, 1)
         total = float(means.sum())
         if abs(total) < MIN_WEIGHT_SUM:
@@ -115,24 +190,39 @@ class Sce(Kernel):
 
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         """The elected, weighted mean of the selected task vectors, added to the base."""
+        try:
+            self._map(inputs, out, part, state)
+        finally:
+            self.held = None  # the one job's keys: freed with it
+
+    def _map(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         selection, weights = state
         work = inputs.work
         weights = [work(w) for w in weights]
-        for start, chunk in inputs.chunks(part=part):
-            base = chunk[0].copy()
-            deltas = self._deltas(chunk)
-            self._select(selection, deltas, start)
-            total = deltas[0].copy()
+        scratch = Scratch(min(self.step, len(part)))
+        for start in range(part.start, part.stop, self.step):
+            stop = min(start + self.step, part.stop)
+            count = stop - start
+            base, *deltas = self._chunk(inputs, start, stop, scratch)
+            self._select(selection, deltas, start, scratch)
+            total = scratch.get("sum", work, count)
+            np.copyto(total, deltas[0])
             for delta in deltas[1:]:
                 total += delta
-            positive = total >= 0
-            merged = np.zeros_like(base)
-            divisor = np.zeros_like(base)
+            positive = np.greater_equal(total, 0, out=scratch.get("positive", bool, count))
+            merged = scratch.get("merged", work, count)
+            divisor = scratch.get("divisor", work, count)
+            merged[...] = 0
+            divisor[...] = 0
+            agree, other = scratch.get("agree", bool, count), scratch.get("other", bool, count)
+            weighted = scratch.get("weighted", work, count)
             for delta, weight in zip(deltas, weights, strict=True):
-                agree = (np.equal(delta > 0, positive) & (delta != 0)).astype(work)
-                agree *= weight
-                divisor += agree
-                delta *= agree
+                np.greater(delta, 0, out=agree)
+                np.equal(agree, positive, out=agree)
+                agree &= np.not_equal(delta, 0, out=other)
+                np.multiply(agree, weight, out=weighted)  # weight or 0, as 1.0 or 0.0 * weight
+                divisor += weighted
+                delta *= weighted
                 merged += delta
             np.maximum(divisor, work(MIN_WEIGHT_SUM), out=divisor)
             merged /= divisor
