@@ -2,11 +2,12 @@
 
 Reuses bench_engine's Llama-shaped bf16 checkpoints (a base and three experts; about 0.97B
 parameters = 1.9 GB each by default) and, per method, runs `surgery merge CONFIG OUT` and
-`mergekit-yaml CONFIG OUT`, one process tree at a time with warm inputs, printing wall time and
-peak private memory (RssAnon) of each and their ratios (docs/benchmarks.md's merge table).
-linear always runs first: each method's time is also given over linear's in the same run
-(`x linear`), and della, arcee_fusion and ramplus_tl's over their arithmetic floor
-(bench_floor.py, `x floor`).
+`mergekit-yaml CONFIG OUT`, one process tree at a time with warm inputs, printing wall time, CPU
+time (user + system) and peak private memory (RssAnon) of each and their ratios
+(docs/benchmarks.md's merge table). linear always runs first: each method's wall and CPU times
+are also given over linear's in the same run (`x linear`, `CPU x linear`: a shared machine
+changes CPU times less), and della, arcee_fusion and ramplus_tl's over their arithmetic floor
+(bench_floor.py, `x floor`). The load average before and after is printed with the table.
 Run by hand:  python bench/bench_merge.py [--work DIR] [--layers 19] [--hidden 2048]
               [--methods ties,slerp] [--repeat 3] [--no-mergekit]
 """
@@ -14,12 +15,13 @@ Run by hand:  python bench/bench_merge.py [--work DIR] [--layers 19] [--hidden 2
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_engine import ensure_checkpoints, mergekit, size_arguments, timed
+from bench_engine import Timed, ensure_checkpoints, median_timed, mergekit, size_arguments, timed
 from bench_floor import FLOORS, floor_times
 from measure import Measurement, median_run
 
@@ -98,7 +100,7 @@ def run(
             ours_runs.append(timed(command, out, inputs))
             if with_mergekit:
                 theirs_runs.append(mergekit(text, work, f"out-mk-{method}", inputs))
-        ours = median_run(ours_runs)
+        ours = median_timed(ours_runs)
         theirs = median_run(theirs_runs) if theirs_runs else None
         floor = None
         if method in ARITHMETIC_FLOORS:
@@ -110,15 +112,15 @@ def run(
     return results
 
 
-def report(results: list[tuple[str, Measurement, Measurement | None, float | None]]) -> str:
-    """The table: surgery's time over linear's, over its arithmetic floor (della, arcee_fusion,
-    ramplus_tl) and over mergekit's, and the memory of both."""
+def report(results: list[tuple[str, Timed, Measurement | None, float | None]]) -> str:
+    """The table: surgery's wall and CPU times over linear's, over its arithmetic floor (della,
+    arcee_fusion, ramplus_tl) and over mergekit's, and the memory of both."""
     lines = [
-        "| method | surgery s | x linear | floor s | x floor | mergekit s | ratio "
-        "| surgery MB | mergekit MB | memory ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| method | surgery s | x linear | CPU s | CPU x linear | floor s | x floor "
+        "| mergekit s | ratio | surgery MB | mergekit MB | memory ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    linear = next(ours.seconds for method, ours, _, _ in results if method == "linear")
+    linear = next(ours for method, ours, _, _ in results if method == "linear")
     for method, ours, theirs, floor in results:
         failed = ours.returncode != 0 or (theirs is not None and theirs.returncode != 0)
         floors = f"{floor:.1f} | {ours.seconds / floor:.2f}x" if floor else "- | -"
@@ -132,7 +134,8 @@ def report(results: list[tuple[str, Measurement, Measurement | None, float | Non
         )
         lines.append(
             f"| {method}{' (failed)' if failed else ''} | {ours.seconds:.1f} | "
-            f"{ours.seconds / linear:.2f}x | {floors} | {theirs_columns} | "
+            f"{ours.seconds / linear.seconds:.2f}x | {ours.cpu:.1f} | "
+            f"{ours.cpu / linear.cpu:.2f}x | {floors} | {theirs_columns} | "
             f"{ours.peak_anon / 2**20:.0f} | {memory} |"
         )
     return "\n".join(lines)
@@ -147,8 +150,10 @@ def main() -> None:
     )
     args = size_arguments(__doc__, "bench/out", parser)
     methods = args.methods.split(",")
+    before = os.getloadavg()[0]
     results = run(args.work, args.layers, args.hidden, methods, args.repeat, not args.no_mergekit)
     print(report(results))
+    print(f"load average (1 min): {before:.1f} before, {os.getloadavg()[0]:.1f} after")
 
 
 if __name__ == "__main__":
