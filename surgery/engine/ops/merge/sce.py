@@ -19,13 +19,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from surgery.engine.ops.merge.arrays import Inputs, Output, Scratch
-from surgery.engine.ops.merge.kernel import WHOLE_ELEMENTS, Kernel, computed
+from surgery.engine.ops.merge.arrays import Inputs, Output, Scratch, work_dtype
+from surgery.engine.ops.merge.kernel import Kernel, computed
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
 from surgery.engine.ops.merge.select import Keys, RankRange, magnitude_keys, sample_positions
 from surgery.engine.plan import OutputTensor, copy_of
 
 MIN_WEIGHT_SUM = 1e-6
+# Variance keys one job may keep (per worker): a 5632 x 2048 projection's float32 keys fit.
+HELD_BYTES = 48 * 2**20
 
 
 def _variance(deltas: list[np.ndarray], scratch: Scratch | None = None) -> np.ndarray:
@@ -61,17 +63,19 @@ class Sce(Kernel):
     """base + sum_i w_i m_i s_i d_i / sum_i w_i m_i: d_i the task vectors, s the selection
     mask, m_i the sign agreement, w_i from mean squares.
 
-    A tensor of up to `WHOLE_ELEMENTS` is computed in one job that keeps its variance keys
-    (4 or 8 bytes per element): the variances are computed once, for the count, the
-    selection, the mean squares and the map. A larger one is mapped in segments and computes
-    them in each pass.
+    A tensor whose variance keys fit `HELD_BYTES` (4 or 8 bytes per element) is computed in one
+    job that keeps them: the variances are computed once, for the count, the selection, the
+    mean squares and the map. A larger one is mapped in segments and computes them in each
+    pass.
     """
 
     def __init__(self, job: TensorJob) -> None:
         order = [job.base, *job.non_base]
         super().__init__(job.name, [job.inputs[i] for i in order], job.out_dtype)
         self.topk = float(job.shared["select_topk"])
-        self.segmentable = not 0 < self.topk < 1 or int(np.prod(job.shape)) > WHOLE_ELEMENTS
+        width = np.dtype(work_dtype([*(t.dtype for t in self.inputs), self.out_dtype])).itemsize
+        held = int(np.prod(job.shape)) * width
+        self.segmentable = not 0 < self.topk < 1 or held > HELD_BYTES
 
     def _deltas(self, chunk: list[np.ndarray]) -> list[np.ndarray]:
         base = chunk[0]
