@@ -74,8 +74,9 @@ class Sce(Kernel):
         super().__init__(job.name, [job.inputs[i] for i in order], job.out_dtype)
         self.topk = float(job.shared["select_topk"])
         width = np.dtype(work_dtype([*(t.dtype for t in self.inputs), self.out_dtype])).itemsize
-        held = int(np.prod(job.shape)) * width
-        self.segmentable = not 0 < self.topk < 1 or held > HELD_BYTES
+        keys = int(np.prod(job.shape)) * width  # bytes of variance keys
+        self.segmentable = not 0 < self.topk < 1 or keys > HELD_BYTES
+        self.held: np.ndarray | None = None  # the variance keys, in the one job that keeps them
 
     def _deltas(self, chunk: list[np.ndarray]) -> list[np.ndarray]:
         base = chunk[0]
@@ -92,7 +93,7 @@ class Sce(Kernel):
 
     def _keys(self, inputs: Inputs) -> Keys:
         """Starts a pass over the variance keys: computed, or read from those kept."""
-        held = getattr(self, "held", None)
+        held = self.held
 
         def keys(first: int) -> Iterator[tuple[int, np.ndarray]]:
             scratch = Scratch(min(self.step, max(inputs.numel - first, 0)))
@@ -130,9 +131,8 @@ class Sce(Kernel):
 
     def _sample(self, inputs: Inputs, positions: np.ndarray) -> np.ndarray | None:
         """The variance keys at `positions`, or None where the inputs cannot be gathered."""
-        held = getattr(self, "held", None)
-        if held is not None:
-            return held[positions]
+        if self.held is not None:
+            return self.held[positions]
         values = [inputs.gather(i, positions) for i in range(len(self.inputs))]
         if any(v is None for v in values):
             return None
@@ -152,9 +152,8 @@ class Sce(Kernel):
                 delta[...] = 0
             return
         count = len(deltas[0])
-        held = getattr(self, "held", None)
-        if held is not None:
-            keys = held[start : start + count]
+        if self.held is not None:
+            keys = self.held[start : start + count]
         else:
             keys = magnitude_keys(
                 _variance(deltas, scratch), scratch.get("keys", deltas[0].dtype, count)
