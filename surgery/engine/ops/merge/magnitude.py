@@ -51,4 +51,7 @@ class Magnitude(Sparsifier):
     def mask_into(self, start: int, delta: np.ndarray, scratch: Scratch) -> np.ndarray:
         """`mask`, its keys and result in `scratch`."""
         keys = magnitude_keys(delta, scratch.get("keys", delta.dtype, len(delta)))
-        return self.range.mask(keys, start, scratch.get("mask", bool, len(delta)))
+        count = len(delta)
+        return self.range.mask(
+            keys, start, scratch.get("mask", bool, count), scratch.get("spare", bool, count)
+        )

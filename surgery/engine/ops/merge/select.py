@@ -256,9 +256,15 @@ class RankRange:
             if hi - high.less < high.equal:  # the ties from rank hi on are dropped
                 self.high_to = locate(keys, high, hi - high.less)
 
-    def mask(self, keys: np.ndarray, start: int, out: np.ndarray | None = None) -> np.ndarray:
+    def mask(
+        self,
+        keys: np.ndarray,
+        start: int,
+        out: np.ndarray | None = None,
+        spare: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Which elements of the chunk of `keys` at element `start` to keep (in `out`, a bool
-        array as long, where given)."""
+        array as long, where given; `spare`, another, for a comparison with the high bound)."""
         keep = np.empty(keys.shape, bool) if out is None else out
         if self.empty:
             keep[...] = False
@@ -276,7 +282,7 @@ class RankRange:
         else:
             keep[...] = True
         if self.high is not None:
-            keep &= (np.less_equal if high_all else np.less)(keys, self.high)
+            keep &= (np.less_equal if high_all else np.less)(keys, self.high, out=spare)
         # Keys equal to a bound are kept by position; they are few, so only their indices are
         # looked at.
         partial = {self.low, self.high} - {None}
