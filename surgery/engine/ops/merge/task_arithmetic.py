@@ -17,7 +17,7 @@ import numpy as np
 from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs, Output
 from surgery.engine.ops.merge.breadcrumbs import Breadcrumbs
 from surgery.engine.ops.merge.dare import Dare
-from surgery.engine.ops.merge.della import Della
+from surgery.engine.ops.merge.della import Della, SharedPass
 from surgery.engine.ops.merge.kernel import Kernel, computed
 from surgery.engine.ops.merge.magnitude import Magnitude
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
@@ -113,26 +113,36 @@ class TaskArithmetic(Kernel):
             float(self.job.per_input[i]["density"]) < 1 for i in self.others
         )
 
-    def prepare(self, inputs: Inputs) -> list[Sparsifier]:
-        """Every sparsifier's reduction passes (thresholds, rescaling factors)."""
+    def prepare(self, inputs: Inputs) -> list[Sparsifier] | SharedPass:
+        """Every sparsifier's reduction passes (thresholds, rescaling factors); DELLA's
+        rescaling pass is left to its map jobs (a `SharedPass`)."""
         sparsifiers = [self._sparsifier(inputs, p, i) for p, i in enumerate(self.others)]
         for sparsifier in sparsifiers:
             sparsifier.prepare()
         rescaling = [(s, i) for s, i in zip(sparsifiers, self.others, strict=True) if s.rescale]
-        if rescaling:  # one pass for every model: the base decoded once per chunk
-            for start in range(0, inputs.numel, self.step):
-                stop = min(start + self.step, inputs.numel)
-                base = inputs.chunk(self.base, start, stop)
-                for sparsifier, index in rescaling:
-                    delta = inputs.chunk(index, start, stop)
-                    sparsifier.measure(start, np.subtract(delta, base, out=delta))
-            for sparsifier, _ in rescaling:
-                sparsifier.conclude()
+        if not rescaling:
+            return sparsifiers
+        # One pass for every model: the base decoded once per chunk.
+        starts, measure = range(0, inputs.numel, self.step), partial(self._measure, rescaling)
+        if self.variant.sparsify == "della_magprune":  # run by the map jobs, masks kept
+            return SharedPass(sparsifiers, [s for s, _ in rescaling], starts, measure)
+        for start in starts:
+            measure(inputs, start)
+        for sparsifier, _ in rescaling:
+            sparsifier.conclude()
         return sparsifiers
+
+    def _measure(self, rescaling: list[tuple[Sparsifier, int]], inputs: Inputs, start: int) -> None:
+        """The rescaling pass over one chunk, for every model in `rescaling`."""
+        stop = min(start + self.step, inputs.numel)
+        base = inputs.chunk(self.base, start, stop)
+        for sparsifier, index in rescaling:
+            delta = inputs.chunk(index, start, stop)
+            sparsifier.measure(start, np.subtract(delta, base, out=delta))
 
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         """The one map pass over `part`, with the prepared sparsifiers."""
-        sparsifiers = state
+        sparsifiers = state.result(inputs) if isinstance(state, SharedPass) else state
         work = inputs.work
         weights = [work(w) for w in self.weights]
         plain_divisor = work(sum(weights, work(0)))  # summed in the work dtype, as mergekit
