@@ -80,16 +80,18 @@ class Della(Sparsifier):
         """Rank each row's magnitudes and draw the keep-mask of the chunk at `start`."""
         rows = np.abs(delta).reshape(-1, self.row)
         order = _stable_order(rows)
+        order += np.arange(0, len(delta), self.row)[:, None]  # flat positions
         work = delta.dtype.type
-        # Rank 0..row-1 scaled to [0, 1], as mergekit's (rank - min) / (max - min): the row's
-        # scaled ranks computed once, then scattered to where each rank lies.
+        # Rank 0..row-1 scaled to [0, 1], as mergekit's (rank - min) / (max - min), and the
+        # probability of each rank, computed once for a row (elementwise: the same floats as
+        # for every element), then scattered to where each rank lies.
         scaled = np.arange(self.row).astype(delta.dtype) / work(max(self.row - 1, 1))
-        spread = np.empty(rows.shape, delta.dtype)
-        np.put_along_axis(spread, order, scaled[None, :], axis=1)
-        probs = work(self.density - self.epsilon) + spread * work(2 * self.epsilon)
+        by_rank = work(self.density - self.epsilon) + scaled * work(2 * self.epsilon)
+        probs = np.empty(len(delta), delta.dtype)
+        probs[order] = by_rank
         seed, name, model = self.key
-        draws = chunk_rng(seed, name, model, start).random(rows.shape, dtype=delta.dtype)
-        return (draws < probs).reshape(-1)
+        draws = chunk_rng(seed, name, model, start).random(len(delta), dtype=delta.dtype)
+        return draws < probs
 
 
 class SharedPass:
