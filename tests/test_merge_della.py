@@ -104,10 +104,13 @@ def _run_threads(shared: SharedPass, count: int) -> list[object]:
 def test_a_shared_pass_measures_each_chunk_once_over_threads_and_concludes_once():
     recorder = _Recorder()
     seen: list[tuple[int, str]] = []
+    both = threading.Barrier(2, timeout=10)  # the first two chunks: taken by two threads
 
     def measure(inputs: object, start: int) -> None:
         seen.append((start, threading.current_thread().name))
-        time.sleep(0.002)  # long enough that the threads share the chunks
+        if start in (0, 10):
+            both.wait()
+        time.sleep(0.002)
 
     shared = SharedPass([recorder], [recorder], range(0, 400, 10), measure)
     results = _run_threads(shared, 4)
