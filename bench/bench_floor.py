@@ -10,25 +10,25 @@ checkpoints and config, `surgery merge` three ways, each in its own process with
 What the null kernels take is what no arithmetic can win back; docs/benchmarks.md compares it
 with a quarter of mergekit's time.
 
-For `della`, `arcee_fusion` and `ramplus_tl` (`--method`), whose arithmetic is heavy (a sort of
-each row and a draw per element; two exp and a log; counts per element), the floor is `arithmetic
-floor`: one pass that does the method's own arithmetic once, with what its reduction passes find
-(rescaling factors, the threshold, the lambdas) replaced by constants. The merge's time over it
-is what the reduction passes cost.
-Run by hand:  python bench/bench_floor.py [--work DIR] [--repeat 3] [--method della]
+For `della`, `della_linear`, `arcee_fusion` and `ramplus_tl` (`--method`, several separated by
+commas), whose arithmetic is heavy (a sort of each row and a draw per element; two exp and a log;
+counts per element), the floor is `arithmetic floor`: one pass that does the method's own
+arithmetic once, with what its reduction passes find (rescaling factors, the threshold, the
+lambdas) replaced by constants. The merge's time over it is what the reduction passes cost.
+Each table gives wall and CPU seconds (user + system) and peak private memory, and the load.
+Run by hand:  python bench/bench_floor.py [--work DIR] [--repeat 3] [--method della,della_linear]
               (after bench_merge.py --methods METHOD)
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import os
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from measure import measure
 
 INPUTS = ("base", "expert1", "expert2", "expert3")
 
@@ -94,6 +94,7 @@ FLOORS = {
         "null, 1 pass": lambda: _null_kernel(1),
     },
     "della": {"arithmetic floor": _della_floor},
+    "della_linear": {"arithmetic floor": _della_floor},
     "arcee_fusion": {"arithmetic floor": _arcee_floor},
     "ramplus_tl": {"arithmetic floor": _ramplus_floor},
 }
@@ -112,6 +113,15 @@ def floor_times(
 ) -> dict[str, list[float]]:
     """Seconds of each run (the merge unless `merge` is False, then its floors), alternated
     `repeat` times."""
+    runs = floor_runs(work, method, repeat, merge=merge)
+    return {name: [r.seconds for r in timed] for name, timed in runs.items()}
+
+
+def floor_runs(work: Path, method: str, repeat: int, *, merge: bool = True) -> dict[str, list]:
+    """Each run's measurement (wall and CPU seconds, peak private memory): the merge unless
+    `merge` is False, then its floors, alternated `repeat` times."""
+    from bench_engine import timed  # imports torch: not in the child processes
+
     config, out = work / f"{method}.yml", work / "out-floor"
     if not config.is_file():
         sys.exit(f"{config} is missing: run bench/bench_merge.py --methods {method} first")
@@ -122,35 +132,58 @@ def floor_times(
         commands[method] = [sys.executable, "-m", "cli", "merge", "-q", str(config), str(out)]
     for floor in FLOORS[method]:
         commands[floor] = [*me, "--child", method, floor, str(config), str(out)]
-    times: dict[str, list[float]] = {name: [] for name in commands}
+    runs: dict[str, list] = {name: [] for name in commands}
     for _ in range(repeat):  # alternated, so that a slow spell hits all of them
         for name, command in commands.items():
-            result = measure(command, inputs=inputs)
-            shutil.rmtree(out, ignore_errors=True)
+            result = timed(command, out, inputs)
             if result.returncode != 0:
                 sys.exit(f"{name} failed (exit {result.returncode})")
-            times[name].append(result.seconds)
-    return times
+            runs[name].append(result)
+    return runs
+
+
+def table(method: str, runs: dict[str, list]) -> str:
+    """One method's rows: its merge, then each floor, with the merge's wall and CPU time over
+    each."""
+    merge = runs[method]
+    wall, cpu = statistics.median(r.seconds for r in merge), statistics.median(r.cpu for r in merge)
+    lines = [
+        "| run | median s | runs s | CPU s | peak MB | merge over it | CPU over it |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, timed in runs.items():
+        listed = ", ".join(f"{r.seconds:.2f}" for r in timed)
+        median = statistics.median(r.seconds for r in timed)
+        cpu_median = statistics.median(r.cpu for r in timed)
+        peak = max(r.peak_anon for r in timed) / 2**20
+        lines.append(
+            f"| {name} | {median:.2f} | {listed} | {cpu_median:.2f} | {peak:.0f} | "
+            f"{wall / median:.2f}x | {cpu / cpu_median:.2f}x |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("bench/out"))
     parser.add_argument("--repeat", type=int, default=3, help="runs per command (median time)")
-    parser.add_argument("--method", default="model_stock", choices=sorted(FLOORS))
+    parser.add_argument(
+        "--method", default="model_stock", help=f"one or several of {', '.join(sorted(FLOORS))}"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         _child(args.child, *args.rest)
         return
-    times = floor_times(args.work, args.method, args.repeat)
-    merge = statistics.median(times[args.method])
-    print("| run | median s | runs s | merge over it |\n|---|---|---|---|")
-    for name, runs in times.items():
-        listed = ", ".join(f"{t:.2f}" for t in runs)
-        median = statistics.median(runs)
-        print(f"| {name} | {median:.2f} | {listed} | {merge / median:.2f}x |")
+    methods = args.method.split(",")
+    if unknown := [m for m in methods if m not in FLOORS]:
+        parser.error(f"--method: no floor for {', '.join(unknown)}")
+    for method in methods:
+        before = os.getloadavg()[0]
+        runs = floor_runs(args.work, method, args.repeat)
+        print(f"\n{method} ({os.cpu_count()} cores, load {before:.1f} to {os.getloadavg()[0]:.1f})")
+        print(table(method, runs))
 
 
 if __name__ == "__main__":

@@ -3,14 +3,29 @@ grows with its magnitude rank, from density - epsilon (smallest) to density + ep
 
 Ranks are per row (the last dimension; a 1-D tensor is one row), as in mergekit, so only a row is
 ever sorted. Masks come from `chunk_rng`: reproducible, not mergekit's.
+
+Ranking and drawing a mask costs far more than the rest of the merge, and L1 rescaling needs
+every mask of a tensor before its map can start. So the rescaling pass keeps the masks it draws,
+as bits (`KEPT_BYTES` per tensor), for the map to read back instead of drawing them again; and it
+runs in the tensor's own map jobs (`SharedPass`), not with the shard's other reductions, so that
+only the tensors being written hold masks.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
+from surgery.engine.ops.merge.arrays import Inputs, Scratch
 from surgery.engine.ops.merge.kernel import chunk_rng
 from surgery.engine.ops.merge.sparsify import Deltas, Sparsifier
+
+# Bytes of masks a tensor keeps from its rescaling pass for its map (1 bit per element and
+# model): a 32000 x 2048 embedding's for three models (25 MB) fit. Past them (from the chunk
+# where the tensor's kept bits reach the bound on), the map draws its masks again.
+KEPT_BYTES = 32 * 2**20
 
 
 class Della(Sparsifier):
@@ -28,21 +43,112 @@ class Della(Sparsifier):
     ) -> None:
         super().__init__(deltas, numel, rescale)
         self.density, self.epsilon, self.row, self.key = density, epsilon, row, key
+        self.keep_below = 0  # where `remember`: masks of chunks starting below it are kept
+        self.sums: dict[int, tuple[float, float]] = {}  # chunk start -> its L1 norms
+
+    def measure(self, start: int, delta: np.ndarray, scratch: Scratch | None = None) -> None:
+        """One chunk's L1 norms before and after masking, kept per chunk (chunks may come in any
+        order, from several threads); its mask kept as bits (for `apply`) where the bound
+        allows."""
+        magnitude = np.abs(delta)
+        keep = self.mask(start, delta)
+        if self.remember and start < self.keep_below:
+            self.masks[start] = np.packbits(keep)
+        before = float(np.add.reduce(magnitude))
+        magnitude *= keep
+        self.sums[start] = (before, float(np.add.reduce(magnitude)))
+
+    def conclude(self) -> None:
+        """The rescaling factor, from the norms added up in chunk order (the same float64 sums
+        as a pass in order)."""
+        for start in sorted(self.sums):
+            before, after = self.sums[start]
+            self.before += before
+            self.after += after
+        self.sums.clear()
+        super().conclude()
 
     def mask(self, start: int, delta: np.ndarray) -> np.ndarray:
-        """Keep-mask of whole rows."""
+        """Rank each row's magnitudes and draw the keep-mask of the chunk at `start` (whole
+        rows)."""
         rows = np.abs(delta).reshape(-1, self.row)
         order = _stable_order(rows)
+        order += np.arange(0, len(delta), self.row)[:, None]  # flat positions
         work = delta.dtype.type
-        # Rank 0..row-1 scaled to [0, 1], as mergekit's (rank - min) / (max - min): the row's
-        # scaled ranks computed once, then scattered to where each rank lies.
+        # Rank 0..row-1 scaled to [0, 1], as mergekit's (rank - min) / (max - min), and the
+        # probability of each rank, computed once for a row (elementwise: the same floats as
+        # for every element), then scattered to where each rank lies.
         scaled = np.arange(self.row).astype(delta.dtype) / work(max(self.row - 1, 1))
-        spread = np.empty(rows.shape, delta.dtype)
-        np.put_along_axis(spread, order, scaled[None, :], axis=1)
-        probs = work(self.density - self.epsilon) + spread * work(2 * self.epsilon)
+        by_rank = work(self.density - self.epsilon) + scaled * work(2 * self.epsilon)
+        probs = np.empty(len(delta), delta.dtype)
+        probs[order] = by_rank
         seed, name, model = self.key
-        draws = chunk_rng(seed, name, model, start).random(rows.shape, dtype=delta.dtype)
-        return (draws < probs).reshape(-1)
+        draws = chunk_rng(seed, name, model, start).random(len(delta), dtype=delta.dtype)
+        return draws < probs
+
+
+class SharedPass:
+    """One tensor's rescaling pass, run by the tensor's map jobs: each job that starts takes the
+    next chunk not yet taken until none is left, then waits for the chunks others are measuring;
+    the last one concludes. A large tensor's pass thus runs on every worker that reaches it, and
+    a tensor's kept masks live only while it is being written.
+
+    `measure(inputs, start)` measures the chunk at `start` for every sparsifier in `rescaling`.
+    """
+
+    def __init__(
+        self,
+        sparsifiers: list[Sparsifier],
+        rescaling: Sequence[Sparsifier],
+        starts: range,
+        measure: Callable[[Inputs, int], None],
+    ) -> None:
+        self.sparsifiers, self.rescaling = sparsifiers, list(rescaling)
+        self.starts, self.measure = starts, measure
+        keep = KEPT_BYTES * 8 // max(1, len(self.rescaling))  # elements per model
+        for sparsifier in self.rescaling:
+            if isinstance(sparsifier, Della):
+                sparsifier.remember, sparsifier.keep_below = True, keep
+        self.cond = threading.Condition()
+        self.taken = self.running = 0
+        self.done = False
+        self.error: BaseException | None = None
+
+    def result(self, inputs: Inputs) -> list[Sparsifier]:
+        """The sparsifiers, rescaling factors set: measures chunks until none is left to take,
+        then waits for the others' (raising the error of any job that failed)."""
+        while (start := self._take()) is not None:
+            try:
+                self.measure(inputs, start)
+            except BaseException as error:
+                self._release(error)
+                raise
+            self._release(None)
+        with self.cond:
+            self.cond.wait_for(lambda: self.error is not None or not self.running)
+            if self.error is not None:
+                raise self.error
+            if not self.done:
+                for sparsifier in self.rescaling:
+                    sparsifier.conclude()
+                self.done = True
+        return self.sparsifiers
+
+    def _take(self) -> int | None:
+        with self.cond:
+            if self.error is not None:
+                raise self.error
+            if self.taken == len(self.starts):
+                return None
+            self.taken += 1
+            self.running += 1
+            return self.starts[self.taken - 1]
+
+    def _release(self, error: BaseException | None) -> None:
+        with self.cond:
+            self.running -= 1
+            self.error = self.error or error
+            self.cond.notify_all()
 
 
 def _stable_order(rows: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy as np
 from surgery.engine.ops.merge.arrays import CHUNK_ELEMENTS, Inputs, Output, Scratch
 from surgery.engine.ops.merge.breadcrumbs import Breadcrumbs
 from surgery.engine.ops.merge.dare import Dare
-from surgery.engine.ops.merge.della import Della
+from surgery.engine.ops.merge.della import Della, SharedPass
 from surgery.engine.ops.merge.kernel import WHOLE_ELEMENTS, Kernel, computed
 from surgery.engine.ops.merge.magnitude import Magnitude
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
@@ -128,32 +128,52 @@ class TaskArithmetic(Kernel):
             float(self.job.per_input[i]["density"]) < 1 for i in self.others
         )
 
-    def prepare(self, inputs: Inputs) -> list[Sparsifier]:
-        """Every sparsifier's reduction passes (thresholds, rescaling factors)."""
+    def prepare(self, inputs: Inputs) -> list[Sparsifier] | SharedPass:
+        """Every sparsifier's reduction passes (thresholds, rescaling factors); DELLA's
+        rescaling pass is left to its map jobs (a `SharedPass`)."""
         sparsifiers = [self._sparsifier(inputs, p, i) for p, i in enumerate(self.others)]
         for sparsifier in sparsifiers:
             sparsifier.prepare()
         rescaling = [(s, i) for s, i in zip(sparsifiers, self.others, strict=True) if s.rescale]
         for sparsifier, _ in rescaling:
             sparsifier.remember = not self.segmentable  # one job: this map follows, whole
-        if rescaling:  # one pass for every model: the base decoded once per chunk
-            scratch = Scratch(min(self.step, inputs.numel))
-            for start in range(0, inputs.numel, self.step):
-                stop = min(start + self.step, inputs.numel)
-                base = scratch.get("base", inputs.work, stop - start)
-                base = inputs.chunk_into(self.base, start, stop, base)
-                for sparsifier, index in rescaling:
-                    delta = scratch.get("delta", inputs.work, stop - start)
-                    delta = inputs.chunk_into(index, start, stop, delta)
-                    sparsifier.measure(start, np.subtract(delta, base, out=delta), scratch)
-            for sparsifier, _ in rescaling:
-                sparsifier.conclude()
+        if not rescaling:
+            return sparsifiers
+        # One pass for every model: the base decoded once per chunk.
+        starts, measure = range(0, inputs.numel, self.step), partial(self._measure, rescaling)
+        if self.variant.sparsify == "della_magprune":  # run by the map jobs, masks kept
+            return SharedPass(sparsifiers, [s for s, _ in rescaling], starts, measure)
+        scratch = Scratch(min(self.step, inputs.numel))
+        for start in starts:
+            measure(inputs, start, scratch)
+        for sparsifier, _ in rescaling:
+            sparsifier.conclude()
         return sparsifiers
+
+    def _measure(
+        self,
+        rescaling: list[tuple[Sparsifier, int]],
+        inputs: Inputs,
+        start: int,
+        scratch: Scratch | None = None,
+    ) -> None:
+        """The rescaling pass over one chunk, for every model in `rescaling`; `scratch`: the
+        pass's reused arrays (None: fresh ones, for a pass whose chunks run on any thread)."""
+        stop = min(start + self.step, inputs.numel)
+        fresh = scratch is None
+        scratch = Scratch(stop - start) if fresh else scratch
+        base = inputs.chunk_into(
+            self.base, start, stop, scratch.get("base", inputs.work, stop - start)
+        )
+        for sparsifier, index in rescaling:
+            delta = scratch.get("delta", inputs.work, stop - start)
+            delta = inputs.chunk_into(index, start, stop, delta)
+            sparsifier.measure(start, np.subtract(delta, base, out=delta), scratch)
 
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         """The one map pass over `part`, with the prepared sparsifiers (every chunk's arrays
         reused from the previous chunk's)."""
-        sparsifiers = state
+        sparsifiers = state.result(inputs) if isinstance(state, SharedPass) else state
         work = inputs.work
         weights = [work(w) for w in self.weights]
         plain_divisor = work(sum(weights, work(0)))  # summed in the work dtype, as mergekit
