@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
 from eval.batching import left_pad
+from eval.drafts import accepted, draft_length, lookup
 from eval.model_loading import cache_argument, model_device, pad_id, supports_logits_to_keep
 from eval.options import batch_size_given
 from eval.tokens import TextEncoder
@@ -340,50 +341,111 @@ def _decode(
     the cache) at EOS, when `ended` says its line ended, or at the token limit.
 
     The inputs are `model.generate`'s: position ids count the real tokens, an all-ones mask
-    is dropped, and each step feeds the last token with the mask one column longer.
+    is dropped, and each step feeds the last token with the mask one column longer. Once few
+    rows are left, a step also feeds each row's guessed next tokens (`eval.drafts`) and keeps
+    those the model predicts itself; the columns of the rejected ones are masked out.
     """
     from transformers import DynamicCache
 
-    rows = ids.shape[0]
-    results: list[Any] = [([], "limit") for _ in range(rows)]
-    generated: list[list[int]] = [[] for _ in range(rows)]
-    active = list(range(rows))  # the rows still generating, in batch order
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    attention = None if bool(mask.all()) else mask
+    results: list[Any] = [([], "limit") for _ in range(ids.shape[0])]
+    generated: list[list[int]] = [[] for _ in range(ids.shape[0])]
+    prompts = [row[keep.bool()].tolist() for row, keep in zip(ids, mask, strict=True)]
+    active = list(range(ids.shape[0]))  # the rows still generating, in batch order
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     fixed: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
-    if supports_logits_to_keep(model):
-        fixed["logits_to_keep"] = 1
-    inputs = ids
-    for step in range(1, max_new_tokens + 1):
-        out = model(input_ids=inputs, attention_mask=attention, position_ids=positions, **fixed)
-        chosen = out.logits[:, -1].float().argmax(-1).tolist()
+    keep_logits = supports_logits_to_keep(model)
+    drafting = _full_attention(cache)
+    attention, padded = mask, not bool(mask.all())
+    inputs, positions = ids, (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    guesses: list[list[int]] = [[] for _ in active]
+    while True:
+        span = inputs.shape[1] if inputs is not ids else 1  # positions whose logits count
+        if keep_logits:
+            fixed["logits_to_keep"] = span
+        out = model(input_ids=inputs, attention_mask=attention if padded else None,
+                    position_ids=positions, **fixed)  # fmt: skip
+        predicted = out.logits[:, -span:].float().argmax(-1).tolist()
         del out
-        live = [slot for slot, token in enumerate(chosen) if token not in eos]
-        for slot in set(range(len(active))) - set(live):
-            results[active[slot]] = (generated[active[slot]], "eos")
-        for slot in live:
-            generated[active[slot]].append(chosen[slot])
-        stopped = ended([generated[active[slot]] for slot in live])
-        keep = []
-        for slot, stop in zip(live, stopped, strict=True):
-            if stop or step == max_new_tokens:
-                results[active[slot]] = (generated[active[slot]], "newline" if stop else "limit")
-            else:
-                keep.append(slot)
-        if not keep:
-            break
-        if len(keep) < len(active):  # finished rows leave: later steps never compute them
-            index = torch.tensor(keep, device=ids.device)
+        made = [accepted(guess, row) for guess, row in zip(guesses, predicted, strict=True)]
+        if span > 1:  # guessed columns the model did not confirm never count again
+            for slot, tokens in enumerate(made):
+                attention[slot, attention.shape[1] - span + len(tokens) :] = 0
+            padded = True
+        keep = _take(made, [generated[row] for row in active], eos, ended, max_new_tokens)
+        for slot, stop in enumerate(keep):
+            if stop is not None:
+                results[active[slot]] = (generated[active[slot]], stop)
+        kept = [slot for slot, stop in enumerate(keep) if stop is None]
+        if not kept:
+            return results
+        following = positions[:, -span] + torch.tensor([len(tokens) for tokens in made])
+        if len(kept) < len(active):  # finished rows leave: later steps never compute them
+            index = torch.tensor(kept, device=ids.device)
             cache.batch_select_indices(index)
-            positions = positions[index]
-            attention = attention[index] if attention is not None else None
-        active = [active[slot] for slot in keep]
-        inputs = torch.tensor([[chosen[slot]] for slot in keep], device=ids.device)
-        positions = positions[:, -1:] + 1
-        if attention is not None:
-            attention = torch.cat([attention, attention.new_ones(len(keep), 1)], dim=-1)
-    return results
+            following, attention = following[index], attention[index]
+        active = [active[slot] for slot in kept]
+        guesses = _guesses(active, prompts, generated, max_new_tokens, drafting)
+        width = max(len(guess) for guess in guesses)
+        rows = [[made[slot][-1], *guess, *[0] * (width - len(guess))]
+                for slot, guess in zip(kept, guesses, strict=True)]  # fmt: skip
+        inputs = torch.tensor(rows, device=ids.device)
+        positions = following[:, None] + torch.arange(width + 1, device=ids.device)
+        attention = torch.cat([attention, attention.new_ones(len(kept), width + 1)], dim=-1)
+
+
+def _take(
+    made: list[list[int]],
+    rows: list[list[int]],
+    eos: set[int],
+    ended: Ended,
+    max_new_tokens: int,
+) -> list[str | None]:
+    """Append each row's new tokens to it, one position at a time, up to where it stops.
+
+    Returns:
+        Per row, why it stopped (one of `STOPS`), or None if it goes on.
+    """
+    stops: list[str | None] = [None] * len(rows)
+    for position in range(max(len(tokens) for tokens in made)):
+        going = [s for s, tokens in enumerate(made) if stops[s] is None and position < len(tokens)]
+        live = []
+        for slot in going:
+            if made[slot][position] in eos:
+                stops[slot] = "eos"
+            else:
+                rows[slot].append(made[slot][position])
+                live.append(slot)
+        for slot, stop in zip(live, ended([rows[slot] for slot in live]), strict=True):
+            if stop or len(rows[slot]) == max_new_tokens:
+                stops[slot] = "newline" if stop else "limit"
+    return stops
+
+
+def _guesses(
+    active: list[int],
+    prompts: list[list[int]],
+    generated: list[list[int]],
+    max_new_tokens: int,
+    drafting: bool,
+) -> list[list[int]]:
+    """Each active row's guessed next tokens (`eval.drafts`), none past the token limit; none
+    at all where the model does not draft (`drafting`)."""
+    length = draft_length(len(active)) if drafting else 0
+    if length == 0:
+        return [[] for _ in active]
+    return [
+        lookup(prompts[row] + generated[row], min(length, max_new_tokens - len(generated[row]) - 1))
+        for row in active
+    ]
+
+
+def _full_attention(cache: Any) -> bool:
+    """Whether every layer of the cache keeps every key: a rejected guess's column is then
+    only masked out. A sliding window counts columns, rejected ones too, so models with one
+    (Gemma 2 and 3, Mistral's window) never draft; nor do recurrent or linear-attention ones."""
+    from transformers.cache_utils import DynamicLayer
+
+    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 def _eos_ids(config: GenerationConfig) -> set[int]:
