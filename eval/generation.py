@@ -345,31 +345,22 @@ def _decode(
     rows are left, a step also feeds each row's guessed next tokens (`eval.drafts`) and keeps
     those the model predicts itself; the columns of the rejected ones are masked out.
     """
-    from transformers import DynamicCache
-
     results: list[Any] = [([], "limit") for _ in range(ids.shape[0])]
     generated: list[list[int]] = [[] for _ in range(ids.shape[0])]
     prompts = [row[keep.bool()].tolist() for row, keep in zip(ids, mask, strict=True)]
     active = list(range(ids.shape[0]))  # the rows still generating, in batch order
-    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    cache, predicted = _prefill(model, ids, mask)
     fixed: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
     keep_logits = supports_logits_to_keep(model)
     drafting = _full_attention(cache)
     attention, padded = mask, not bool(mask.all())
-    inputs, positions = ids, (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    fed = mask.sum(-1) - 1  # per row, the position of the first token the last forward fed
     guesses: list[list[int]] = [[] for _ in active]
     while True:
-        span = inputs.shape[1] if inputs is not ids else 1  # positions whose logits count
-        if keep_logits:
-            fixed["logits_to_keep"] = span
-        out = model(input_ids=inputs, attention_mask=attention if padded else None,
-                    position_ids=positions, **fixed)  # fmt: skip
-        predicted = out.logits[:, -span:].float().argmax(-1).tolist()
-        del out
         made = [accepted(guess, row) for guess, row in zip(guesses, predicted, strict=True)]
-        if span > 1:  # guessed columns the model did not confirm never count again
+        if any(guesses):  # guessed columns the model did not confirm never count again
             for slot, tokens in enumerate(made):
-                attention[slot, attention.shape[1] - span + len(tokens) :] = 0
+                attention[slot, attention.shape[1] - len(predicted[slot]) + len(tokens) :] = 0
             padded = True
         keep = _take(made, [generated[row] for row in active], eos, ended, max_new_tokens)
         for slot, stop in enumerate(keep):
@@ -378,19 +369,84 @@ def _decode(
         kept = [slot for slot, stop in enumerate(keep) if stop is None]
         if not kept:
             return results
-        following = positions[:, -span] + torch.tensor([len(tokens) for tokens in made])
+        fed = fed + torch.tensor([len(tokens) for tokens in made], device=fed.device)
         if len(kept) < len(active):  # finished rows leave: later steps never compute them
             index = torch.tensor(kept, device=ids.device)
             cache.batch_select_indices(index)
-            following, attention = following[index], attention[index]
+            fed, attention = fed[index], attention[index]
         active = [active[slot] for slot in kept]
         guesses = _guesses(active, prompts, generated, max_new_tokens, drafting)
         width = max(len(guess) for guess in guesses)
         rows = [[made[slot][-1], *guess, *[0] * (width - len(guess))]
                 for slot, guess in zip(kept, guesses, strict=True)]  # fmt: skip
-        inputs = torch.tensor(rows, device=ids.device)
-        positions = following[:, None] + torch.arange(width + 1, device=ids.device)
         attention = torch.cat([attention, attention.new_ones(len(kept), width + 1)], dim=-1)
+        if keep_logits:
+            fixed["logits_to_keep"] = width + 1
+        out = model(
+            input_ids=torch.tensor(rows, device=ids.device),
+            attention_mask=attention if padded else None,
+            position_ids=fed[:, None] + torch.arange(width + 1, device=ids.device),
+            **fixed,
+        )
+        predicted = out.logits[:, -(width + 1) :].float().argmax(-1).tolist()
+        del out
+
+
+# Tokens (rows x width) each part of a batch's prompts runs at once: rows of similar length
+# together, so little of the prompt pass computes padding (batches are sorted longest first).
+PREFILL_TOKENS = 512
+
+
+def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> tuple[Any, list[list[int]]]:
+    """Run a left-padded batch's prompts: its KV cache, and each row's greedy next token.
+
+    A model whose cache keeps every key (`_full_attention`) runs the rows in parts of about
+    `PREFILL_TOKENS` tokens, each part only as wide as its longest prompt; each part's keys and
+    values are padded on the left to the batch's width (masked columns, as padding is).
+    """
+    from transformers import DynamicCache
+
+    config = model.config.get_text_config(decoder=True)
+    width = ids.shape[1]
+    step = max(1, PREFILL_TOKENS // width)
+    if not _full_attention(DynamicCache(config=config)) or step >= ids.shape[0]:
+        return _run_prompts(model, ids, mask, DynamicCache(config=config))
+    parts, predicted = [], []
+    for start in range(0, ids.shape[0], step):
+        part = mask[start : start + step]
+        narrow = int(part.sum(-1).max())
+        cache, tokens = _run_prompts(
+            model, ids[start : start + step, -narrow:], part[:, -narrow:], DynamicCache()
+        )
+        parts.append([(layer.keys, layer.values) for layer in cache.layers])
+        predicted += tokens
+    layers = [
+        tuple(torch.cat([_left_pad(part[layer][kind], width) for part in parts]) for kind in (0, 1))
+        for layer in range(len(parts[0]))
+    ]
+    return DynamicCache(layers), predicted
+
+
+def _left_pad(states: torch.Tensor, width: int) -> torch.Tensor:
+    """Keys or values (`[rows, heads, length, dim]`) padded with zeros on the left to `width`."""
+    return torch.nn.functional.pad(states, (0, 0, width - states.shape[2], 0))
+
+
+def _run_prompts(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, cache: Any
+) -> tuple[Any, list[list[int]]]:
+    """One forward of left-padded prompts into `cache`: the cache and each row's next token
+    (`model.generate`'s inputs: an all-ones mask dropped, position ids counting real tokens)."""
+    extra = {"logits_to_keep": 1} if supports_logits_to_keep(model) else {}
+    out = model(
+        input_ids=ids,
+        attention_mask=None if bool(mask.all()) else mask,
+        position_ids=(mask.cumsum(-1) - 1).masked_fill(mask == 0, 0),
+        use_cache=True,
+        **{cache_argument(model): cache},
+        **extra,
+    )
+    return cache, [[token] for token in out.logits[:, -1].float().argmax(-1).tolist()]
 
 
 def _take(
