@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 # Most tokens (rows x positions) one drafting step runs: small batches stay in the regime
 # where a step's cost is the weights' reading. A batch of more rows than this never drafts.
-DRAFT_TOKENS = 16
+DRAFT_TOKENS = 48
 # Most guessed tokens per row and step, and the longest suffix looked up.
 MOST_GUESSED = 8
 LONGEST_MATCH = 3
