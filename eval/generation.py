@@ -375,7 +375,11 @@ def _decode(
             cache.batch_select_indices(index)
             fed, attention = fed[index], attention[index]
         active = [active[slot] for slot in kept]
-        guesses = _guesses(active, prompts, generated, max_new_tokens, drafting)
+        # Rejected guesses stay as masked columns: at most `max_new_tokens` of them, so the
+        # cache never holds more than the prompt width plus twice `max_new_tokens` columns.
+        left = max(max_new_tokens - len(generated[row]) for row in active)
+        room = ids.shape[1] + 2 * max_new_tokens - attention.shape[1] - left if drafting else 0
+        guesses = _guesses(active, prompts, generated, max_new_tokens, room)
         width = max(len(guess) for guess in guesses)
         rows = [[made[slot][-1], *guess, *[0] * (width - len(guess))]
                 for slot, guess in zip(kept, guesses, strict=True)]  # fmt: skip
@@ -482,11 +486,11 @@ def _guesses(
     prompts: list[list[int]],
     generated: list[list[int]],
     max_new_tokens: int,
-    drafting: bool,
+    room: int,
 ) -> list[list[int]]:
-    """Each active row's guessed next tokens (`eval.drafts`), none past the token limit; none
-    at all where the model does not draft (`drafting`)."""
-    length = draft_length(len(active)) if drafting else 0
+    """Each active row's guessed next tokens (`eval.drafts`): at most `room`, none past the
+    token limit."""
+    length = min(draft_length(len(active)), room)
     if length == 0:
         return [[] for _ in active]
     return [
