@@ -165,6 +165,7 @@ def test_guesses_save_steps(model, tokenizer, monkeypatch):
         pytest.skip("a sliding-window model never drafts")
     prompts = [*PROMPTS, "one two one two one two one two"]
     ended = _line_end(tokenizer)
+    expected = reference_runs(model, tokenizer, prompts, ended, new=24, batched=True)
     counts = []
     for draft_tokens in (0, drafts.DRAFT_TOKENS):
         monkeypatch.setattr(drafts, "DRAFT_TOKENS", draft_tokens)
@@ -172,7 +173,7 @@ def test_guesses_save_steps(model, tokenizer, monkeypatch):
         runs = greedy(model, tokenizer, prompts, ended, 24, 256, None, batch_size=None,
                       progress=False, desc="")  # fmt: skip
         monkeypatch.undo()
-        assert runs == reference_runs(model, tokenizer, prompts, ended, new=24)
+        assert runs == expected
         counts.append(len(shapes))
     assert counts[1] < counts[0]
 
