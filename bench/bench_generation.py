@@ -16,13 +16,15 @@ demonstrations differently, so each item's prompt is the same only this way. Tim
 `evaluate` call, the `generate_until` call (the model loaded and warmed up before both).
 
 Printed per task: items, each tool's seconds and items per second, the ratio of our time to
-lm-eval's, and how many items' generations are equal (the text up to the first newline, or
+lm-eval's, how many items' generations are equal, and each tool's CPU seconds (the process's,
+over the same call) with their ratio (the text up to the first newline, or
 up to the stop string: what each tool scores). The tools alternate (lm-eval first for one
 task, ours first for the next), so load that changes during the run reaches both.
 
 Run by hand (on an idle machine; about a minute per task at the default size):
     python bench/fetch_smollm2.py           # once: needs `pip install gguf`
     python bench/bench_generation.py [--items 64] [--threads 2] [--lm-eval-batch-size 8]
+    python bench/bench_generation.py --items 32 --flores-tokens 64 --threads 1  # a loaded machine
 """
 
 from __future__ import annotations
