@@ -3,8 +3,10 @@
 
 One decoding loop from a KV cache serves every task. A batch holds as many prompts as a memory
 budget allows (`generation_batches`), and a row leaves it, cache included, the step it stops:
-no step computes a finished row. The tokens are `model.generate`'s greedy ones (left padding,
-the same attention mask and position ids), and so lm-eval's HF ``generate_until``'s.
+no step computes a finished row. Prompts run in parts of similar length (`_prefill`), and once
+few rows are left a step also checks guessed tokens (`eval.drafts`). The tokens are
+`model.generate`'s greedy ones (left padding, the same attention mask and position ids), and so
+lm-eval's HF ``generate_until``'s.
 
 Each generation says why it stopped (`STOPS`): its line ended, the model's EOS, or the token
 limit. Where the line ends, and how the scored line is cut, is the `postprocess` rule: our
