@@ -16,13 +16,15 @@ demonstrations differently, so each item's prompt is the same only this way. Tim
 `evaluate` call, the `generate_until` call (the model loaded and warmed up before both).
 
 Printed per task: items, each tool's seconds and items per second, the ratio of our time to
-lm-eval's, and how many items' generations are equal (the text up to the first newline, or
+lm-eval's, how many items' generations are equal, and each tool's CPU seconds (the process's,
+over the same call) with their ratio (the text up to the first newline, or
 up to the stop string: what each tool scores). The tools alternate (lm-eval first for one
 task, ours first for the next), so load that changes during the run reaches both.
 
 Run by hand (on an idle machine; about a minute per task at the default size):
     python bench/fetch_smollm2.py           # once: needs `pip install gguf`
     python bench/bench_generation.py [--items 64] [--threads 2] [--lm-eval-batch-size 8]
+    python bench/bench_generation.py --items 32 --flores-tokens 64 --threads 1  # a loaded machine
 """
 
 from __future__ import annotations
@@ -96,14 +98,15 @@ def tasks(
     ]  # fmt: skip
 
 
-def ours(model, tok, task: str, log: Path, batch_size: int | None) -> tuple[float, list, list]:
-    """`evaluate` on the task: seconds, prompts, and each item's text up to the stop."""
+def ours(model, tok, task: str, log: Path, batch_size: int | None) -> tuple[tuple, list, list]:
+    """`evaluate` on the task: (seconds, CPU seconds), prompts, and each item's text up to the
+    stop."""
     from eval.api import evaluate
 
     extra = {} if batch_size is None else {"batch_size": batch_size}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     evaluate(model, tok, [task], progress=False, log_samples=log, max_length=2048, **extra)
-    seconds = time.perf_counter() - start
+    seconds = (time.perf_counter() - start, time.process_time() - cpu)
     records = sorted((json.loads(line) for line in log.read_text().splitlines()),
                      key=lambda r: r["index"])  # fmt: skip
     # flores logs the raw generation (to its line end), exact_match the text before the stop.
@@ -112,8 +115,9 @@ def ours(model, tok, task: str, log: Path, batch_size: int | None) -> tuple[floa
     return seconds, [r["prompt"] for r in records], texts
 
 
-def lm_eval_generations(lm, prompts: list[str], stop: str, tokens: int) -> tuple[float, list]:
-    """lm-eval's `HFLM.generate_until` on `prompts`: seconds and each item's text."""
+def lm_eval_generations(lm, prompts: list[str], stop: str, tokens: int) -> tuple[tuple, list]:
+    """lm-eval's `HFLM.generate_until` on `prompts`: (seconds, CPU seconds) and each item's
+    text."""
     from lm_eval.api.instance import Instance
 
     kwargs = {"until": [stop], "max_gen_toks": tokens, "do_sample": False}
@@ -121,9 +125,9 @@ def lm_eval_generations(lm, prompts: list[str], stop: str, tokens: int) -> tuple
         Instance(request_type="generate_until", doc={}, arguments=(p, dict(kwargs)), idx=0)
         for p in prompts
     ]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     texts = lm.generate_until(requests, disable_tqdm=True)
-    return time.perf_counter() - start, texts
+    return (time.perf_counter() - start, time.process_time() - cpu), texts
 
 
 def main() -> None:
@@ -153,8 +157,9 @@ def main() -> None:
         f"batch {args.lm_eval_batch_size}, ours at "
         f"{args.batch_size or 'batches sized by memory'}; load {os.getloadavg()[0]:.2f}"
     )
-    header = ("task", "items", "lm-eval s", "ours s", "lm-eval it/s", "ours it/s", "ratio", "equal")
-    print("{:<20} {:>5} {:>9} {:>7} {:>12} {:>9} {:>6} {:>7}".format(*header))
+    header = ("task", "items", "lm-eval s", "ours s", "lm-eval it/s", "ours it/s", "ratio", "equal",
+              "lm-eval cpu s", "ours cpu s", "cpu ratio")  # fmt: skip
+    print("{:<20} {:>5} {:>9} {:>7} {:>12} {:>9} {:>6} {:>7} {:>13} {:>10} {:>9}".format(*header))
     with tempfile.TemporaryDirectory() as tmp:
         chosen = tasks(Path(tmp), args.items, args.flores_tokens)
         for turn, (label, task, stop, tokens) in enumerate(chosen):
@@ -169,11 +174,15 @@ def main() -> None:
             assert logged == prompts, f"{label}: the logged prompts are not the task's"
             n = len(mine)
             equal = sum(a == b for a, b in zip(mine, theirs, strict=True))
+            (theirs_s, theirs_cpu), (ours_s, ours_cpu) = theirs_s, ours_s
             print(
                 f"{label:<20} {n:>5} {theirs_s:>9.1f} {ours_s:>7.1f} {n / theirs_s:>12.2f} "
-                f"{n / ours_s:>9.2f} {ours_s / theirs_s:>5.2f}x {equal:>3}/{n:<3}"
+                f"{n / ours_s:>9.2f} {ours_s / theirs_s:>5.2f}x {equal:>3}/{n:<3} "
+                f"{theirs_cpu:>13.1f} {ours_cpu:>10.1f} {ours_cpu / theirs_cpu:>8.2f}x",
+                flush=True,
             )
-    print(f"ratio: our time / lm-eval's; load after the run {os.getloadavg()[0]:.2f}")
+    print(f"ratio: our time / lm-eval's (wall clock, then CPU time of the process); load after "
+          f"the run {os.getloadavg()[0]:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

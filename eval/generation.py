@@ -3,8 +3,10 @@
 
 One decoding loop from a KV cache serves every task. A batch holds as many prompts as a memory
 budget allows (`generation_batches`), and a row leaves it, cache included, the step it stops:
-no step computes a finished row. The tokens are `model.generate`'s greedy ones (left padding,
-the same attention mask and position ids), and so lm-eval's HF ``generate_until``'s.
+no step computes a finished row. Prompts run in parts of similar length (`_prefill`), and once
+few rows are left a step also checks guessed tokens (`eval.drafts`). The tokens are
+`model.generate`'s greedy ones (left padding, the same attention mask and position ids), and so
+lm-eval's HF ``generate_until``'s.
 
 Each generation says why it stopped (`STOPS`): its line ended, the model's EOS, or the token
 limit. Where the line ends, and how the scored line is cut, is the `postprocess` rule: our
@@ -22,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
 from eval.batching import left_pad
+from eval.drafts import accepted, draft_length, lookup
 from eval.model_loading import cache_argument, model_device, pad_id, supports_logits_to_keep
 from eval.options import batch_size_given
 from eval.tokens import TextEncoder
@@ -340,50 +343,171 @@ def _decode(
     the cache) at EOS, when `ended` says its line ended, or at the token limit.
 
     The inputs are `model.generate`'s: position ids count the real tokens, an all-ones mask
-    is dropped, and each step feeds the last token with the mask one column longer.
+    is dropped, and each step feeds the last token with the mask one column longer. Once few
+    rows are left, a step also feeds each row's guessed next tokens (`eval.drafts`) and keeps
+    those the model predicts itself; the columns of the rejected ones are masked out.
+    """
+    results: list[Any] = [([], "limit") for _ in range(ids.shape[0])]
+    generated: list[list[int]] = [[] for _ in range(ids.shape[0])]
+    prompts = [row[keep.bool()].tolist() for row, keep in zip(ids, mask, strict=True)]
+    active = list(range(ids.shape[0]))  # the rows still generating, in batch order
+    cache, predicted = _prefill(model, ids, mask)
+    fixed: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
+    keep_logits = supports_logits_to_keep(model)
+    drafting = _full_attention(cache)
+    attention, padded = mask, not bool(mask.all())
+    fed = mask.sum(-1) - 1  # per row, the position of the first token the last forward fed
+    guesses: list[list[int]] = [[] for _ in active]
+    while True:
+        made = [accepted(guess, row) for guess, row in zip(guesses, predicted, strict=True)]
+        if any(guesses):  # guessed columns the model did not confirm never count again
+            for slot, tokens in enumerate(made):
+                attention[slot, attention.shape[1] - len(predicted[slot]) + len(tokens) :] = 0
+            padded = True
+        keep = _take(made, [generated[row] for row in active], eos, ended, max_new_tokens)
+        for slot, stop in enumerate(keep):
+            if stop is not None:
+                results[active[slot]] = (generated[active[slot]], stop)
+        kept = [slot for slot, stop in enumerate(keep) if stop is None]
+        if not kept:
+            return results
+        fed = fed + torch.tensor([len(tokens) for tokens in made], device=fed.device)
+        if len(kept) < len(active):  # finished rows leave: later steps never compute them
+            index = torch.tensor(kept, device=ids.device)
+            cache.batch_select_indices(index)
+            fed, attention = fed[index], attention[index]
+        active = [active[slot] for slot in kept]
+        # Rejected guesses stay as masked columns: at most `max_new_tokens` of them, so the
+        # cache never holds more than the prompt width plus twice `max_new_tokens` columns.
+        left = max(max_new_tokens - len(generated[row]) for row in active)
+        room = ids.shape[1] + 2 * max_new_tokens - attention.shape[1] - left if drafting else 0
+        guesses = _guesses(active, prompts, generated, max_new_tokens, room)
+        width = max(len(guess) for guess in guesses)
+        rows = [[made[slot][-1], *guess, *[0] * (width - len(guess))]
+                for slot, guess in zip(kept, guesses, strict=True)]  # fmt: skip
+        attention = torch.cat([attention, attention.new_ones(len(kept), width + 1)], dim=-1)
+        if keep_logits:
+            fixed["logits_to_keep"] = width + 1
+        out = model(
+            input_ids=torch.tensor(rows, device=ids.device),
+            attention_mask=attention if padded else None,
+            position_ids=fed[:, None] + torch.arange(width + 1, device=ids.device),
+            **fixed,
+        )
+        predicted = out.logits[:, -(width + 1) :].float().argmax(-1).tolist()
+        del out
+
+
+# Tokens (rows x width) each part of a batch's prompts runs at once: rows of similar length
+# together, so little of the prompt pass computes padding (batches are sorted longest first).
+PREFILL_TOKENS = 512
+
+
+def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> tuple[Any, list[list[int]]]:
+    """Run a left-padded batch's prompts: its KV cache, and each row's greedy next token.
+
+    A model whose cache keeps every key (`_full_attention`) runs the rows in parts of about
+    `PREFILL_TOKENS` tokens, each part only as wide as its longest prompt; each part's keys and
+    values are padded on the left to the batch's width (masked columns, as padding is).
     """
     from transformers import DynamicCache
 
-    rows = ids.shape[0]
-    results: list[Any] = [([], "limit") for _ in range(rows)]
-    generated: list[list[int]] = [[] for _ in range(rows)]
-    active = list(range(rows))  # the rows still generating, in batch order
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    attention = None if bool(mask.all()) else mask
-    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
-    fixed: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
-    if supports_logits_to_keep(model):
-        fixed["logits_to_keep"] = 1
-    inputs = ids
-    for step in range(1, max_new_tokens + 1):
-        out = model(input_ids=inputs, attention_mask=attention, position_ids=positions, **fixed)
-        chosen = out.logits[:, -1].float().argmax(-1).tolist()
-        del out
-        live = [slot for slot, token in enumerate(chosen) if token not in eos]
-        for slot in set(range(len(active))) - set(live):
-            results[active[slot]] = (generated[active[slot]], "eos")
-        for slot in live:
-            generated[active[slot]].append(chosen[slot])
-        stopped = ended([generated[active[slot]] for slot in live])
-        keep = []
-        for slot, stop in zip(live, stopped, strict=True):
-            if stop or step == max_new_tokens:
-                results[active[slot]] = (generated[active[slot]], "newline" if stop else "limit")
+    config = model.config.get_text_config(decoder=True)
+    width = ids.shape[1]
+    step = max(1, PREFILL_TOKENS // width)
+    if not _full_attention(DynamicCache(config=config)) or step >= ids.shape[0]:
+        return _run_prompts(model, ids, mask, DynamicCache(config=config))
+    parts, predicted = [], []
+    for start in range(0, ids.shape[0], step):
+        part = mask[start : start + step]
+        narrow = int(part.sum(-1).max())
+        cache, tokens = _run_prompts(
+            model, ids[start : start + step, -narrow:], part[:, -narrow:], DynamicCache()
+        )
+        parts.append([(layer.keys, layer.values) for layer in cache.layers])
+        predicted += tokens
+    layers = [
+        tuple(torch.cat([_left_pad(part[layer][kind], width) for part in parts]) for kind in (0, 1))
+        for layer in range(len(parts[0]))
+    ]
+    return DynamicCache(layers), predicted
+
+
+def _left_pad(states: torch.Tensor, width: int) -> torch.Tensor:
+    """Keys or values (`[rows, heads, length, dim]`) padded with zeros on the left to `width`."""
+    return torch.nn.functional.pad(states, (0, 0, width - states.shape[2], 0))
+
+
+def _run_prompts(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, cache: Any
+) -> tuple[Any, list[list[int]]]:
+    """One forward of left-padded prompts into `cache`: the cache and each row's next token
+    (`model.generate`'s inputs: an all-ones mask dropped, position ids counting real tokens)."""
+    extra = {"logits_to_keep": 1} if supports_logits_to_keep(model) else {}
+    out = model(
+        input_ids=ids,
+        attention_mask=None if bool(mask.all()) else mask,
+        position_ids=(mask.cumsum(-1) - 1).masked_fill(mask == 0, 0),
+        use_cache=True,
+        **{cache_argument(model): cache},
+        **extra,
+    )
+    return cache, [[token] for token in out.logits[:, -1].float().argmax(-1).tolist()]
+
+
+def _take(
+    made: list[list[int]],
+    rows: list[list[int]],
+    eos: set[int],
+    ended: Ended,
+    max_new_tokens: int,
+) -> list[str | None]:
+    """Append each row's new tokens to it, one position at a time, up to where it stops.
+
+    Returns:
+        Per row, why it stopped (one of `STOPS`), or None if it goes on.
+    """
+    stops: list[str | None] = [None] * len(rows)
+    for position in range(max(len(tokens) for tokens in made)):
+        going = [s for s, tokens in enumerate(made) if stops[s] is None and position < len(tokens)]
+        live = []
+        for slot in going:
+            if made[slot][position] in eos:
+                stops[slot] = "eos"
             else:
-                keep.append(slot)
-        if not keep:
-            break
-        if len(keep) < len(active):  # finished rows leave: later steps never compute them
-            index = torch.tensor(keep, device=ids.device)
-            cache.batch_select_indices(index)
-            positions = positions[index]
-            attention = attention[index] if attention is not None else None
-        active = [active[slot] for slot in keep]
-        inputs = torch.tensor([[chosen[slot]] for slot in keep], device=ids.device)
-        positions = positions[:, -1:] + 1
-        if attention is not None:
-            attention = torch.cat([attention, attention.new_ones(len(keep), 1)], dim=-1)
-    return results
+                rows[slot].append(made[slot][position])
+                live.append(slot)
+        for slot, stop in zip(live, ended([rows[slot] for slot in live]), strict=True):
+            if stop or len(rows[slot]) == max_new_tokens:
+                stops[slot] = "newline" if stop else "limit"
+    return stops
+
+
+def _guesses(
+    active: list[int],
+    prompts: list[list[int]],
+    generated: list[list[int]],
+    max_new_tokens: int,
+    room: int,
+) -> list[list[int]]:
+    """Each active row's guessed next tokens (`eval.drafts`): at most `room`, none past the
+    token limit."""
+    length = min(draft_length(len(active)), room)
+    if length == 0:
+        return [[] for _ in active]
+    return [
+        lookup(prompts[row] + generated[row], min(length, max_new_tokens - len(generated[row]) - 1))
+        for row in active
+    ]
+
+
+def _full_attention(cache: Any) -> bool:
+    """Whether every layer of the cache keeps every key: a rejected guess's column is then
+    only masked out. A sliding window counts columns, rejected ones too, so models with one
+    (Gemma 2 and 3, Mistral's window) never draft; nor do recurrent or linear-attention ones."""
+    from transformers.cache_utils import DynamicLayer
+
+    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 def _eos_ids(config: GenerationConfig) -> set[int]:

@@ -17,8 +17,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from eval import generation
+from eval import drafts, generation
 from eval.batching import left_pad
+from eval.drafts import accepted, draft_length, lookup
 from eval.generation import (
     _greedy_config,
     cache_bytes_per_token,
@@ -113,6 +114,90 @@ def test_greedy_equals_generate_token_for_token(model, tokenizer, references, ba
     # Not vacuous: rows stop for every reason, after different numbers of tokens.
     assert {stop for _, stop in ours} == {"newline", "eos", "limit"}
     assert len({len(tokens) for tokens, _ in ours}) >= 3
+
+
+def _forwards(model, monkeypatch) -> list[tuple[int, int]]:
+    """The `(rows, width)` of every forward the model runs from now on."""
+    shapes: list[tuple[int, int]] = []
+    forward = model.forward
+
+    def counted(*args, **kwargs):
+        shapes.append(tuple(kwargs["input_ids"].shape))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counted)
+    return shapes
+
+
+def test_drafts_and_prompt_parts_change_no_token(model, tokenizer, references, monkeypatch):
+    """Guessed tokens at every step (up to 8 per row) and prompts run one row per part: the same
+    tokens as `generate`. A sliding-window model (Gemma 3) does neither."""
+    from transformers import DynamicCache
+
+    def run(draft_tokens: int, prefill_tokens: int) -> tuple[list, list]:
+        monkeypatch.setattr(drafts, "DRAFT_TOKENS", draft_tokens)
+        monkeypatch.setattr(generation, "PREFILL_TOKENS", prefill_tokens)
+        shapes = _forwards(model, monkeypatch)
+        runs = greedy(model, tokenizer, PROMPTS, _line_end(tokenizer), NEW, 256, None,
+                      batch_size=None, progress=False, desc="")  # fmt: skip
+        monkeypatch.undo()
+        return runs, shapes
+
+    plain, plain_shapes = run(0, 1 << 20)
+    drafted, drafted_shapes = run(1 << 20, 1 << 20)
+    parts, parts_shapes = run(0, 1)
+    both, _ = run(1 << 20, 1)
+    alone, together = references
+    assert plain == drafted == parts == both == alone == together
+    if generation._full_attention(DynamicCache(config=model.config)):
+        assert max(width for _, width in drafted_shapes[1:]) > 2  # it guessed
+        assert len(parts_shapes) == len(plain_shapes) + len(PROMPTS) - 1  # a part a row
+    else:  # a sliding window: plain steps, whole batches
+        assert drafted_shapes == parts_shapes == plain_shapes
+
+
+def test_guesses_save_steps(model, tokenizer, monkeypatch):
+    """With a prompt that invites a loop, 24 new tokens: guessed tokens hold (fewer forwards)
+    and the tokens stay `generate`'s."""
+    from transformers import DynamicCache
+
+    if not generation._full_attention(DynamicCache(config=model.config)):
+        pytest.skip("a sliding-window model never drafts")
+    prompts = [*PROMPTS, "one two one two one two one two"]
+    ended = _line_end(tokenizer)
+    expected = reference_runs(model, tokenizer, prompts, ended, new=24, batched=True)
+    counts = []
+    for draft_tokens in (0, drafts.DRAFT_TOKENS):
+        monkeypatch.setattr(drafts, "DRAFT_TOKENS", draft_tokens)
+        shapes = _forwards(model, monkeypatch)
+        runs = greedy(model, tokenizer, prompts, ended, 24, 256, None, batch_size=None,
+                      progress=False, desc="")  # fmt: skip
+        monkeypatch.undo()
+        assert runs == expected
+        counts.append(len(shapes))
+    assert counts[1] < counts[0]
+
+
+def test_lookup_guesses_what_followed():
+    assert lookup([5, 6, 7, 1, 5, 6], 3) == [7, 1, 5]  # the latest match of the longest suffix
+    assert lookup([1, 2, 9, 2, 9, 3, 2], 2) == [9, 3]  # one token: the latest occurrence
+    assert lookup([4, 8, 8, 8], 5) == [8, 8, 8, 8, 8]  # a loop is copied on
+    assert lookup([1, 2, 3], 4) == [] and lookup([], 4) == [] and lookup([3, 3], 0) == []
+
+
+def test_accepted_keeps_the_models_own_tokens():
+    assert accepted([], [7]) == [7]
+    assert accepted([7, 8, 9], [7, 8, 9, 4]) == [7, 8, 9, 4]
+    assert accepted([7, 5, 9], [7, 8, 9, 4]) == [7, 8]  # the guess after a miss never counts
+    assert accepted([6, 8], [7, 8, 9]) == [7]
+
+
+def test_draft_length_shrinks_with_rows():
+    lengths = [draft_length(rows) for rows in (1, 2, 4, 8, 16, 32, 64)]
+    assert lengths == sorted(lengths, reverse=True)
+    assert lengths[0] == drafts.MOST_GUESSED and lengths[-1] == 0
+    assert all(rows * (length + 1) <= max(drafts.DRAFT_TOKENS, rows)
+               for rows, length in zip((1, 2, 4, 8, 16, 32, 64), lengths, strict=True))  # fmt: skip
 
 
 def test_token_limit(model, tokenizer, references):
