@@ -63,8 +63,9 @@ def _sentence(rng: random.Random) -> str:
     return " ".join(words).capitalize() + "."
 
 
-def synthetic_rows(count: int, seed: int = 0) -> list[dict]:
-    """`count` seeded Belebele-format rows (flores_passage, question, mc_answer1..4, label)."""
+def synthetic_rows(count: int, seed: int = 0, questions: int = 1) -> list[dict]:
+    """`count` seeded Belebele-format rows (flores_passage, question, mc_answer1..4, label),
+    `questions` rows in a row per passage (Belebele asks 900 questions of 488 passages)."""
     rng = random.Random(seed)
     rows = []
     for n in range(count):
@@ -73,11 +74,13 @@ def synthetic_rows(count: int, seed: int = 0) -> list[dict]:
             for k in range(1, 5)
         }
         question = " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 11)))
+        if n % questions == 0:  # drawn after the question: rows as before at one per passage
+            passage = " ".join(_sentence(rng) for _ in range(rng.randint(4, 6)))
         rows.append(
             {
-                "link": f"synthetic/{n}",
-                "question_number": 1,
-                "flores_passage": " ".join(_sentence(rng) for _ in range(rng.randint(4, 6))),
+                "link": f"synthetic/{n // questions}",
+                "question_number": n % questions + 1,
+                "flores_passage": passage,
                 "question": question.capitalize() + "?",
                 **answers,
                 "correct_answer_num": str(rng.randint(1, 4)),
@@ -133,10 +136,10 @@ def _score(args: argparse.Namespace) -> dict:
     return {"seconds": seconds, "acc": acc, "acc_norm": acc_norm, "lls": lls}
 
 
-def _prepare(folder: Path, items: int) -> None:
+def _prepare(folder: Path, items: int, questions: int) -> None:
     from tests.support.lmeval_runner import write_jsonl, write_task_yamls
 
-    rows = write_jsonl(folder / "belebele.jsonl", synthetic_rows(items))
+    rows = write_jsonl(folder / "belebele.jsonl", synthetic_rows(items, questions=questions))
     write_task_yamls(folder / "tasks", {"belebele": rows})
 
 
@@ -175,6 +178,9 @@ def main() -> None:
     parser.add_argument("--shots", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--questions", type=int, default=1, help="questions per passage (Belebele: 1.8)"
+    )
     parser.add_argument("--way", choices=WAYS, help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -187,11 +193,12 @@ def main() -> None:
     checkpoint = smollm2()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        _prepare(folder, args.items)
+        _prepare(folder, args.items, args.questions)
         length, members, fraction = _shared_fraction(folder, args.shots)
         print(
             f"SmolLM2-135M-Instruct, float32, {args.threads} CPU thread(s); {args.items} "
-            f"synthetic Belebele items, {args.shots}-shot (first_n), batch {args.batch_size}; "
+            f"synthetic Belebele items ({args.questions} per passage), {args.shots}-shot "
+            f"(first_n), batch {args.batch_size}; "
             f"shared prefix {length} tokens, {fraction:.0%} of the {members} contexts that "
             "start with it"
         )
