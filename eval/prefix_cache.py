@@ -16,6 +16,10 @@ others re-run a few prefix tokens: batches hold contexts of similar length, so t
 The cache is kept whole in every layer (a plain `DynamicCache`, no sliding-window cropping),
 which is what lets any row read any prefix position.
 
+Past the prefix, items can share more: Belebele asks most passages two questions.
+`shared_groups` finds such groups among the items that start with the prefix; scoring runs a
+group's shared tokens once per batch (eval.scoring).
+
 Where the model's cache is not a plain per-layer key/value cache (recurrent or linear-attention
 layers), or the contexts share nothing, `encode_shared_prefix` returns None and scoring runs
 whole contexts as before.

@@ -8,9 +8,11 @@ choice, and only the choice tokens run a second forward against that cache. The 
 position already predicts each choice's first token, so one-token choices (Belebele's " A".." D")
 need no second forward at all. Contexts that start with the same tokens (few-shot
 demonstrations) run that prefix once per call and every batch of them starts from its KV cache
-(eval.prefix_cache). On a CPU with several threads, batches run side by side, each on its
-share of the threads (eval.workers). tests/test_eval_scores.py checks the result against
-per-choice forward passes on Llama and Gemma-3 (sliding-window layers included).
+(eval.prefix_cache); among them, questions on one passage run the passage once per batch
+(`eval.prefix_cache.shared_groups`, `_grouped_last_logits`). On a CPU with several threads,
+batches run side by side, each on its share of the threads (eval.workers).
+tests/test_eval_scores.py checks the result against per-choice forward passes on Llama and
+Gemma-3 (sliding-window layers included).
 
 A document is scored as lm-eval's ``loglikelihood_rolling`` scores it: cut into windows by
 lm-eval's rule (`rolling_windows`), every token predicted once. The logits of a batch of windows
