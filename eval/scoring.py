@@ -22,7 +22,8 @@ float32 logits per slice), the later slices attending to the earlier ones throug
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,13 @@ from tqdm.auto import tqdm
 from eval.batching import left_pad, right_pad
 from eval.errors import EvalDataError
 from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
-from eval.prefix_cache import SharedPrefix, encode_shared_prefix, shared_groups
+from eval.prefix_cache import (
+    SharedPrefix,
+    encode_shared_prefix,
+    plain_attention_cache,
+    shared_groups,
+    shared_prefix,
+)
 from eval.tokens import TextEncoder
 from eval.workers import map_batches
 
@@ -115,17 +122,18 @@ def choice_loglikelihoods(
     Returns:
         For each request, one float per continuation, in the order given.
     """
-    prefix = encode_shared_prefix(model, [r.context for r in requests]) if prefix_cache else None
+    contexts = [r.context for r in requests]
+    length, members = shared_prefix(contexts) if prefix_cache else (0, [])
+    if members and not plain_attention_cache(model):
+        length, members = 0, []
     batches = [
-        (rows, prefix if shared else None)
-        for units, shared in _units(requests, prefix, batch_size)
+        (rows, shared)
+        for units, shared in _units(requests, length, members, batch_size)
         for rows in _batches(units, requests, batch_size)
     ]
     results: list[list[float]] = [[] for _ in requests]
-    scored = map_batches(
-        lambda batch: _score_batch(model, requests, *batch), batches, model_device(model)
-    )
     bar = tqdm(total=len(batches), desc=desc, disable=not progress, leave=False)
+    scored = _score_batches(model, requests, batches, bool(members))
     for (units, _), scores in zip(batches, scored, strict=True):
         for index, item_scores in zip(_indices(units), scores, strict=True):
             results[index] = item_scores
@@ -134,28 +142,62 @@ def choice_loglikelihoods(
     return results
 
 
+def _score_batches(
+    model: Any,
+    requests: Sequence[ChoiceRequest],
+    batches: list[tuple[list[Unit], bool]],
+    shared: bool,
+) -> Iterator[list[list[float]]]:
+    """Each batch's scores, in order; batches flagged True start from the shared prefix.
+
+    The prefix is encoded as the first job: the batches that do not share it (first in
+    `batches`) run beside it, and those that start from it wait for it. With nothing to run
+    beside it, it is encoded before them, on every thread.
+    """
+    contexts = [r.context for r in requests]
+    encoded: Future[SharedPrefix | None] = Future()
+    beside = shared and not all(flag for _, flag in batches)
+    if shared and not beside:
+        encoded.set_result(encode_shared_prefix(model, contexts))
+
+    def run(job: tuple[list[Unit], bool] | None) -> list[list[float]] | None:
+        if job is None:
+            try:
+                encoded.set_result(encode_shared_prefix(model, contexts))
+            except BaseException as error:  # batches waiting for it raise it too
+                encoded.set_exception(error)
+                raise
+            return None
+        units, flag = job
+        return _score_batch(model, requests, units, encoded.result() if flag else None)
+
+    jobs: list[tuple[list[Unit], bool] | None] = [None, *batches] if beside else [*batches]
+    for job, scores in zip(jobs, map_batches(run, jobs, model_device(model)), strict=True):
+        if job is not None:
+            yield scores
+
+
 # Items that run together from one head: `(indices, length)`, their contexts' first `length`
 # tokens shared (`eval.prefix_cache.shared_groups`).
 Unit = tuple[list[int], int]
 
 
 def _units(
-    requests: Sequence[ChoiceRequest], prefix: SharedPrefix | None, batch_size: int
+    requests: Sequence[ChoiceRequest], length: int, members: list[int], batch_size: int
 ) -> list[tuple[list[Unit], bool]]:
-    """The items in units, first those starting with the shared prefix (they run from its
-    cache), then the others (whole contexts); with the flag saying which."""
-    members = prefix.members if prefix is not None else []
+    """The items in units, first those that do not start with the shared prefix (`length`
+    tokens; they run whole), then its `members` (they run from its cache); with the flag
+    saying which."""
     others = sorted(set(range(len(requests))) - set(members))
     alone = [([i], len(requests[i].context) - 1) for i in others]
     if not members:
         return [(alone, False)]
     one_token = all(len(c) == 1 for i in members for c in requests[i].continuations)
     if one_token:  # choices after a group's rows would need a third forward: not grouped
-        contexts = [r.context for r in requests]
-        units = shared_groups(contexts, prefix.length, members, batch_size)
+        units = shared_groups([r.context for r in requests], length, members, batch_size)
     else:
         units = [([i], len(requests[i].context) - 1) for i in members]
-    return [(units, True), (alone, False)]
+    return [(alone, False), (units, True)]
 
 
 def _indices(units: list[Unit]) -> list[int]:
