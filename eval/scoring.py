@@ -301,9 +301,7 @@ def _grouped_last_logits(
         **{cache_argument(model): prefix.for_batch(mask)},
         **({"logits_to_keep": 1} if supports_logits_to_keep(model) else {}),
     )
-    cache = getattr(head_out, "cache", None)
-    if cache is None:
-        cache = head_out.past_key_values
+    cache = _output_cache(head_out)
     owners = [u for u, (indices, _) in enumerate(units) for _ in indices]
     owner_index = torch.tensor(owners, device=device)
     cache.batch_select_indices(owner_index)
@@ -312,7 +310,7 @@ def _grouped_last_logits(
     rows_mask = mask[owner_index]
     positions = rows_mask.sum(-1, keepdim=True) + torch.arange(inputs.shape[1], device=device)
     ends = torch.tensor([len(rest) - 1 for rest in rests], device=device)
-    # Logits only at the columns where some row ends (the head projects to the vocabulary).
+    # Logits only at the columns where some row ends: the output layer projects no others.
     keep = torch.unique(ends)
     extra = {"logits_to_keep": keep} if supports_logits_to_keep(model) else {}
     out = model(
@@ -327,6 +325,12 @@ def _grouped_last_logits(
     return out.logits[torch.arange(len(rests), device=device), columns]
 
 
+def _output_cache(out: Any) -> Any:
+    """The KV cache a forward returned (``cache`` in some models' outputs)."""
+    cache = getattr(out, "cache", None)
+    return out.past_key_values if cache is None else cache
+
+
 def _score_tails(
     model: Any,
     context_out: Any,
@@ -336,9 +340,7 @@ def _score_tails(
 ) -> torch.Tensor:
     """Log-probability of tokens 2.. of each continuation, from a forward over the cache."""
     device = context_mask.device
-    cache = getattr(context_out, "cache", None)
-    if cache is None:
-        cache = context_out.past_key_values
+    cache = _output_cache(context_out)
     # Repeat each item's cached context once per choice (rows gathered, so choice counts may
     # differ between items).
     cache.batch_select_indices(owner_index)
@@ -468,9 +470,7 @@ def _sliced_logprobs(
             **kwargs,
         )
         if stop < ids.shape[1]:
-            cache = getattr(out, "cache", None)
-            if cache is None:
-                cache = out.past_key_values
+            cache = _output_cache(out)
         logprobs = torch.log_softmax(out.logits.float(), dim=-1)  # [rows, width, vocab]
         del out
         picked = logprobs.gather(-1, targets[:, start:stop].unsqueeze(-1)).squeeze(-1)
