@@ -16,6 +16,10 @@ others re-run a few prefix tokens: batches hold contexts of similar length, so t
 The cache is kept whole in every layer (a plain `DynamicCache`, no sliding-window cropping),
 which is what lets any row read any prefix position.
 
+Past the prefix, items can share more: Belebele asks most passages two questions.
+`shared_groups` finds such groups among the items that start with the prefix; scoring runs a
+group's shared tokens once per batch (eval.scoring).
+
 Where the model's cache is not a plain per-layer key/value cache (recurrent or linear-attention
 layers), or the contexts share nothing, `encode_shared_prefix` returns None and scoring runs
 whole contexts as before.
@@ -31,6 +35,10 @@ from typing import Any
 import torch
 
 from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
+
+# Fewest tokens past the shared prefix that contexts must share to run them once per group: a
+# group costs a second forward, which a few tokens do not pay for.
+MIN_GROUP_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,37 @@ def shared_prefix(contexts: Sequence[Sequence[int]]) -> tuple[int, list[int]]:
     if saved == 0:
         return 0, []
     return min(common[first:end]), order[first : end + 1]
+
+
+def shared_groups(
+    contexts: Sequence[Sequence[int]], prefix: int, members: Sequence[int], most: int
+) -> list[tuple[list[int], int]]:
+    """Members in groups of at most `most` that share tokens past the prefix (one passage asked
+    several questions), each with the number of tokens its contexts share.
+
+    Contexts sorted by their ids put those sharing tokens next to each other; a neighbour joins
+    the group before it while that saves tokens (``(size - 1) x shared past the prefix`` does
+    not drop) and it shares at least `MIN_GROUP_TOKENS` past the prefix.
+
+    Returns:
+        `(indices, length)` per group: the contexts start with the same `length` tokens and keep
+        at least one of their own. A context alone has all of its tokens but the last.
+    """
+    order = sorted(members, key=lambda i: list(contexts[i]))
+    groups: list[tuple[list[int], int]] = []
+    run, length = [order[0]], len(contexts[order[0]]) - 1
+    for a, b in pairwise(order):
+        common = _common_length(contexts[a], contexts[b])
+        shared = min(length, common) - prefix
+        saves = len(run) * shared >= (len(run) - 1) * (length - prefix)
+        if len(run) < most and shared >= MIN_GROUP_TOKENS and saves:
+            run.append(b)
+            length = prefix + shared
+        else:
+            groups.append((run, length))
+            run, length = [b], len(contexts[b]) - 1
+    groups.append((run, length))
+    return groups
 
 
 def _common_length(a: Sequence[int], b: Sequence[int]) -> int:

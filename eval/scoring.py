@@ -8,9 +8,11 @@ choice, and only the choice tokens run a second forward against that cache. The 
 position already predicts each choice's first token, so one-token choices (Belebele's " A".." D")
 need no second forward at all. Contexts that start with the same tokens (few-shot
 demonstrations) run that prefix once per call and every batch of them starts from its KV cache
-(eval.prefix_cache). On a CPU with several threads, batches run side by side, each on its
-share of the threads (eval.workers). tests/test_eval_scores.py checks the result against
-per-choice forward passes on Llama and Gemma-3 (sliding-window layers included).
+(eval.prefix_cache); among them, questions on one passage run the passage once per batch
+(`eval.prefix_cache.shared_groups`, `_grouped_last_logits`). On a CPU with several threads,
+batches run side by side, each on its share of the threads (eval.workers).
+tests/test_eval_scores.py checks the result against per-choice forward passes on Llama and
+Gemma-3 (sliding-window layers included).
 
 A document is scored as lm-eval's ``loglikelihood_rolling`` scores it: cut into windows by
 lm-eval's rule (`rolling_windows`), every token predicted once. The logits of a batch of windows
@@ -20,7 +22,8 @@ float32 logits per slice), the later slices attending to the earlier ones throug
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +33,13 @@ from tqdm.auto import tqdm
 from eval.batching import left_pad, right_pad
 from eval.errors import EvalDataError
 from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
-from eval.prefix_cache import SharedPrefix, encode_shared_prefix
+from eval.prefix_cache import (
+    SharedPrefix,
+    encode_shared_prefix,
+    plain_attention_cache,
+    shared_groups,
+    shared_prefix,
+)
 from eval.tokens import TextEncoder
 from eval.workers import map_batches
 
@@ -113,49 +122,115 @@ def choice_loglikelihoods(
     Returns:
         For each request, one float per continuation, in the order given.
     """
-    prefix = encode_shared_prefix(model, [r.context for r in requests]) if prefix_cache else None
-    members = set(prefix.members) if prefix is not None else set()
-    # Contexts starting with the shared prefix are batched together (they run from its cache),
-    # the others apart, as whole contexts.
-    groups = [
-        (sorted(members), prefix),
-        ([i for i in range(len(requests)) if i not in members], None),
-    ]
+    contexts = [r.context for r in requests]
+    length, members = shared_prefix(contexts) if prefix_cache else (0, [])
+    if members and not plain_attention_cache(model):
+        length, members = 0, []
     batches = [
-        (indices, group_prefix)
-        for group, group_prefix in groups
-        for indices in _batches(group, requests, batch_size)
+        (rows, shared)
+        for units, shared in _units(requests, length, members, batch_size)
+        for rows in _batches(units, requests, batch_size)
     ]
     results: list[list[float]] = [[] for _ in requests]
-    scored = map_batches(
-        lambda batch: _score_batch(model, [requests[i] for i in batch[0]], batch[1]),
-        batches,
-        model_device(model),
-    )
     bar = tqdm(total=len(batches), desc=desc, disable=not progress, leave=False)
-    for (indices, _), scores in zip(batches, scored, strict=True):
-        for index, item_scores in zip(indices, scores, strict=True):
+    scored = _score_batches(model, requests, batches, bool(members))
+    for (units, _), scores in zip(batches, scored, strict=True):
+        for index, item_scores in zip(_indices(units), scores, strict=True):
             results[index] = item_scores
         bar.update()
     bar.close()
     return results
 
 
+def _score_batches(
+    model: Any,
+    requests: Sequence[ChoiceRequest],
+    batches: list[tuple[list[Unit], bool]],
+    shared: bool,
+) -> Iterator[list[list[float]]]:
+    """Each batch's scores, in order; batches flagged True start from the shared prefix.
+
+    The prefix is encoded as the first job: the batches that do not share it (first in
+    `batches`) run beside it, and those that start from it wait for it. With nothing to run
+    beside it, it is encoded before them, on every thread.
+    """
+    contexts = [r.context for r in requests]
+    encoded: Future[SharedPrefix | None] = Future()
+    beside = shared and not all(flag for _, flag in batches)
+    if shared and not beside:
+        encoded.set_result(encode_shared_prefix(model, contexts))
+
+    def run(job: tuple[list[Unit], bool] | None) -> list[list[float]] | None:
+        if job is None:
+            try:
+                encoded.set_result(encode_shared_prefix(model, contexts))
+            except BaseException as error:  # batches waiting for it raise it too
+                encoded.set_exception(error)
+                raise
+            return None
+        units, flag = job
+        return _score_batch(model, requests, units, encoded.result() if flag else None)
+
+    jobs: list[tuple[list[Unit], bool] | None] = [None, *batches] if beside else [*batches]
+    for job, scores in zip(jobs, map_batches(run, jobs, model_device(model)), strict=True):
+        if job is not None:
+            yield scores
+
+
+# Items that run together from one head: `(indices, length)`, their contexts' first `length`
+# tokens shared (`eval.prefix_cache.shared_groups`).
+Unit = tuple[list[int], int]
+
+
+def _units(
+    requests: Sequence[ChoiceRequest], length: int, members: list[int], batch_size: int
+) -> list[tuple[list[Unit], bool]]:
+    """The items in units, first those that do not start with the shared prefix (`length`
+    tokens; they run whole), then its `members` (they run from its cache); with the flag
+    saying which."""
+    others = sorted(set(range(len(requests))) - set(members))
+    alone = [([i], len(requests[i].context) - 1) for i in others]
+    if not members:
+        return [(alone, False)]
+    one_token = all(len(c) == 1 for i in members for c in requests[i].continuations)
+    if one_token:  # choices after a group's rows would need a third forward: not grouped
+        units = shared_groups([r.context for r in requests], length, members, batch_size)
+    else:
+        units = [([i], len(requests[i].context) - 1) for i in members]
+    return [(alone, False), (units, True)]
+
+
+def _indices(units: list[Unit]) -> list[int]:
+    return [i for indices, _ in units for i in indices]
+
+
 def _batches(
-    indices: list[int], requests: Sequence[ChoiceRequest], batch_size: int
-) -> list[list[int]]:
-    """`indices` in batches, longest contexts first: batches hold similar lengths (less
-    padding), and an out-of-memory error shows up in the first batch rather than at the end."""
-    order = sorted(indices, key=lambda i: -len(requests[i].context))
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    units: list[Unit], requests: Sequence[ChoiceRequest], batch_size: int
+) -> list[list[Unit]]:
+    """Units in batches of at most `batch_size` items, longest contexts first: batches hold
+    similar lengths (less padding), and an out-of-memory error shows up in the first batch
+    rather than at the end."""
+    order = sorted(units, key=lambda u: -len(requests[u[0][0]].context))
+    batches: list[list[Unit]] = []
+    for unit in order:
+        if not batches or len(_indices(batches[-1])) + len(unit[0]) > batch_size:
+            batches.append([])
+        batches[-1].append(unit)
+    return batches
 
 
 def _score_batch(
-    model: Any, batch: list[ChoiceRequest], prefix: SharedPrefix | None
+    model: Any,
+    requests: Sequence[ChoiceRequest],
+    units: list[Unit],
+    prefix: SharedPrefix | None,
 ) -> list[list[float]]:
+    """Scores of a batch's items, in the order of `units`."""
+    batch = [requests[i] for i in _indices(units)]
+    if prefix is not None and any(len(indices) > 1 for indices, _ in units):
+        last = _grouped_last_logits(model, requests, units, prefix)
+        return _split(_first_tokens(last, batch), batch)
     device = model_device(model)
-    # One row per (item, choice).
-    owners = [i for i, r in enumerate(batch) for _ in r.continuations]
     conts = [c for r in batch for c in r.continuations]
     needs_tails = max(len(c) for c in conts) > 1  # else no second forward, no cache to keep
 
@@ -174,19 +249,86 @@ def _score_batch(
         use_cache=needs_tails or prefix is not None,
         **extra,
     )
-    last = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # [items, vocab]
-
-    owner_index = torch.tensor(owners, device=device)
-    first = torch.tensor([c[0] for c in conts], device=device)
-    totals = last[owner_index, first].double()  # the context's last logits score token 1
+    totals = _first_tokens(out.logits[:, -1], batch)
     if needs_tails:
+        owners = [i for i, r in enumerate(batch) for _ in r.continuations]
+        owner_index = torch.tensor(owners, device=device)
         totals += _score_tails(model, out, mask, owner_index, conts)
+    return _split(totals, batch)
+
+
+def _first_tokens(last: torch.Tensor, batch: list[ChoiceRequest]) -> torch.Tensor:
+    """Log-probability of each continuation's first token (float64, one per continuation)
+    from its item's last context logits (`last`: `[items, vocab]`)."""
+    device = last.device
+    logprobs = torch.log_softmax(last.float(), dim=-1)
+    owners = torch.tensor([i for i, r in enumerate(batch) for _ in r.continuations], device=device)
+    first = torch.tensor([c[0] for r in batch for c in r.continuations], device=device)
+    return logprobs[owners, first].double()
+
+
+def _split(totals: torch.Tensor, batch: list[ChoiceRequest]) -> list[list[float]]:
+    """Per-continuation totals back into one list per item."""
     flat = totals.tolist()
     scores, at = [], 0
     for request in batch:
         scores.append(flat[at : at + len(request.continuations)])
         at += len(request.continuations)
     return scores
+
+
+def _grouped_last_logits(
+    model: Any, requests: Sequence[ChoiceRequest], units: list[Unit], prefix: SharedPrefix
+) -> torch.Tensor:
+    """Each item's last context logits (`[items, vocab]`, in the order of `units`), its unit's
+    shared tokens run once.
+
+    The heads (a unit's shared tokens) run from the prefix cache, left-padded, as contexts do.
+    Their cache is repeated once per item, and each item's own tokens run after it,
+    right-padded, as choices' tails do: column distances stay token distances (sliding
+    windows see what a whole context sees), and padding after a row's tokens is never attended
+    by them.
+    """
+    device = model_device(model)
+    heads = [requests[indices[0]].context[:length] for indices, length in units]
+    ids, mask = left_pad(heads, device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    head_out = model(
+        input_ids=ids[:, prefix.length :],
+        attention_mask=mask,
+        position_ids=positions[:, prefix.length :],
+        use_cache=True,
+        **{cache_argument(model): prefix.for_batch(mask)},
+        **({"logits_to_keep": 1} if supports_logits_to_keep(model) else {}),
+    )
+    cache = _output_cache(head_out)
+    owners = [u for u, (indices, _) in enumerate(units) for _ in indices]
+    owner_index = torch.tensor(owners, device=device)
+    cache.batch_select_indices(owner_index)
+    rests = [requests[i].context[length:] for indices, length in units for i in indices]
+    inputs, rest_mask = right_pad(rests, device)
+    rows_mask = mask[owner_index]
+    positions = rows_mask.sum(-1, keepdim=True) + torch.arange(inputs.shape[1], device=device)
+    ends = torch.tensor([len(rest) - 1 for rest in rests], device=device)
+    # Logits only at the columns where some row ends: the output layer projects no others.
+    keep = torch.unique(ends)
+    extra = {"logits_to_keep": keep} if supports_logits_to_keep(model) else {}
+    out = model(
+        input_ids=inputs,
+        attention_mask=torch.cat([rows_mask, rest_mask], dim=1),
+        position_ids=positions,
+        use_cache=True,
+        **{cache_argument(model): cache},
+        **extra,
+    )
+    columns = torch.searchsorted(keep, ends) if extra else ends
+    return out.logits[torch.arange(len(rests), device=device), columns]
+
+
+def _output_cache(out: Any) -> Any:
+    """The KV cache a forward returned (``cache`` in some models' outputs)."""
+    cache = getattr(out, "cache", None)
+    return out.past_key_values if cache is None else cache
 
 
 def _score_tails(
@@ -198,9 +340,7 @@ def _score_tails(
 ) -> torch.Tensor:
     """Log-probability of tokens 2.. of each continuation, from a forward over the cache."""
     device = context_mask.device
-    cache = getattr(context_out, "cache", None)
-    if cache is None:
-        cache = context_out.past_key_values
+    cache = _output_cache(context_out)
     # Repeat each item's cached context once per choice (rows gathered, so choice counts may
     # differ between items).
     cache.batch_select_indices(owner_index)
@@ -330,9 +470,7 @@ def _sliced_logprobs(
             **kwargs,
         )
         if stop < ids.shape[1]:
-            cache = getattr(out, "cache", None)
-            if cache is None:
-                cache = out.past_key_values
+            cache = _output_cache(out)
         logprobs = torch.log_softmax(out.logits.float(), dim=-1)  # [rows, width, vocab]
         del out
         picked = logprobs.gather(-1, targets[:, start:stop].unsqueeze(-1)).squeeze(-1)

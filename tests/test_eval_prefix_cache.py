@@ -20,7 +20,12 @@ from cli import cli
 from eval.api import evaluate
 from eval.kinds.mc import score_items
 from eval.kinds.templates import TARGET_DELIMITER
-from eval.prefix_cache import encode_shared_prefix, shared_prefix
+from eval.prefix_cache import (
+    MIN_GROUP_TOKENS,
+    encode_shared_prefix,
+    shared_groups,
+    shared_prefix,
+)
 from eval.scoring import ChoiceRequest, choice_loglikelihoods, make_request
 from eval.tasks import Settings, load_task, parse_task
 from eval.tokens import TextEncoder
@@ -287,3 +292,104 @@ def test_cli_flag_reaches_evaluate(files, monkeypatch, tmp_path, flag, expected)
     result = CliRunner().invoke(cli, ["eval", str(checkpoint), "-t", task, "-q", *flag])
     assert result.exit_code == 0, result.output
     assert seen["prefix_cache"] is expected
+
+
+def _passage_requests(seed: str, passages: int = 5) -> list[ChoiceRequest]:
+    """Random ids: every context starts with 30 shared tokens (past Gemma-3's window), then one
+    of `passages` passages (10..30 tokens) asked 1 to 3 questions (1..15 tokens each), then
+    four one-token choices; two contexts share nothing."""
+    rng = random.Random(seed)
+    vocab = tiny_models.vocab_size()
+
+    def tokens(low: int, high: int) -> list[int]:
+        return [rng.randrange(3, vocab) for _ in range(rng.randint(low, high))]
+
+    shared = [1, *tokens(29, 29)]
+    contexts = []
+    for _ in range(passages):
+        passage = tokens(10, 30)
+        contexts += [shared + passage + tokens(1, 15) for _ in range(rng.randint(1, 3))]
+    contexts += [[1, *tokens(2, 60)] for _ in range(2)]
+    return [ChoiceRequest(c, [[rng.randrange(3, vocab)] for _ in range(4)]) for c in contexts]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_items_sharing_a_passage_score_as_whole_contexts(arch):
+    """Questions on one passage run it once per batch (a second forward for their own tokens):
+    the scores of whole contexts, and of a plain forward per choice, at batch sizes that
+    split groups, hold one, or hold several."""
+    model = tiny_models.build_model(arch).float().eval()
+    requests = _passage_requests(arch)
+    contexts = [r.context for r in requests]
+    prefix = encode_shared_prefix(model, contexts)
+    assert prefix is not None
+    groups = shared_groups(contexts, prefix.length, prefix.members, 8)
+    assert any(len(indices) > 1 for indices, _ in groups)  # the grouped path runs
+    whole = choice_loglikelihoods(model, requests, batch_size=8, prefix_cache=False)
+    for batch_size in (1, 2, 8):
+        got = choice_loglikelihoods(model, requests, batch_size=batch_size)
+        difference = max(
+            abs(a - b) for x, y in zip(got, whole, strict=True) for a, b in zip(x, y, strict=True)
+        )
+        assert difference <= TOLERANCE
+    for request, item_scores in zip(requests, got, strict=True):
+        expected = ref.logprob_after(model, request.context, request.continuations[-1])
+        assert item_scores[-1] == pytest.approx(expected, abs=LL_TOL)
+
+
+def test_shared_groups_partition_the_members_into_contexts_sharing_a_head():
+    rng = random.Random(1)
+    for _ in range(300):
+        stems = [[rng.randrange(3) for _ in range(rng.randint(0, 12))] for _ in range(3)]
+        contexts = [
+            [7, 7] + rng.choice(stems) + [rng.randrange(3) for _ in range(rng.randint(1, 4))]
+            for _ in range(rng.randint(1, 9))
+        ]
+        most = rng.randint(1, 4)
+        groups = shared_groups(contexts, 2, range(len(contexts)), most)
+        assert sorted(i for indices, _ in groups for i in indices) == list(range(len(contexts)))
+        for indices, length in groups:
+            assert len(indices) <= most
+            head = contexts[indices[0]][:length]
+            assert all(contexts[i][:length] == head and len(contexts[i]) > length for i in indices)
+            if len(indices) > 1:
+                assert length >= 2 + MIN_GROUP_TOKENS
+            else:  # alone: all but its last token
+                assert length == len(contexts[indices[0]]) - 1
+
+
+def test_shared_groups_of_passages_asked_twice():
+    passage = list(range(10, 10 + MIN_GROUP_TOKENS))
+    contexts = [[1, 2, *passage, 3], [1, 2, *passage, 4, 5], [1, 2, 9, 3], [1, 2, *passage[:-1]]]
+    # The last context shares two tokens too few with the first two (it keeps one): alone.
+    assert shared_groups(contexts, 2, [0, 1, 2, 3], 8) == [
+        ([2], 3),
+        ([3], MIN_GROUP_TOKENS),
+        ([0, 1], 2 + MIN_GROUP_TOKENS),
+    ]
+    # Groups of at most one: each alone.
+    assert shared_groups(contexts, 2, [0, 1], 1) == [
+        ([0], 2 + MIN_GROUP_TOKENS),
+        ([1], 3 + MIN_GROUP_TOKENS),
+    ]
+
+
+def test_a_passage_runs_once_per_batch():
+    """Batches of two hold one passage's two questions: the model sees the prefix once, then
+    per batch the passage's tokens past the prefix once and each question's own tokens."""
+    model = tiny_models.build_model("llama").float().eval()
+    shared = [1, *range(3, 23)]
+    passages = [list(range(30 + 20 * p, 42 + 20 * p)) for p in range(3)]
+    contexts = [shared + p + [80 + q, 90 + q, 95] for p in passages for q in range(2)]
+    requests = [ChoiceRequest(c, [[5], [6]]) for c in contexts]
+    seen, handle = _count_input_tokens(model)
+    try:
+        got = choice_loglikelihoods(model, requests, batch_size=2)
+    finally:
+        handle.remove()
+    assert shared_prefix(contexts) == (len(shared), list(range(6)))
+    # The prefix, then per batch: one passage (a row of 12), two questions (2 rows of 3).
+    assert sorted(seen) == sorted([len(shared)] + [12, 6] * 3)
+    whole = choice_loglikelihoods(model, requests, batch_size=2, prefix_cache=False)
+    pairs = zip(got, whole, strict=True)
+    assert max(abs(a - b) for x, y in pairs for a, b in zip(x, y, strict=True)) <= TOLERANCE

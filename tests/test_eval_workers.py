@@ -64,3 +64,26 @@ def test_side_by_side_batches_score_as_one_at_a_time(arch, two_threads):
     torch.set_num_threads(1)
     one_at_a_time = choice_loglikelihoods(model, requests, batch_size=3)
     assert side_by_side == one_at_a_time
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_failing_prefix_encoding_fails_the_call(threads, monkeypatch):
+    """The prefix is encoded beside the contexts that do not share it; batches waiting for it
+    get its error, and the call raises it rather than waiting forever."""
+    import eval.scoring as scoring
+
+    def fail(model, contexts):
+        raise RuntimeError("out of memory in the prefix")
+
+    monkeypatch.setattr(scoring, "encode_shared_prefix", fail)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        model = tiny_models.build_model("llama").float().eval()
+        shared = list(range(3, 23))
+        requests = [ChoiceRequest([*shared, 30 + i], [[5]]) for i in range(6)]
+        requests.append(ChoiceRequest([40, 41], [[5]]))  # shares nothing: runs beside it
+        with pytest.raises(RuntimeError, match="out of memory in the prefix"):
+            choice_loglikelihoods(model, requests, batch_size=2)
+    finally:
+        torch.set_num_threads(before)
