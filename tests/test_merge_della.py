@@ -60,7 +60,7 @@ def test_norms_summed_in_chunk_order_whatever_order_chunks_come_in():
 def test_kept_masks_are_the_drawn_ones_read_once_and_bounded():
     chunks = _chunks(6)
     kept = _della()
-    kept.remember, kept.keep_below = True, 2 * len(chunks[0][1])  # the first two chunks
+    kept.remember_below = 2 * len(chunks[0][1])  # the first two chunks
     for start, chunk in chunks:
         kept.measure(start, chunk)
     assert sorted(kept.masks) == [0, len(chunks[0][1])]

@@ -38,7 +38,7 @@ def _run(config: dict, tmp_path, name: str, patch: pytest.MonkeyPatch, whole: bo
         return hold(self, inputs)
 
     def measured(self, start, delta, scratch=None):
-        ways.add("whole" if self.remember else "segments")
+        ways.add("whole" if self.remember_below else "segments")
         return measure(self, start, delta, scratch)
 
     patch.setattr(sce.Sce, "_hold", held)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from surgery.engine.ops.merge.arrays import Inputs, Scratch
+from surgery.engine.ops.merge.arrays import Inputs
 from surgery.engine.ops.merge.kernel import chunk_rng
 from surgery.engine.ops.merge.sparsify import Deltas, Sparsifier
 
@@ -43,30 +43,6 @@ class Della(Sparsifier):
     ) -> None:
         super().__init__(deltas, numel, rescale)
         self.density, self.epsilon, self.row, self.key = density, epsilon, row, key
-        self.keep_below = 0  # where `remember`: masks of chunks starting below it are kept
-        self.sums: dict[int, tuple[float, float]] = {}  # chunk start -> its L1 norms
-
-    def measure(self, start: int, delta: np.ndarray, scratch: Scratch | None = None) -> None:
-        """One chunk's L1 norms before and after masking, kept per chunk (chunks may come in any
-        order, from several threads); its mask kept as bits (for `apply`) where the bound
-        allows."""
-        magnitude = np.abs(delta)
-        keep = self.mask(start, delta)
-        if self.remember and start < self.keep_below:
-            self.masks[start] = np.packbits(keep)
-        before = float(np.add.reduce(magnitude))
-        magnitude *= keep
-        self.sums[start] = (before, float(np.add.reduce(magnitude)))
-
-    def conclude(self) -> None:
-        """The rescaling factor, from the norms added up in chunk order (the same float64 sums
-        as a pass in order)."""
-        for start in sorted(self.sums):
-            before, after = self.sums[start]
-            self.before += before
-            self.after += after
-        self.sums.clear()
-        super().conclude()
 
     def mask(self, start: int, delta: np.ndarray) -> np.ndarray:
         """Rank each row's magnitudes and draw the keep-mask of the chunk at `start` (whole
@@ -107,8 +83,7 @@ class SharedPass:
         self.starts, self.measure = starts, measure
         keep = KEPT_BYTES * 8 // max(1, len(self.rescaling))  # elements per model
         for sparsifier in self.rescaling:
-            if isinstance(sparsifier, Della):
-                sparsifier.remember, sparsifier.keep_below = True, keep
+            sparsifier.remember_below = keep
         self.cond = threading.Condition()
         self.taken = self.running = 0
         self.done = False

@@ -22,38 +22,46 @@ Sampled = Callable[[np.ndarray], np.ndarray | None]
 class Sparsifier(ABC):
     """Drops elements of one model's delta (its task vector), chunk by chunk.
 
-    `prepare` finds thresholds; where `rescale`, `measure` then sees every chunk once, in order
-    (the caller's pass, shared by the models), and `conclude` sets the factor; then `apply` masks
-    any chunk, in any order.
+    `prepare` finds thresholds; where `rescale`, `measure` then sees every chunk once, in any
+    order and from any thread (the caller's pass, shared by the models), and `conclude` sets the
+    factor from the norms added up in chunk order; then `apply` masks any chunk, in any order.
 
-    Where `remember` is set, `measure` keeps each chunk's mask (one bit per element) and
-    `apply` uses it once instead of computing it again: for a mask that costs more than a
-    pass to rebuild (DARE's random draws), where the caller applies every chunk once.
+    `measure` keeps the mask of each chunk starting below `remember_below` (one bit per
+    element), and `apply` uses it once instead of computing it again: for a mask that costs more
+    than a pass to rebuild (DARE's draws, DELLA's ranks), where the caller applies every chunk
+    once.
     """
 
     def __init__(self, deltas: Deltas, numel: int, rescale: bool) -> None:
         self.deltas, self.numel, self.rescale = deltas, numel, rescale
         self.factor = 1.0
         self.before = self.after = 0.0
-        self.remember = False
+        self.sums: dict[int, tuple[float, float]] = {}  # chunk start -> its L1 norms
+        self.remember_below = 0  # masks of chunks starting below it are kept by `measure`
         self.masks: dict[int, np.ndarray] = {}  # chunk start -> packed mask, where remembered
 
     def measure(self, start: int, delta: np.ndarray, scratch: Scratch | None = None) -> None:
-        """Add one chunk's L1 norms, before and after masking (the rescaling pass);
-        `scratch`: the caller's reused arrays."""
+        """One chunk's L1 norms, before and after masking (the rescaling pass), kept for
+        `conclude`; `scratch`: the caller's reused arrays."""
         # Pairwise sums in the chunk's dtype (as mergekit's torch.sum), added up in float64:
         # an order of magnitude faster than summing in float64 or gathering the kept values.
         out = None if scratch is None else scratch.get("magnitude", delta.dtype, len(delta))
         magnitude = np.abs(delta, out=out)
-        self.before += float(np.add.reduce(magnitude))
+        before = float(np.add.reduce(magnitude))
         mask = self.mask(start, delta) if scratch is None else self.mask_into(start, delta, scratch)
-        if self.remember:
+        if start < self.remember_below:
             self.masks[start] = np.packbits(mask)
         magnitude *= mask
-        self.after += float(np.add.reduce(magnitude))
+        self.sums[start] = (before, float(np.add.reduce(magnitude)))
 
     def conclude(self) -> None:
-        """The rescaling factor, from the norms `measure` added up."""
+        """The rescaling factor, from the norms `measure` kept, added up in chunk order (the same
+        float64 sums whatever order the chunks came in)."""
+        for start in sorted(self.sums):
+            before, after = self.sums[start]
+            self.before += before
+            self.after += after
+        self.sums.clear()
         if self.before >= _RESCALE_EPS and self.after >= _RESCALE_EPS:
             self.factor = self.before / self.after
 

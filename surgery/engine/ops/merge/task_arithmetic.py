@@ -136,7 +136,8 @@ class TaskArithmetic(Kernel):
             sparsifier.prepare()
         rescaling = [(s, i) for s, i in zip(sparsifiers, self.others, strict=True) if s.rescale]
         for sparsifier, _ in rescaling:
-            sparsifier.remember = not self.segmentable  # one job: this map follows, whole
+            # One job: this map follows, whole, so every mask is kept.
+            sparsifier.remember_below = 0 if self.segmentable else inputs.numel
         if not rescaling:
             return sparsifiers
         # One pass for every model: the base decoded once per chunk.
@@ -160,8 +161,7 @@ class TaskArithmetic(Kernel):
         """The rescaling pass over one chunk, for every model in `rescaling`; `scratch`: the
         pass's reused arrays (None: fresh ones, for a pass whose chunks run on any thread)."""
         stop = min(start + self.step, inputs.numel)
-        fresh = scratch is None
-        scratch = Scratch(stop - start) if fresh else scratch
+        scratch = scratch or Scratch(stop - start)
         base = inputs.chunk_into(
             self.base, start, stop, scratch.get("base", inputs.work, stop - start)
         )
