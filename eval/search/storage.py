@@ -8,7 +8,7 @@ live: `optuna-dashboard DIR/search.journal`.
 - The first worker creates the study, records the search's settings in it and enqueues the
   baselines; a later worker (or a rerun) loads it and must bring the same settings.
 - A trial interrupted by a kill is run again: on a database its heartbeat stops, optuna fails it
-  and `RetryFailedTrialCallback` enqueues it again; in a journal file (no heartbeat), each
+  and `RetryHeartbeatStaleTrialCallback` enqueues it again; in a journal file (no heartbeat), each
   trial records its worker (host and process id), and a worker starting on that host fails and
   enqueues again every running trial whose process is gone.
 - N is the total over every worker: a trial starts only while the finished trials and those
@@ -25,6 +25,7 @@ import json
 import os
 import socket
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,8 @@ def worker_id() -> str:
 
 
 def open_storage(folder: Path, url: str | None) -> Any:
-    """The journal file in `folder`, or the database at `url` with heartbeats and retries."""
+    """The journal file in `folder`, or the database at `url` with heartbeats, retries and
+    atomic trial starts (`ClaimingRDBStorage`)."""
     require_optuna()
     if url is None:
         from optuna.storages import JournalStorage
@@ -67,16 +69,21 @@ def open_storage(folder: Path, url: str | None) -> Any:
         path = str(folder / JOURNAL)
         # The open lock (O_EXCL) works where symbolic links do not (some network file systems).
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
-    from optuna.storages import RDBStorage, RetryFailedTrialCallback
+    from optuna.exceptions import ExperimentalWarning
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
     from sqlalchemy.exc import IntegrityError, OperationalError
 
+    from eval.search.database import ClaimingRDBStorage
+
     def rdb() -> Any:
-        return RDBStorage(
-            url,
-            heartbeat_interval=30,
-            grace_period=120,
-            failed_trial_callback=RetryFailedTrialCallback(max_retry=3),
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)  # heartbeats: since optuna 2.8
+            return ClaimingRDBStorage(
+                url,
+                heartbeat_interval=30,
+                grace_period=120,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
+            )
 
     for attempt in range(4):
         try:
