@@ -30,33 +30,44 @@ MIN_WEIGHT_SUM = 1e-6
 HELD_BYTES = 48 * 2**20
 
 
-def _variance(deltas: list[np.ndarray], scratch: Scratch | None = None) -> np.ndarray:
+def _variance(
+    deltas: list[np.ndarray],
+    scratch: Scratch | None = None,
+    base: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
     """The population variance across the models, in float64 and rounded to the work dtype,
     as torch.var accumulates it on CPU (bit for bit on float32 tests). The two passes of
     np.var, by hand (np.var itself is 10x slower on a chunk), in `scratch`'s arrays where
-    given: the result is then its "variance" array."""
+    given: the result is then its "variance" array, or `out` where given.
+
+    `base` given: `deltas` are the models' values, and each task vector is rounded in the work
+    dtype as it is widened (no work-dtype copy of it)."""
     count = len(deltas[0])
     scratch = scratch or Scratch(count)
     wide = [scratch.get(f"wide{i}", np.float64, count) for i in range(len(deltas))]
-    for delta, out in zip(deltas, wide, strict=True):
-        np.copyto(out, delta)  # exact: every float32 is a float64
+    for delta, value in zip(deltas, wide, strict=True):
+        if base is None:
+            np.copyto(value, delta)  # exact: every float32 is a float64
+        else:  # the work dtype's difference, widened exactly
+            np.subtract(delta, base, out=value, dtype=delta.dtype)
     mean = scratch.get("mean", np.float64, count)
-    np.copyto(mean, wide[0])
-    for value in wide[1:]:
+    if len(wide) == 1:
+        np.copyto(mean, wide[0])
+    else:  # (w0 + w1) + w2 ...
+        np.add(wide[0], wide[1], out=mean)
+    for value in wide[2:]:
         mean += value
     mean /= len(deltas)
-    total = scratch.get("total", np.float64, count)
-    for i, value in enumerate(wide):
+    for value in wide:
         value -= mean
         value *= value
-        if i == 0:  # 0 + x = x: a square is never -0
-            np.copyto(total, value)
-        else:
-            total += value
-    total /= len(deltas)
-    out = scratch.get("variance", deltas[0].dtype, count)
-    np.copyto(out, total, casting="same_kind")
-    return out
+    total = wide[0]  # (s0 + s1) + s2 ..., in the first square's array
+    for value in wide[1:]:
+        total += value
+    out = scratch.get("variance", deltas[0].dtype, count) if out is None else out
+    # The float64 quotient, rounded once as it is written.
+    return np.divide(total, len(deltas), out=out, casting="same_kind")
 
 
 class Sce(Kernel):
@@ -77,19 +88,32 @@ class Sce(Kernel):
         keys = int(np.prod(job.shape)) * width  # bytes of variance keys
         self.segmentable = not 0 < self.topk < 1 or keys > HELD_BYTES
         self.held: np.ndarray | None = None  # the variance keys, in the one job that keeps them
+        self.nonzero: int | None = None  # how many of them are nonzero, counted as they are held
 
     def _deltas(self, chunk: list[np.ndarray]) -> list[np.ndarray]:
         base = chunk[0]
         return [np.subtract(m, base, out=m) for m in chunk[1:]]
 
-    def _chunk(self, inputs: Inputs, start: int, stop: int, scratch: Scratch) -> list:
-        """The base and the task vectors of elements [start, stop), in `scratch`."""
+    def _decoded(self, inputs: Inputs, start: int, stop: int, scratch: Scratch) -> list:
+        """The base and the models' elements [start, stop), in `scratch`."""
         count = stop - start
-        chunk = [
+        return [
             inputs.chunk_into(i, start, stop, scratch.get(f"input{i}", inputs.work, count))
             for i in range(len(self.inputs))
         ]
+
+    def _chunk(self, inputs: Inputs, start: int, stop: int, scratch: Scratch) -> list:
+        """The base and the task vectors of elements [start, stop), in `scratch`."""
+        chunk = self._decoded(inputs, start, stop, scratch)
         return [chunk[0], *self._deltas(chunk)]
+
+    def _chunk_keys(
+        self, inputs: Inputs, start: int, stop: int, scratch: Scratch, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The variance keys of elements [start, stop) (in `out`, work floats, where given)."""
+        base, *models = self._decoded(inputs, start, stop, scratch)
+        variance = _variance(models, scratch, base=base, out=out)
+        return magnitude_keys(variance, variance)  # in place: a variance is never needed again
 
     def _keys(self, inputs: Inputs) -> Keys:
         """Starts a pass over the variance keys: computed, or read from those kept."""
@@ -101,14 +125,8 @@ class Sce(Kernel):
                 stop = min(start + self.step, inputs.numel)
                 if held is not None:
                     yield start, held[start:stop]
-                    continue
-                deltas = self._chunk(inputs, start, stop, scratch)[1:]
-                yield (
-                    start,
-                    magnitude_keys(
-                        _variance(deltas, scratch), scratch.get("keys", inputs.work, stop - start)
-                    ),
-                )
+                else:
+                    yield start, self._chunk_keys(inputs, start, stop, scratch)
 
         return keys
 
@@ -119,7 +137,9 @@ class Sce(Kernel):
         if self.topk <= 0:
             return False
         keys = self._keys(inputs)
-        nonzero = sum(int(np.count_nonzero(k)) for _, k in keys(0))
+        nonzero = self.nonzero
+        if nonzero is None:  # keys not held: a counting pass
+            nonzero = sum(int(np.count_nonzero(k)) for _, k in keys(0))
         # mergekit: int(count_nonzero(var) * density), a float32 product.
         k = int(np.float32(nonzero) * np.float32(self.topk))
         if k == 0:
@@ -155,20 +175,26 @@ class Sce(Kernel):
         if self.held is not None:
             keys = self.held[start : start + count]
         else:
-            keys = magnitude_keys(
-                _variance(deltas, scratch), scratch.get("keys", deltas[0].dtype, count)
-            )
+            variance = _variance(deltas, scratch)
+            keys = magnitude_keys(variance, variance)
         keep = selection.mask(keys, start, scratch.get("keep", bool, count))
         for delta in deltas:
             delta *= keep
 
     def _hold(self, inputs: Inputs) -> None:
-        """Compute the variance keys once, kept for every pass of this one job."""
-        unsigned = np.uint32 if inputs.work == np.float32 else np.uint64
-        held = np.empty(inputs.numel, unsigned)
-        for start, keys in self._keys(inputs)(0):
-            held[start : start + len(keys)] = keys
-        self.held = held
+        """Compute the variance keys once, kept for every pass of this one job, and count
+        the nonzero ones as they are written."""
+        held = np.empty(inputs.numel, inputs.work)
+        scratch = Scratch(min(self.step, inputs.numel))
+        nonzero = 0
+        for start in range(0, inputs.numel, self.step):
+            stop = min(start + self.step, inputs.numel)
+            keys = self._chunk_keys(inputs, start, stop, scratch, held[start:stop])
+            nonzero += int(np.count_nonzero(keys))
+        self.held, self.nonzero = (
+            held.view(np.uint32 if inputs.work == np.float32 else np.uint64),
+            nonzero,
+        )
 
     def prepare(self, inputs: Inputs) -> tuple[RankRange | bool, list[float]]:
         """The selection, then the weights from the selected task vectors' mean squares."""
@@ -196,7 +222,7 @@ class Sce(Kernel):
         try:
             self._map(inputs, out, part, state)
         finally:
-            self.held = None  # the one job's keys: freed with it
+            self.held = self.nonzero = None  # the one job's keys: freed with it
 
     def _map(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         selection, weights = state
