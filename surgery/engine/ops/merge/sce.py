@@ -158,6 +158,28 @@ class Sce(Kernel):
             return None
         return magnitude_keys(_variance(self._deltas(values)))
 
+    def _keep(
+        self,
+        selection: RankRange | bool,
+        deltas: list[np.ndarray],
+        start: int,
+        scratch: Scratch,
+    ) -> np.ndarray | None:
+        """Which elements of the chunk at `start` the selection keeps (None: all of them)."""
+        if selection is True:
+            return None
+        count = len(deltas[0])
+        keep = scratch.get("keep", bool, count)
+        if selection is False:
+            keep[...] = False
+            return keep
+        if self.held is not None:
+            keys = self.held[start : start + count]
+        else:
+            variance = _variance(deltas, scratch)
+            keys = magnitude_keys(variance, variance)
+        return selection.mask(keys, start, keep, scratch.get("spare", bool, count))
+
     def _select(
         self,
         selection: RankRange | bool,
@@ -165,21 +187,11 @@ class Sce(Kernel):
         start: int,
         scratch: Scratch,
     ) -> None:
-        if selection is True:
-            return
-        if selection is False:
+        """The selected task vectors: the others' elements set to 0, in place."""
+        keep = self._keep(selection, deltas, start, scratch)
+        if keep is not None:
             for delta in deltas:
-                delta[...] = 0
-            return
-        count = len(deltas[0])
-        if self.held is not None:
-            keys = self.held[start : start + count]
-        else:
-            variance = _variance(deltas, scratch)
-            keys = magnitude_keys(variance, variance)
-        keep = selection.mask(keys, start, scratch.get("keep", bool, count))
-        for delta in deltas:
-            delta *= keep
+                delta *= keep
 
     def _hold(self, inputs: Inputs) -> None:
         """Compute the variance keys once, kept for every pass of this one job, and count
@@ -231,31 +243,53 @@ class Sce(Kernel):
         scratch = Scratch(min(self.step, len(part)))
         for start in range(part.start, part.stop, self.step):
             stop = min(start + self.step, part.stop)
-            count = stop - start
             base, *deltas = self._chunk(inputs, start, stop, scratch)
-            self._select(selection, deltas, start, scratch)
-            total = scratch.get("sum", work, count)
-            np.copyto(total, deltas[0])
-            for delta in deltas[1:]:
-                total += delta
-            positive = np.greater_equal(total, 0, out=scratch.get("positive", bool, count))
-            merged = scratch.get("merged", work, count)
-            divisor = scratch.get("divisor", work, count)
-            merged[...] = 0
-            divisor[...] = 0
-            agree, other = scratch.get("agree", bool, count), scratch.get("other", bool, count)
-            weighted = scratch.get("weighted", work, count)
-            for delta, weight in zip(deltas, weights, strict=True):
-                np.greater(delta, 0, out=agree)
-                np.equal(agree, positive, out=agree)
-                agree &= np.not_equal(delta, 0, out=other)
-                np.multiply(agree, weight, out=weighted)  # weight or 0, as 1.0 or 0.0 * weight
-                divisor += weighted
-                delta *= weighted
-                merged += delta
-            np.maximum(divisor, work(MIN_WEIGHT_SUM), out=divisor)
-            merged /= divisor
+            keep = self._keep(selection, deltas, start, scratch)
+            merged = self._elect(deltas, weights, keep, scratch)
             out.put(start, np.add(base, merged, out=base))
+
+    def _elect(
+        self,
+        deltas: list[np.ndarray],
+        weights: list,
+        keep: np.ndarray | None,
+        scratch: Scratch,
+    ) -> np.ndarray:
+        """sum_i w_i m_i s_i d_i / sum_i w_i m_i over one chunk (the deltas changed in place).
+
+        The selection is folded into the agreement m_i rather than applied to the deltas: an
+        element not kept has the weight 0, and d * 0 is the zero (d * 0) * 0 was, sign included.
+        The sum's sign only matters where an element is kept, and there the masked and unmasked
+        sums are the same floats."""
+        count, work = len(deltas[0]), deltas[0].dtype.type
+        total = scratch.get("sum", work, count)
+        if len(deltas) == 1:
+            np.copyto(total, deltas[0])
+        else:  # (d0 + d1) + d2 ...
+            np.add(deltas[0], deltas[1], out=total)
+        for delta in deltas[2:]:
+            total += delta
+        positive = np.greater_equal(total, 0, out=scratch.get("positive", bool, count))
+        merged = scratch.get("merged", work, count)
+        merged[...] = 0  # +0 + x: a sum of zeros is +0, as mergekit's
+        divisor = scratch.get("divisor", work, count)
+        agree, other = scratch.get("agree", bool, count), scratch.get("other", bool, count)
+        weighted = scratch.get("weighted", work, count)
+        for i, (delta, weight) in enumerate(zip(deltas, weights, strict=True)):
+            np.greater(delta, 0, out=agree)
+            np.equal(agree, positive, out=agree)
+            agree &= np.not_equal(delta, 0, out=other)
+            if keep is not None:
+                agree &= keep
+            # weight or 0, as 1.0 or 0.0 * weight; the first is the divisor itself (0 + x = x)
+            np.multiply(agree, weight, out=divisor if i == 0 else weighted)
+            if i:
+                divisor += weighted
+            delta *= divisor if i == 0 else weighted
+            merged += delta
+        np.maximum(divisor, work(MIN_WEIGHT_SUM), out=divisor)
+        merged /= divisor
+        return merged
 
 
 def build(job: TensorJob) -> OutputTensor:
