@@ -11,7 +11,7 @@ import numpy as np
 
 from surgery.core.dtypes import itemsize
 from surgery.engine.blend import encode_checked
-from surgery.engine.float_codec import CODEC_DTYPES, decode, decode_into
+from surgery.engine.float_codec import CODEC_DTYPES, decode, decode_into, decode_split_into
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.reader import TensorInfo
 from surgery.engine.shard_hash import OrderedHash
@@ -46,6 +46,21 @@ class Inputs:
     def chunk_into(self, index: int, start: int, stop: int, out: np.ndarray) -> np.ndarray:
         """Elements [start, stop) of input `index`, decoded into `out` (as long)."""
         return decode_into(self.bytes[index][start:stop], self.tensors[index].dtype, out)
+
+    def splits(self, count: int) -> bool:
+        """Whether a chunk of `count` elements of every input can be decoded in split order
+        (`chunk_split_into`): all bf16, read as float32, an even count."""
+        return (
+            self.work is np.float32
+            and count % 2 == 0
+            and all(t.dtype == "BF16" for t in self.tensors)
+        )
+
+    def chunk_split_into(self, index: int, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        """Elements [start, stop) of bf16 input `index` decoded into float32 `out` in split
+        order (`decode_split_into`: the even-numbered elements, then the odd-numbered ones),
+        for elementwise work: half the passes of `chunk_into`."""
+        return decode_split_into(self.bytes[index][start:stop], out)
 
     def all(self, start: int, stop: int) -> list[np.ndarray]:
         """Elements [start, stop) of every input."""

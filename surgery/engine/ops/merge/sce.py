@@ -94,11 +94,15 @@ class Sce(Kernel):
         base = chunk[0]
         return [np.subtract(m, base, out=m) for m in chunk[1:]]
 
-    def _decoded(self, inputs: Inputs, start: int, stop: int, scratch: Scratch) -> list:
-        """The base and the models' elements [start, stop), in `scratch`."""
+    def _decoded(
+        self, inputs: Inputs, start: int, stop: int, scratch: Scratch, split: bool = False
+    ) -> list:
+        """The base and the models' elements [start, stop), in `scratch` (in split order where
+        `split`, see `Inputs.chunk_split_into`)."""
         count = stop - start
+        decode = inputs.chunk_split_into if split else inputs.chunk_into
         return [
-            inputs.chunk_into(i, start, stop, scratch.get(f"input{i}", inputs.work, count))
+            decode(i, start, stop, scratch.get(f"input{i}", inputs.work, count))
             for i in range(len(self.inputs))
         ]
 
@@ -111,9 +115,18 @@ class Sce(Kernel):
         self, inputs: Inputs, start: int, stop: int, scratch: Scratch, out: np.ndarray | None = None
     ) -> np.ndarray:
         """The variance keys of elements [start, stop) (in `out`, work floats, where given)."""
-        base, *models = self._decoded(inputs, start, stop, scratch)
-        variance = _variance(models, scratch, base=base, out=out)
-        return magnitude_keys(variance, variance)  # in place: a variance is never needed again
+        # The variance is elementwise: computed in split order (cheaper to decode) where it
+        # lands in `out`, whose two halves of the chunk are then written back in place.
+        split = out is not None and inputs.splits(stop - start)
+        base, *models = self._decoded(inputs, start, stop, scratch, split)
+        variance = _variance(models, scratch, base=base, out=None if split else out)
+        keys = magnitude_keys(variance, variance)  # in place: a variance is never needed again
+        if not split:
+            return keys
+        half = len(keys) // 2
+        held = out.view(keys.dtype)
+        held[0::2], held[1::2] = keys[:half], keys[half:]
+        return held
 
     def _keys(self, inputs: Inputs) -> Keys:
         """Starts a pass over the variance keys: computed, or read from those kept."""
