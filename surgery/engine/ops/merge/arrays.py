@@ -11,7 +11,14 @@ import numpy as np
 
 from surgery.core.dtypes import itemsize
 from surgery.engine.blend import encode_checked
-from surgery.engine.float_codec import CODEC_DTYPES, decode, decode_into, decode_split_into
+from surgery.engine.float_codec import (
+    CODEC_DTYPES,
+    decode,
+    decode_into,
+    decode_split_into,
+    encode_split,
+    may_overflow,
+)
 from surgery.engine.ops.merge.spec import MergeConfigError
 from surgery.engine.reader import TensorInfo
 from surgery.engine.shard_hash import OrderedHash
@@ -146,7 +153,19 @@ class Output:
             SurgeryError: the rounding overflows (inf or NaN from finite inputs), as a blend's.
         """
         stop = start + len(values)
-        rounded = encode_checked(self, values, partial(self.inputs.all, start, stop))
+        self._write(start, encode_checked(self, values, partial(self.inputs.all, start, stop)))
+
+    def put_split(self, start: int, values: np.ndarray, scratch: np.ndarray) -> bool:
+        """Round float32 `values`, in split order (`Inputs.chunk_split_into`), once to bf16 and
+        write them at element `start`, in order; `scratch`: a float32 array as long. False,
+        writing nothing, where a value might round to inf or NaN: the caller then puts the
+        chunk in plain order, where `put` checks it."""
+        if may_overflow(values, self.dtype):
+            return False
+        self._write(start, encode_split(values, scratch))
+        return True
+
+    def _write(self, start: int, rounded: np.ndarray) -> None:
         data = memoryview(rounded).cast("B")
         position = self.offset + start * itemsize(self.dtype)
         self.hasher.add(position, data)  # copied if early: bounded by the hash's pending limit

@@ -70,6 +70,17 @@ def _variance(
     return np.divide(total, len(deltas), out=out, casting="same_kind")
 
 
+def _split_bools(ordered: np.ndarray, out: np.ndarray, odd: np.ndarray) -> np.ndarray:
+    """The bools of `ordered` (an even count) in split order (`Inputs.chunk_split_into`) in
+    `out`; `odd`: uint16 scratch, half as long. Each pair read as one little-endian uint16
+    holds the even element in its low byte: contiguous casts, 9x faster than strided copies."""
+    pairs, half = ordered.view(np.uint16), len(ordered) // 2
+    np.copyto(out[:half].view(np.uint8), pairs, casting="unsafe")  # the low bytes
+    np.right_shift(pairs, 8, out=odd)
+    np.copyto(out[half:].view(np.uint8), odd, casting="unsafe")
+    return out
+
+
 class Sce(Kernel):
     """base + sum_i w_i m_i s_i d_i / sum_i w_i m_i: d_i the task vectors, s the selection
     mask, m_i the sign agreement, w_i from mean squares.
@@ -106,9 +117,12 @@ class Sce(Kernel):
             for i in range(len(self.inputs))
         ]
 
-    def _chunk(self, inputs: Inputs, start: int, stop: int, scratch: Scratch) -> list:
-        """The base and the task vectors of elements [start, stop), in `scratch`."""
-        chunk = self._decoded(inputs, start, stop, scratch)
+    def _chunk(
+        self, inputs: Inputs, start: int, stop: int, scratch: Scratch, split: bool = False
+    ) -> list:
+        """The base and the task vectors of elements [start, stop), in `scratch` (in split
+        order where `split`)."""
+        chunk = self._decoded(inputs, start, stop, scratch, split)
         return [chunk[0], *self._deltas(chunk)]
 
     def _chunk_keys(
@@ -177,8 +191,10 @@ class Sce(Kernel):
         deltas: list[np.ndarray],
         start: int,
         scratch: Scratch,
+        split: bool = False,
     ) -> np.ndarray | None:
-        """Which elements of the chunk at `start` the selection keeps (None: all of them)."""
+        """Which elements of the chunk at `start` the selection keeps (None: all of them), in
+        split order where `split` (a chunk not `positional`)."""
         if selection is True:
             return None
         count = len(deltas[0])
@@ -186,12 +202,17 @@ class Sce(Kernel):
         if selection is False:
             keep[...] = False
             return keep
-        if self.held is not None:
-            keys = self.held[start : start + count]
-        else:
+        spare = scratch.get("spare", bool, count)
+        if self.held is None:  # from the deltas: in their order
             variance = _variance(deltas, scratch)
             keys = magnitude_keys(variance, variance)
-        return selection.mask(keys, start, keep, scratch.get("spare", bool, count))
+            return selection.mask(keys, start, keep, spare, stop=start + count)
+        keys = self.held[start : start + count]
+        if not split:
+            return selection.mask(keys, start, keep, spare)
+        # In order, then split: numpy compares strided keys 10x slower than contiguous ones.
+        ordered = selection.mask(keys, start, scratch.get("ordered", bool, count), spare)
+        return _split_bools(ordered, keep, scratch.get("odd", np.uint16, count // 2))
 
     def _select(
         self,
@@ -256,10 +277,32 @@ class Sce(Kernel):
         scratch = Scratch(min(self.step, len(part)))
         for start in range(part.start, part.stop, self.step):
             stop = min(start + self.step, part.stop)
-            base, *deltas = self._chunk(inputs, start, stop, scratch)
-            keep = self._keep(selection, deltas, start, scratch)
-            merged = self._elect(deltas, weights, keep, scratch)
-            out.put(start, np.add(base, merged, out=base))
+            # bf16 in and out, elementwise: in split order (fewer passes to decode and encode)
+            # but in the one chunk whose selection looks at positions.
+            split = self.out_dtype == "BF16" and inputs.splits(stop - start)
+            if split and isinstance(selection, RankRange):
+                split = not selection.positional(start, stop)
+            if split:
+                merged = self._merged(inputs, selection, weights, start, stop, scratch, split)
+                if out.put_split(start, merged, scratch.get("encoded", work, stop - start)):
+                    continue
+            out.put(start, self._merged(inputs, selection, weights, start, stop, scratch))
+
+    def _merged(
+        self,
+        inputs: Inputs,
+        selection: RankRange | bool,
+        weights: list,
+        start: int,
+        stop: int,
+        scratch: Scratch,
+        split: bool = False,
+    ) -> np.ndarray:
+        """The merged elements [start, stop), before their rounding (in split order where
+        `split`)."""
+        base, *deltas = self._chunk(inputs, start, stop, scratch, split)
+        keep = self._keep(selection, deltas, start, scratch, split)
+        return np.add(base, self._elect(deltas, weights, keep, scratch), out=base)
 
     def _elect(
         self,

@@ -256,20 +256,9 @@ class RankRange:
             if hi - high.less < high.equal:  # the ties from rank hi on are dropped
                 self.high_to = locate(keys, high, hi - high.less)
 
-    def mask(
-        self,
-        keys: np.ndarray,
-        start: int,
-        out: np.ndarray | None = None,
-        spare: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """Which elements of the chunk of `keys` at element `start` to keep (in `out`, a bool
-        array as long, where given; `spare`, another, for a comparison with the high bound)."""
-        keep = np.empty(keys.shape, bool) if out is None else out
-        if self.empty:
-            keep[...] = False
-            return keep
-        stop = start + len(keys)
+    def _sides(self, start: int, stop: int) -> tuple[bool, bool, set]:
+        """For the chunk [start, stop): whether keys equal to the low bound are all kept, the
+        same for the high bound, and the bounds whose tied keys are kept by position."""
         # Keys equal to a bound are kept whole where the chunk lies wholly on the kept side of
         # that bound's tie position (>= and <=), dropped whole where it lies wholly on the other
         # side (> and <); only the one chunk holding the position looks at positions.
@@ -277,6 +266,35 @@ class RankRange:
         high_all = self.high_to >= stop and self.low != self.high
         low_none = self.low_from >= stop and self.low != self.high
         high_none = self.high_to <= start and self.low != self.high
+        partial = {self.low, self.high} - {None}
+        partial -= {self.low} if low_all or low_none else set()
+        partial -= {self.high} if high_all or high_none else set()
+        return low_all, high_all, partial
+
+    def positional(self, start: int, stop: int) -> bool:
+        """Whether the mask of the chunk [start, stop) depends on the keys' positions in it
+        (it holds a tie position); elsewhere it is elementwise, in any order of the keys."""
+        return not self.empty and bool(self._sides(start, stop)[2])
+
+    def mask(
+        self,
+        keys: np.ndarray,
+        start: int,
+        out: np.ndarray | None = None,
+        spare: np.ndarray | None = None,
+        stop: int | None = None,
+    ) -> np.ndarray:
+        """Which elements of the chunk of `keys` at element `start` to keep (in `out`, a bool
+        array as long, where given; `spare`, another, for a comparison with the high bound).
+
+        `stop`: the end of the chunk where `keys` are some of its keys, in any order (a chunk
+        not `positional`); by default `start + len(keys)`."""
+        keep = np.empty(keys.shape, bool) if out is None else out
+        if self.empty:
+            keep[...] = False
+            return keep
+        stop = start + len(keys) if stop is None else stop
+        low_all, high_all, partial = self._sides(start, stop)
         if self.low is not None:
             (np.greater_equal if low_all else np.greater)(keys, self.low, out=keep)
         else:
@@ -285,9 +303,6 @@ class RankRange:
             keep &= (np.less_equal if high_all else np.less)(keys, self.high, out=spare)
         # Keys equal to a bound are kept by position; they are few, so only their indices are
         # looked at.
-        partial = {self.low, self.high} - {None}
-        partial -= {self.low} if low_all or low_none else set()
-        partial -= {self.high} if high_all or high_none else set()
         for bound in partial:
             ties = np.flatnonzero(keys == bound)
             first = self.low_from - start if bound == self.low else 0
