@@ -16,6 +16,7 @@ it nearly cancels), not only the tied ones.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from surgery.engine.plan import OutputTensor, copy_of
 MIN_WEIGHT_SUM = 1e-6
 # Variance keys one job may keep (per worker): a 5632 x 2048 projection's float32 keys fit.
 HELD_BYTES = 48 * 2**20
+# Bits of selection masks a larger tensor keeps from its mean-square pass for its map, which
+# then computes no variance: a 32000 x 2048 embedding's take 8 MB.
+MASK_BYTES = 32 * 2**20
 
 
 def _variance(
@@ -192,9 +196,11 @@ class Sce(Kernel):
         start: int,
         scratch: Scratch,
         split: bool = False,
+        masks: dict[int, np.ndarray] | None = None,
     ) -> np.ndarray | None:
         """Which elements of the chunk at `start` the selection keeps (None: all of them), in
-        split order where `split` (a chunk not `positional`)."""
+        split order where `split` (a chunk not `positional`); from `masks` (packed bits by
+        chunk start) where it holds the chunk's."""
         if selection is True:
             return None
         count = len(deltas[0])
@@ -203,15 +209,22 @@ class Sce(Kernel):
             keep[...] = False
             return keep
         spare = scratch.get("spare", bool, count)
-        if self.held is None:  # from the deltas: in their order
+        packed = None if masks is None else masks.get(start)
+        if packed is not None:
+            ordered = np.unpackbits(packed, count=count).view(bool)
+        elif self.held is None:  # from the deltas: in their order
             variance = _variance(deltas, scratch)
             keys = magnitude_keys(variance, variance)
             return selection.mask(keys, start, keep, spare, stop=start + count)
-        keys = self.held[start : start + count]
+        else:
+            keys = self.held[start : start + count]
+            if not split:
+                return selection.mask(keys, start, keep, spare)
+            ordered = selection.mask(keys, start, scratch.get("ordered", bool, count), spare)
         if not split:
-            return selection.mask(keys, start, keep, spare)
+            np.copyto(keep, ordered)
+            return keep
         # In order, then split: numpy compares strided keys 10x slower than contiguous ones.
-        ordered = selection.mask(keys, start, scratch.get("ordered", bool, count), spare)
         return _split_bools(ordered, keep, scratch.get("odd", np.uint16, count // 2))
 
     def _select(
@@ -220,12 +233,14 @@ class Sce(Kernel):
         deltas: list[np.ndarray],
         start: int,
         scratch: Scratch,
-    ) -> None:
-        """The selected task vectors: the others' elements set to 0, in place."""
+    ) -> np.ndarray | None:
+        """The selected task vectors: the others' elements set to 0, in place; returns the
+        mask (None: all kept)."""
         keep = self._keep(selection, deltas, start, scratch)
         if keep is not None:
             for delta in deltas:
                 delta *= keep
+        return keep
 
     def _hold(self, inputs: Inputs) -> None:
         """Compute the variance keys once, kept for every pass of this one job, and count
@@ -242,17 +257,25 @@ class Sce(Kernel):
             nonzero,
         )
 
-    def prepare(self, inputs: Inputs) -> tuple[RankRange | bool, list[float]]:
-        """The selection, then the weights from the selected task vectors' mean squares."""
+    def prepare(self, inputs: Inputs) -> tuple:
+        """The selection, then the weights from the selected task vectors' mean squares, and
+        the masks of the selection by chunk start (packed bits) where it was computed from
+        variances (a tensor whose keys are not held, up to `MASK_BYTES` of bits)."""
         if not self.segmentable:  # one job: this map follows, whole
             self._hold(inputs)
         selection = self._selection(inputs)
+        # Masks computed from variances (no keys held) are kept for the map, as bits.
+        remember = self.held is None and isinstance(selection, RankRange)
+        remember = remember and inputs.numel <= 8 * MASK_BYTES
+        masks: dict[int, np.ndarray] | None = {} if remember else None
         squares = np.zeros(len(self.inputs) - 1)
         scratch = Scratch(min(self.step, inputs.numel))
         for start in range(0, inputs.numel, self.step):
             stop = min(start + self.step, inputs.numel)
             deltas = self._chunk(inputs, start, stop, scratch)[1:]
-            self._select(selection, deltas, start, scratch)
+            keep = self._select(selection, deltas, start, scratch)
+            if remember:
+                masks[start] = np.packbits(keep)
             square = scratch.get("square", inputs.work, stop - start)
             squares += [float(np.add.reduce(np.multiply(d, d, out=square))) for d in deltas]
         means = squares / max(inputs.numel, 1)
@@ -261,7 +284,7 @@ class Sce(Kernel):
             weights = [1 / len(means)] * len(means)
         else:
             weights = [float(m / total) for m in means]
-        return selection, weights
+        return selection, weights, masks
 
     def map_part(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         """The elected, weighted mean of the selected task vectors, added to the base."""
@@ -271,9 +294,9 @@ class Sce(Kernel):
             self.held = self.nonzero = None  # the one job's keys: freed with it
 
     def _map(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
-        selection, weights = state
-        work = inputs.work
-        weights = [work(w) for w in weights]
+        selection, weights, masks = state
+        weights = [inputs.work(w) for w in weights]
+        merged = partial(self._merged, inputs, selection, weights, masks)
         scratch = Scratch(min(self.step, len(part)))
         for start in range(part.start, part.stop, self.step):
             stop = min(start + self.step, part.stop)
@@ -283,16 +306,17 @@ class Sce(Kernel):
             if split and isinstance(selection, RankRange):
                 split = not selection.positional(start, stop)
             if split:
-                merged = self._merged(inputs, selection, weights, start, stop, scratch, split)
-                if out.put_split(start, merged, scratch.get("encoded", work, stop - start)):
+                encoded = scratch.get("encoded", inputs.work, stop - start)
+                if out.put_split(start, merged(start, stop, scratch, split), encoded):
                     continue
-            out.put(start, self._merged(inputs, selection, weights, start, stop, scratch))
+            out.put(start, merged(start, stop, scratch))
 
     def _merged(
         self,
         inputs: Inputs,
         selection: RankRange | bool,
         weights: list,
+        masks: dict[int, np.ndarray] | None,
         start: int,
         stop: int,
         scratch: Scratch,
@@ -301,7 +325,7 @@ class Sce(Kernel):
         """The merged elements [start, stop), before their rounding (in split order where
         `split`)."""
         base, *deltas = self._chunk(inputs, start, stop, scratch, split)
-        keep = self._keep(selection, deltas, start, scratch, split)
+        keep = self._keep(selection, deltas, start, scratch, split, masks)
         return np.add(base, self._elect(deltas, weights, keep, scratch), out=base)
 
     def _elect(
