@@ -20,10 +20,18 @@ from functools import partial
 
 import numpy as np
 
+from surgery.engine.ops.merge import select
 from surgery.engine.ops.merge.arrays import Inputs, Output, Scratch, work_dtype
 from surgery.engine.ops.merge.kernel import Kernel, computed
 from surgery.engine.ops.merge.method import Base, Method, Param, Scope, TensorJob
-from surgery.engine.ops.merge.select import Keys, RankRange, magnitude_keys, sample_positions
+from surgery.engine.ops.merge.select import (
+    Deferred,
+    Keys,
+    RankRange,
+    count_slack,
+    magnitude_keys,
+    sample_positions,
+)
 from surgery.engine.plan import OutputTensor, copy_of
 
 MIN_WEIGHT_SUM = 1e-6
@@ -103,7 +111,6 @@ class Sce(Kernel):
         keys = int(np.prod(job.shape)) * width  # bytes of variance keys
         self.segmentable = not 0 < self.topk < 1 or keys > HELD_BYTES
         self.held: np.ndarray | None = None  # the variance keys, in the one job that keeps them
-        self.nonzero: int | None = None  # how many of them are nonzero, counted as they are held
 
     def _deltas(self, chunk: list[np.ndarray]) -> list[np.ndarray]:
         base = chunk[0]
@@ -130,16 +137,23 @@ class Sce(Kernel):
         return [chunk[0], *self._deltas(chunk)]
 
     def _chunk_keys(
-        self, inputs: Inputs, start: int, stop: int, scratch: Scratch, out: np.ndarray | None = None
+        self,
+        inputs: Inputs,
+        start: int,
+        stop: int,
+        scratch: Scratch,
+        out: np.ndarray | None = None,
+        any_order: bool = False,
     ) -> np.ndarray:
-        """The variance keys of elements [start, stop) (in `out`, work floats, where given)."""
-        # The variance is elementwise: computed in split order (cheaper to decode) where it
-        # lands in `out`, whose two halves of the chunk are then written back in place.
-        split = out is not None and inputs.splits(stop - start)
+        """The variance keys of elements [start, stop): in `out` (work floats) where given,
+        else in `scratch`, in any order where `any_order` (a pass that only counts them)."""
+        # The variance is elementwise: computed in split order (cheaper to decode) where the
+        # keys' order does not matter or they land in `out`, written back there in order.
+        split = (out is not None or any_order) and inputs.splits(stop - start)
         base, *models = self._decoded(inputs, start, stop, scratch, split)
         variance = _variance(models, scratch, base=base, out=None if split else out)
         keys = magnitude_keys(variance, variance)  # in place: a variance is never needed again
-        if not split:
+        if not split or out is None:
             return keys
         half = len(keys) // 2
         held = out.view(keys.dtype)
@@ -162,28 +176,62 @@ class Sce(Kernel):
         return keys
 
     def _selection(self, inputs: Inputs) -> RankRange | bool:
-        """The top-k variance mask (a `RankRange`), or True / False to keep all or none."""
+        """The top-k variance mask (a `RankRange`), or True / False to keep all or none; the
+        keys held on the way in the one job that keeps them."""
         if self.topk >= 1:
             return True
         if self.topk <= 0:
             return False
-        keys = self._keys(inputs)
-        nonzero = self.nonzero
-        if nonzero is None:  # keys not held: a counting pass
-            nonzero = sum(int(np.count_nonzero(k)) for _, k in keys(0))
-        # mergekit: int(count_nonzero(var) * density), a float32 product.
-        k = int(np.float32(nonzero) * np.float32(self.topk))
-        if k == 0:
-            return False
         width = 32 if inputs.work == np.float32 else 64
         positions = sample_positions(inputs.numel, width)
         sample = None if positions is None else self._sample(inputs, positions)
-        return RankRange(keys, width, inputs.numel - k, inputs.numel, inputs.numel, sample)
+        nonzero, found = self._counted(inputs, sample)
+        k = self._top(nonzero)
+        if k == 0:
+            return False
+        keys = self._keys(inputs)
+        return RankRange(keys, width, inputs.numel - k, inputs.numel, inputs.numel, sample, found)
+
+    def _top(self, nonzero: int) -> int:
+        """How many variances are selected; mergekit: int(count_nonzero(var) * density), a
+        float32 product."""
+        return int(np.float32(nonzero) * np.float32(self.topk))
+
+    def _counted(self, inputs: Inputs, sample: np.ndarray | None) -> tuple[int, list | None]:
+        """One pass over the variance keys, held as they come in the one job that keeps them:
+        how many are nonzero and, given a `sample` of them, the threshold's key found in the
+        same pass (a window around its rank estimated from the sample's zeros; None where it
+        missed, then selected in a pass of its own)."""
+        numel = inputs.numel
+        held = None if self.segmentable else self._hold(inputs)
+        scratch = Scratch(min(self.step, numel))
+        zeros = done = 0
+
+        def first(begin: int) -> Iterator[tuple[int, np.ndarray]]:
+            nonlocal zeros, done
+            for start in range(begin, numel, self.step):
+                stop = min(start + self.step, numel)
+                into = None if held is None else held[start:stop]
+                keys = self._chunk_keys(inputs, start, stop, scratch, into, any_order=True)
+                zeros, done = zeros + len(keys) - int(np.count_nonzero(keys)), stop
+                yield start, keys
+
+        found = None
+        if sample is not None:
+            ordered = np.sort(sample)
+            m, sampled_zeros = len(ordered), int(np.searchsorted(ordered, 0, side="right"))
+            estimate = numel - int(numel * (m - sampled_zeros) / m * self.topk)
+            slack = count_slack(sampled_zeros, m, self.topk)
+            exact = Deferred(lambda: [numel - self._top(numel - zeros)], slack)
+            found = select._in_window(first, ordered, [estimate], numel, exact)
+        for _ in first(done):  # the rest of the pass: all of it without a sample
+            pass
+        if held is not None:
+            self.held = held.view(np.uint32 if inputs.work == np.float32 else np.uint64)
+        return numel - zeros, found
 
     def _sample(self, inputs: Inputs, positions: np.ndarray) -> np.ndarray | None:
         """The variance keys at `positions`, or None where the inputs cannot be gathered."""
-        if self.held is not None:
-            return self.held[positions]
         values = [inputs.gather(i, positions) for i in range(len(self.inputs))]
         if any(v is None for v in values):
             return None
@@ -242,27 +290,15 @@ class Sce(Kernel):
                 delta *= keep
         return keep
 
-    def _hold(self, inputs: Inputs) -> None:
-        """Compute the variance keys once, kept for every pass of this one job, and count
-        the nonzero ones as they are written."""
-        held = np.empty(inputs.numel, inputs.work)
-        scratch = Scratch(min(self.step, inputs.numel))
-        nonzero = 0
-        for start in range(0, inputs.numel, self.step):
-            stop = min(start + self.step, inputs.numel)
-            keys = self._chunk_keys(inputs, start, stop, scratch, held[start:stop])
-            nonzero += int(np.count_nonzero(keys))
-        self.held, self.nonzero = (
-            held.view(np.uint32 if inputs.work == np.float32 else np.uint64),
-            nonzero,
-        )
+    def _hold(self, inputs: Inputs) -> np.ndarray:
+        """Where this one job keeps its variance keys (work floats, filled by the first pass):
+        computed once for every pass."""
+        return np.empty(inputs.numel, inputs.work)
 
     def prepare(self, inputs: Inputs) -> tuple:
         """The selection, then the weights from the selected task vectors' mean squares, and
         the masks of the selection by chunk start (packed bits) where it was computed from
         variances (a tensor whose keys are not held, up to `MASK_BYTES` of bits)."""
-        if not self.segmentable:  # one job: this map follows, whole
-            self._hold(inputs)
         selection = self._selection(inputs)
         # Masks computed from variances (no keys held) are kept for the map, as bits.
         remember = self.held is None and isinstance(selection, RankRange)
@@ -291,7 +327,7 @@ class Sce(Kernel):
         try:
             self._map(inputs, out, part, state)
         finally:
-            self.held = self.nonzero = None  # the one job's keys: freed with it
+            self.held = None  # the one job's keys: freed with it
 
     def _map(self, inputs: Inputs, out: Output, part: range, state: object) -> None:
         selection, weights, masks = state

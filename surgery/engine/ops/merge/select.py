@@ -72,6 +72,14 @@ def sample_positions(numel: int, width: int) -> np.ndarray | None:
     return starts + np.random.default_rng(0).integers(0, widths)
 
 
+def count_slack(count: int, m: int, scale: float) -> int:
+    """Sample ranks by which a rank estimated from `count` of a sample of `m` (a count over
+    the whole tensor, scaled by `scale`) may miss: `_WINDOW_SIGMAS` standard deviations of the
+    count, taken as at least 16 for a count near 0 (for a `Deferred` window)."""
+    q = min(0.5, (count + 16) / m)
+    return int(_WINDOW_SIGMAS * scale * np.sqrt(m * q * (1 - q))) + 1
+
+
 def select_ranks(
     keys: Keys, width: int, ranks: list[int], numel: int, sample: np.ndarray | None = None
 ) -> list[Found]:
@@ -122,14 +130,27 @@ def _in_memory(keys: Keys, width: int, ranks: list[int], numel: int) -> list[Fou
     return found
 
 
-def _in_window(keys: Keys, sample: np.ndarray, ranks: list[int], numel: int) -> list | None:
+@dataclass(frozen=True)
+class Deferred:
+    """Ranks known only once a pass is done (they depend on a count it makes): `ranks` gives
+    them then; the window is bounded around estimates, `slack` sample ranks wider."""
+
+    ranks: Callable[[], list[int]]
+    slack: int
+
+
+def _in_window(
+    keys: Keys, sample: np.ndarray, ranks: list[int], numel: int, deferred: Deferred | None = None
+) -> list | None:
     """One pass keeping the keys between two sampled keys around each rank; None where a rank
-    falls outside its window (or the windows would hold more than `WINDOW_BYTES`)."""
+    falls outside its window (or the windows would hold more than `WINDOW_BYTES`, the pass
+    then left unfinished). `deferred`: `ranks` are estimates, the exact ones come from it."""
     m = len(sample)
+    slack = _WINDOW_SLACK + (deferred.slack if deferred else 0)
     bounds = []
     for rank in ranks:
-        p = rank / numel
-        margin = int(_WINDOW_SIGMAS * np.sqrt(m * p * (1 - p))) + _WINDOW_SLACK
+        p = min(max(rank / numel, 0.0), 1.0)
+        margin = int(_WINDOW_SIGMAS * np.sqrt(m * p * (1 - p))) + slack
         estimate = int(p * m)
         lo = sample[estimate - margin] if estimate - margin >= 0 else None
         hi = sample[estimate + margin] if estimate + margin < m else None
@@ -154,6 +175,7 @@ def _in_window(keys: Keys, sample: np.ndarray, ranks: list[int], numel: int) -> 
             held += len(kept[i][-1])
         if held > limit:
             return None
+    ranks = deferred.ranks() if deferred else ranks
     found = []
     for rank, count, parts in zip(ranks, below, kept, strict=True):
         window = np.concatenate(parts) if parts else sample[:0]
@@ -232,7 +254,10 @@ class RankRange:
         hi: int,
         numel: int,
         sample: np.ndarray | None = None,
+        found: list[Found] | None = None,
     ) -> None:
+        """`found`: the ranks' keys already selected (those of lo, then of hi - 1, where they
+        need one), else None."""
         self.empty, self.numel = hi <= lo, numel
         self.low = self.high = None  # None: no boundary on that side
         self.low_from, self.high_to = 0, numel
@@ -243,7 +268,8 @@ class RankRange:
             wanted["low"] = lo
         if not self.empty and hi < numel:
             wanted["high"] = hi - 1
-        found = select_ranks(keys, width, [*wanted.values()], numel, sample)
+        if found is None:
+            found = select_ranks(keys, width, [*wanted.values()], numel, sample)
         found = dict(zip(wanted, found, strict=True))
         if "low" in found:
             low = found["low"]
