@@ -183,7 +183,9 @@ class Sce(Kernel):
         if self.topk <= 0:
             return False
         width = 32 if inputs.work == np.float32 else 64
-        positions = sample_positions(inputs.numel, width)
+        # A job that holds its keys has no use for a copy of them (an in-memory selection):
+        # its first pass finds the threshold in a window, as a larger tensor's does.
+        positions = sample_positions(inputs.numel, width, in_memory=self.segmentable)
         sample = None if positions is None else self._sample(inputs, positions)
         nonzero, found = self._counted(inputs, sample)
         k = self._top(nonzero)

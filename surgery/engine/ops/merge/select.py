@@ -61,11 +61,12 @@ def magnitude_keys(values: np.ndarray, out: np.ndarray | None = None) -> np.ndar
     return np.abs(values, out=out).view(unsigned)
 
 
-def sample_positions(numel: int, width: int) -> np.ndarray | None:
+def sample_positions(numel: int, width: int, in_memory: bool = True) -> np.ndarray | None:
     """Where to sample a tensor of `numel` elements for a window: one random position in each of
     `SAMPLE_SIZE` equal strata (fixed, so selections never depend on a seed), or None where the
-    tensor's keys are selected in memory anyway."""
-    if numel * width // 8 <= WHOLE_BYTES or numel < 4 * SAMPLE_SIZE:
+    tensor's keys are selected in memory anyway (`in_memory`: those that fit `WHOLE_BYTES`) or
+    it is too small to sample."""
+    if (in_memory and numel * width // 8 <= WHOLE_BYTES) or numel < 4 * SAMPLE_SIZE:
         return None
     starts = np.arange(SAMPLE_SIZE, dtype=np.int64) * numel // SAMPLE_SIZE
     widths = np.diff(np.append(starts, numel))
