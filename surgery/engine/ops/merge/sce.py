@@ -3,9 +3,13 @@
 from its selected task vector's mean square, Erase the elements whose sign disagrees with the
 sum's (TIES's election), then the weighted mean of what is left, added to the base.
 
-Passes: counting the elements of nonzero variance and selecting the variance threshold (one
-pass in memory or in a sampled window, see select.py; only when select_topk < 1), the mean
-squares, then the map.
+Passes (only when 0 < select_topk < 1; else the map alone): the first pass counts the elements
+of nonzero variance and keeps the keys in a window around the threshold, estimated from a sample
+(see select.py; a window that misses takes a pass of its own); then the mean squares; then the
+map. A tensor whose keys fit `HELD_BYTES` keeps them from the first pass; a larger one keeps
+its selection as bits from the mean-square pass (up to `MASK_BYTES`). The map runs in split
+order (`Inputs.chunk_split_into`) on bf16, but in the one chunk where tied keys are kept by
+position.
 
 Variances tied at the threshold are kept by position (`RankRange`), mergekit's `torch.topk` keeps
 an arbitrary few of them; since the weights are mean squares of the selected task vectors, that
