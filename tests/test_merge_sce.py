@@ -12,6 +12,7 @@ import yaml
 from safetensors.torch import save_file
 
 from surgery.engine.ops.merge import sce, select
+from surgery.engine.ops.merge.arrays import Inputs
 from tests.hostile.support import assert_refused, fingerprint, invoke
 from tests.support.checks import assert_valid_output, same_bits
 from tests.test_merge import models, surgery_run
@@ -69,15 +70,26 @@ def _record_windows(patch: pytest.MonkeyPatch, mislead: bool = False) -> list[tu
         {"HELD_BYTES": 0},
         # Nor masks: the map computes the variances again.
         {"HELD_BYTES": 0, "MASK_BYTES": 0},
+        # Inputs that cannot be gathered (a Hub file read by ranges): no sample before the
+        # first pass; a job that holds its keys samples them after it.
+        {"gather": False},
     ],
-    ids=["window missed", "window over its bound", "segments", "segments without masks"],
+    ids=[
+        "window missed",
+        "window over its bound",
+        "segments",
+        "segments without masks",
+        "no gathering",
+    ],
 )
 def test_every_way_writes_the_reference_bytes(wide_bf16, reference, tmp_path, patches):  # noqa: F811
     with pytest.MonkeyPatch.context() as patch:
         for name, value in SAMPLED.items():
             patch.setattr(select, name, value)
+        if "gather" in patches:
+            patch.setattr(Inputs, "gather", lambda *_: None)
         for name, value in patches.items():
-            if name != "mislead":
+            if name not in ("mislead", "gather"):
                 patch.setattr(
                     select if name.isupper() and hasattr(select, name) else sce, name, value
                 )

@@ -195,6 +195,8 @@ class Sce(Kernel):
         k = self._top(nonzero)
         if k == 0:
             return False
+        if sample is None and positions is not None and self.held is not None:
+            sample = self.held[positions]  # inputs not gathered (a Hub file): the held keys
         keys = self._keys(inputs)
         return RankRange(keys, width, inputs.numel - k, inputs.numel, inputs.numel, sample, found)
 
