@@ -103,8 +103,8 @@ class Sce(Kernel):
 
     A tensor whose variance keys fit `HELD_BYTES` (4 or 8 bytes per element) is computed in one
     job that keeps them: the variances are computed once, for the count, the selection, the
-    mean squares and the map. A larger one is mapped in segments and computes them in each
-    pass.
+    mean squares and the map. A larger one is mapped in segments: it computes them in its first
+    two passes and keeps its selection as bits for the map (up to `MASK_BYTES`).
     """
 
     def __init__(self, job: TensorJob) -> None:
@@ -278,8 +278,7 @@ class Sce(Kernel):
                 return selection.mask(keys, start, keep, spare)
             ordered = selection.mask(keys, start, scratch.get("ordered", bool, count), spare)
         if not split:
-            np.copyto(keep, ordered)
-            return keep
+            return ordered
         # In order, then split: numpy compares strided keys 10x slower than contiguous ones.
         return _split_bools(ordered, keep, scratch.get("odd", np.uint16, count // 2))
 
