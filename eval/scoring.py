@@ -233,6 +233,12 @@ def _score_batch(
     device = model_device(model)
     conts = [c for r in batch for c in r.continuations]
     needs_tails = max(len(c) for c in conts) > 1  # else no second forward, no cache to keep
+    if prefix is not None and not needs_tails:
+        # Every row starts from the same prefix columns (views, no copy); own tokens after.
+        rows = torch.ones(len(batch), prefix.length, dtype=torch.long, device=device)
+        rests = [r.context[prefix.length :] for r in batch]
+        last = _last_logits_after(model, prefix.expanded(len(batch)), rows, rests)
+        return _split(_first_tokens(last, batch), batch)
 
     # Context forward, left-padded so every item's last token sits in the last column.
     ids, mask = left_pad([r.context for r in batch], device)
@@ -284,10 +290,8 @@ def _grouped_last_logits(
     shared tokens run once.
 
     The heads (a unit's shared tokens) run from the prefix cache, left-padded, as contexts do.
-    Their cache is repeated once per item, and each item's own tokens run after it,
-    right-padded, as choices' tails do: column distances stay token distances (sliding
-    windows see what a whole context sees), and padding after a row's tokens is never attended
-    by them.
+    Their cache is repeated once per item, and each item's own tokens run after it
+    (`_last_logits_after`).
     """
     device = model_device(model)
     heads = [requests[indices[0]].context[:length] for indices, length in units]
@@ -306,16 +310,28 @@ def _grouped_last_logits(
     owner_index = torch.tensor(owners, device=device)
     cache.batch_select_indices(owner_index)
     rests = [requests[i].context[length:] for indices, length in units for i in indices]
+    return _last_logits_after(model, cache, mask[owner_index], rests)
+
+
+def _last_logits_after(
+    model: Any, cache: Any, cache_mask: torch.Tensor, rests: list[list[int]]
+) -> torch.Tensor:
+    """Logits at the last token of each row of `rests` (`[rows, vocab]`), run after `cache`
+    (one cache row per row; `cache_mask` says which of its columns are tokens).
+
+    The rows are right-padded: column distances stay token distances (sliding windows see
+    what a whole context sees), and padding after a row's tokens is never attended by them.
+    """
+    device = cache_mask.device
     inputs, rest_mask = right_pad(rests, device)
-    rows_mask = mask[owner_index]
-    positions = rows_mask.sum(-1, keepdim=True) + torch.arange(inputs.shape[1], device=device)
+    positions = cache_mask.sum(-1, keepdim=True) + torch.arange(inputs.shape[1], device=device)
     ends = torch.tensor([len(rest) - 1 for rest in rests], device=device)
     # Logits only at the columns where some row ends: the output layer projects no others.
     keep = torch.unique(ends)
     extra = {"logits_to_keep": keep} if supports_logits_to_keep(model) else {}
     out = model(
         input_ids=inputs,
-        attention_mask=torch.cat([rows_mask, rest_mask], dim=1),
+        attention_mask=torch.cat([cache_mask, rest_mask], dim=1),
         position_ids=positions,
         use_cache=True,
         **{cache_argument(model): cache},
