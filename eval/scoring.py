@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from eval.attention import grouped_query_attention
 from eval.batching import left_pad, right_pad
 from eval.errors import EvalDataError
 from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
@@ -133,11 +134,12 @@ def choice_loglikelihoods(
     ]
     results: list[list[float]] = [[] for _ in requests]
     bar = tqdm(total=len(batches), desc=desc, disable=not progress, leave=False)
-    scored = _score_batches(model, requests, batches, bool(members))
-    for (units, _), scores in zip(batches, scored, strict=True):
-        for index, item_scores in zip(_indices(units), scores, strict=True):
-            results[index] = item_scores
-        bar.update()
+    with grouped_query_attention(model_device(model)):
+        scored = _score_batches(model, requests, batches, bool(members))
+        for (units, _), scores in zip(batches, scored, strict=True):
+            for index, item_scores in zip(_indices(units), scores, strict=True):
+                results[index] = item_scores
+            bar.update()
     bar.close()
     return results
 
