@@ -182,6 +182,14 @@ def plain_attention_cache(model: Any) -> bool:
     return all(type(layer) in plain for layer in DynamicCache(config=model.config).layers)
 
 
+def sliding_window_layers(model: Any) -> bool:
+    """Whether some layer of the model attends only within a window (of columns)."""
+    from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
+
+    layers = DynamicCache(config=model.config).layers
+    return any(type(layer) is DynamicSlidingWindowLayer for layer in layers)
+
+
 @torch.no_grad()
 def encode_shared_prefix(model: Any, contexts: Sequence[Sequence[int]]) -> SharedPrefix | None:
     """Run the contexts' shared token prefix once and keep its keys and values.

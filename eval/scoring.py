@@ -40,6 +40,7 @@ from eval.prefix_cache import (
     plain_attention_cache,
     shared_groups,
     shared_prefix,
+    sliding_window_layers,
 )
 from eval.tokens import TextEncoder
 from eval.workers import map_batches
@@ -236,7 +237,7 @@ def _score_batch(
     conts = [c for r in batch for c in r.continuations]
     needs_tails = max(len(c) for c in conts) > 1  # else no second forward, no cache to keep
     if prefix is not None and not needs_tails:
-        # Every row starts from the same prefix columns (views, no copy); own tokens after.
+        # Every row reads the same prefix columns (views, no copy); its own tokens run after.
         rows = torch.ones(len(batch), prefix.length, dtype=torch.long, device=device)
         rests = [r.context[prefix.length :] for r in batch]
         last = _last_logits_after(model, prefix.expanded(len(batch)), rows, rests)
@@ -321,14 +322,22 @@ def _last_logits_after(
     """Logits at the last token of each row of `rests` (`[rows, vocab]`), run after `cache`
     (one cache row per row; `cache_mask` says which of its columns are tokens).
 
-    The rows are right-padded: column distances stay token distances (sliding windows see
-    what a whole context sees), and padding after a row's tokens is never attended by them.
+    Where every layer attends to all earlier tokens, the rows are left-padded: all end in the
+    last column, the only one projected to logits; the padding between the cache and a row's
+    tokens is masked out. Sliding-window layers count distances in columns, so there the rows
+    are right-padded: column distances stay token distances, padding after a row's tokens is
+    never attended by them, and logits are projected at every column where some row ends.
     """
     device = cache_mask.device
-    inputs, rest_mask = right_pad(rests, device)
-    positions = cache_mask.sum(-1, keepdim=True) + torch.arange(inputs.shape[1], device=device)
-    ends = torch.tensor([len(rest) - 1 for rest in rests], device=device)
-    # Logits only at the columns where some row ends: the output layer projects no others.
+    start = cache_mask.sum(-1, keepdim=True)
+    if sliding_window_layers(model):
+        inputs, rest_mask = right_pad(rests, device)
+        positions = start + torch.arange(inputs.shape[1], device=device)
+        ends = torch.tensor([len(rest) - 1 for rest in rests], device=device)
+    else:
+        inputs, rest_mask = left_pad(rests, device)
+        positions = start + (rest_mask.cumsum(-1) - 1).clamp(min=0)
+        ends = torch.full((len(rests),), inputs.shape[1] - 1, device=device)
     keep = torch.unique(ends)
     extra = {"logits_to_keep": keep} if supports_logits_to_keep(model) else {}
     out = model(
