@@ -60,14 +60,38 @@ class SharedPrefix:
         ``c - pad_r`` (a prefix token, since every context is longer than the prefix). Columns
         still in the padding hold the first token's: masked out, only finite.
         """
-        from transformers import DynamicCache
-
         pads = (mask == 0).sum(-1, keepdim=True)  # [rows, 1]
         columns = torch.arange(self.length, device=mask.device)
         index = (columns - pads).clamp(min=0)  # [rows, length]
-        return DynamicCache(
-            [(_gather(keys, index), _gather(values, index)) for keys, values in self.layers]
-        )
+        return _cache([(_gather(k, index), _gather(v, index)) for k, v in self.layers])
+
+    def expanded(self, rows: int) -> Any:
+        """A cache of the prefix for `rows` rows that all start with it: views of its keys and
+        values, nothing copied (the forward's cache update copies them once)."""
+        return _cache([(_expand(k, rows), _expand(v, rows)) for k, v in self.layers])
+
+
+def _cache(layers: list[tuple[torch.Tensor | None, torch.Tensor | None]]) -> Any:
+    """A `DynamicCache` holding these keys and values as they are.
+
+    Built from empty slices, then given the tensors: built from the tensors, it would copy
+    each of them once more.
+    """
+    from transformers import DynamicCache
+
+    cache = DynamicCache([(_empty(k), _empty(v)) for k, v in layers])
+    for layer, (keys, values) in zip(cache.layers, layers, strict=True):
+        if keys is not None:
+            layer.keys, layer.values = keys, values
+    return cache
+
+
+def _empty(states: torch.Tensor | None) -> torch.Tensor | None:
+    return None if states is None else states[..., :0, :]
+
+
+def _expand(states: torch.Tensor | None, rows: int) -> torch.Tensor | None:
+    return None if states is None else states.expand(rows, -1, -1, -1)
 
 
 def _gather(states: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor | None:
@@ -156,6 +180,14 @@ def plain_attention_cache(model: Any) -> bool:
     # Anything else (linear-attention or recurrent states, compressed caches): whole contexts.
     plain = (DynamicLayer, DynamicSlidingWindowLayer)
     return all(type(layer) in plain for layer in DynamicCache(config=model.config).layers)
+
+
+def sliding_window_layers(model: Any) -> bool:
+    """Whether some layer of the model attends only within a window (of columns)."""
+    from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
+
+    layers = DynamicCache(config=model.config).layers
+    return any(type(layer) is DynamicSlidingWindowLayer for layer in layers)
 
 
 @torch.no_grad()

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from eval.attention import grouped_query_attention
 from eval.batching import left_pad, right_pad
 from eval.errors import EvalDataError
 from eval.model_loading import cache_argument, model_device, supports_logits_to_keep
@@ -39,6 +40,7 @@ from eval.prefix_cache import (
     plain_attention_cache,
     shared_groups,
     shared_prefix,
+    sliding_window_layers,
 )
 from eval.tokens import TextEncoder
 from eval.workers import map_batches
@@ -133,11 +135,12 @@ def choice_loglikelihoods(
     ]
     results: list[list[float]] = [[] for _ in requests]
     bar = tqdm(total=len(batches), desc=desc, disable=not progress, leave=False)
-    scored = _score_batches(model, requests, batches, bool(members))
-    for (units, _), scores in zip(batches, scored, strict=True):
-        for index, item_scores in zip(_indices(units), scores, strict=True):
-            results[index] = item_scores
-        bar.update()
+    with grouped_query_attention(model_device(model)):
+        scored = _score_batches(model, requests, batches, bool(members))
+        for (units, _), scores in zip(batches, scored, strict=True):
+            for index, item_scores in zip(_indices(units), scores, strict=True):
+                results[index] = item_scores
+            bar.update()
     bar.close()
     return results
 
@@ -233,6 +236,12 @@ def _score_batch(
     device = model_device(model)
     conts = [c for r in batch for c in r.continuations]
     needs_tails = max(len(c) for c in conts) > 1  # else no second forward, no cache to keep
+    if prefix is not None and not needs_tails:
+        # Every row reads the same prefix columns (views, no copy); its own tokens run after.
+        rows = torch.ones(len(batch), prefix.length, dtype=torch.long, device=device)
+        rests = [r.context[prefix.length :] for r in batch]
+        last = _last_logits_after(model, prefix.expanded(len(batch)), rows, rests)
+        return _split(_first_tokens(last, batch), batch)
 
     # Context forward, left-padded so every item's last token sits in the last column.
     ids, mask = left_pad([r.context for r in batch], device)
@@ -284,10 +293,8 @@ def _grouped_last_logits(
     shared tokens run once.
 
     The heads (a unit's shared tokens) run from the prefix cache, left-padded, as contexts do.
-    Their cache is repeated once per item, and each item's own tokens run after it,
-    right-padded, as choices' tails do: column distances stay token distances (sliding
-    windows see what a whole context sees), and padding after a row's tokens is never attended
-    by them.
+    Their cache is repeated once per item, and each item's own tokens run after it
+    (`_last_logits_after`).
     """
     device = model_device(model)
     heads = [requests[indices[0]].context[:length] for indices, length in units]
@@ -306,16 +313,36 @@ def _grouped_last_logits(
     owner_index = torch.tensor(owners, device=device)
     cache.batch_select_indices(owner_index)
     rests = [requests[i].context[length:] for indices, length in units for i in indices]
-    inputs, rest_mask = right_pad(rests, device)
-    rows_mask = mask[owner_index]
-    positions = rows_mask.sum(-1, keepdim=True) + torch.arange(inputs.shape[1], device=device)
-    ends = torch.tensor([len(rest) - 1 for rest in rests], device=device)
-    # Logits only at the columns where some row ends: the output layer projects no others.
+    return _last_logits_after(model, cache, mask[owner_index], rests)
+
+
+def _last_logits_after(
+    model: Any, cache: Any, cache_mask: torch.Tensor, rests: list[list[int]]
+) -> torch.Tensor:
+    """Logits at the last token of each row of `rests` (`[rows, vocab]`), run after `cache`
+    (one cache row per row; `cache_mask` says which of its columns are tokens).
+
+    Where every layer attends to all earlier tokens, the rows are left-padded: all end in the
+    last column, the only one projected to logits; the padding between the cache and a row's
+    tokens is masked out. Sliding-window layers count distances in columns, so there the rows
+    are right-padded: column distances stay token distances, padding after a row's tokens is
+    never attended by them, and logits are projected at every column where some row ends.
+    """
+    device = cache_mask.device
+    start = cache_mask.sum(-1, keepdim=True)
+    if sliding_window_layers(model):
+        inputs, rest_mask = right_pad(rests, device)
+        positions = start + torch.arange(inputs.shape[1], device=device)
+        ends = torch.tensor([len(rest) - 1 for rest in rests], device=device)
+    else:
+        inputs, rest_mask = left_pad(rests, device)
+        positions = start + (rest_mask.cumsum(-1) - 1).clamp(min=0)
+        ends = torch.full((len(rests),), inputs.shape[1] - 1, device=device)
     keep = torch.unique(ends)
     extra = {"logits_to_keep": keep} if supports_logits_to_keep(model) else {}
     out = model(
         input_ids=inputs,
-        attention_mask=torch.cat([rows_mask, rest_mask], dim=1),
+        attention_mask=torch.cat([cache_mask, rest_mask], dim=1),
         position_ids=positions,
         use_cache=True,
         **{cache_argument(model): cache},

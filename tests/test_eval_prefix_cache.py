@@ -294,10 +294,10 @@ def test_cli_flag_reaches_evaluate(files, monkeypatch, tmp_path, flag, expected)
     assert seen["prefix_cache"] is expected
 
 
-def _passage_requests(seed: str, passages: int = 5) -> list[ChoiceRequest]:
+def _passage_requests(seed: str, passages: int = 5, most: int = 3) -> list[ChoiceRequest]:
     """Random ids: every context starts with 30 shared tokens (past Gemma-3's window), then one
-    of `passages` passages (10..30 tokens) asked 1 to 3 questions (1..15 tokens each), then
-    four one-token choices; two contexts share nothing."""
+    of `passages` passages (10..30 tokens) asked 1 to `most` questions (1..15 tokens each),
+    then four one-token choices; two contexts share nothing."""
     rng = random.Random(seed)
     vocab = tiny_models.vocab_size()
 
@@ -308,7 +308,7 @@ def _passage_requests(seed: str, passages: int = 5) -> list[ChoiceRequest]:
     contexts = []
     for _ in range(passages):
         passage = tokens(10, 30)
-        contexts += [shared + passage + tokens(1, 15) for _ in range(rng.randint(1, 3))]
+        contexts += [shared + passage + tokens(1, 15) for _ in range(rng.randint(1, most))]
     contexts += [[1, *tokens(2, 60)] for _ in range(2)]
     return [ChoiceRequest(c, [[rng.randrange(3, vocab)] for _ in range(4)]) for c in contexts]
 
@@ -335,6 +335,35 @@ def test_items_sharing_a_passage_score_as_whole_contexts(arch):
     for request, item_scores in zip(requests, got, strict=True):
         expected = ref.logprob_after(model, request.context, request.continuations[-1])
         assert item_scores[-1] == pytest.approx(expected, abs=LL_TOL)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_passages_asked_once_run_after_the_prefix_columns(arch):
+    """One question per passage (no groups): every row of a batch reads the prefix's own keys
+    and values (views, nothing copied) and runs its own tokens right-padded after them. The
+    scores of whole contexts and of a plain forward per choice, at batch sizes that mix
+    lengths."""
+    model = tiny_models.build_model(arch).float().eval()
+    requests = _passage_requests(arch + "/once", passages=9, most=1)
+    contexts = [r.context for r in requests]
+    prefix = encode_shared_prefix(model, contexts)
+    assert prefix is not None and len(prefix.members) == 9
+    groups = shared_groups(contexts, prefix.length, prefix.members, 8)
+    assert all(len(indices) == 1 for indices, _ in groups)
+    cache = prefix.expanded(3)
+    for (keys, _), layer in zip(prefix.layers, cache.layers, strict=True):
+        if keys is not None:
+            assert layer.keys.shape[0] == 3 and layer.keys.data_ptr() == keys.data_ptr()
+    whole = choice_loglikelihoods(model, requests, batch_size=8, prefix_cache=False)
+    for batch_size in (1, 3, 8):
+        got = choice_loglikelihoods(model, requests, batch_size=batch_size)
+        difference = max(
+            abs(a - b) for x, y in zip(got, whole, strict=True) for a, b in zip(x, y, strict=True)
+        )
+        assert difference <= TOLERANCE
+    for request, item_scores in zip(requests, got, strict=True):
+        expected = ref.logprob_after(model, request.context, request.continuations[0])
+        assert item_scores[0] == pytest.approx(expected, abs=LL_TOL)
 
 
 def test_shared_groups_partition_the_members_into_contexts_sharing_a_head():
