@@ -28,6 +28,7 @@ from eval.drafts import accepted, draft_length, lookup
 from eval.model_loading import cache_argument, model_device, pad_id, supports_logits_to_keep
 from eval.options import batch_size_given
 from eval.tokens import TextEncoder
+from eval.workers import map_batches
 
 # Why a generation ended: a line break (the scored line is complete; what follows is cut), the
 # model's end-of-sequence token, or the `max_new_tokens` limit.
@@ -265,12 +266,28 @@ def greedy(
     results: list[Any] = [None] * len(encoded)
     device = model_device(model)
     batches = generation_batches(model, [len(e) for e in encoded], max_new_tokens, batch_size)
-    for indices in tqdm(batches, desc=desc, disable=not progress, leave=False):
+
+    def run(indices: list[int]) -> list[tuple[list[int], str]]:
         ids, mask = left_pad([encoded[i] for i in indices], device, pad_id(tokenizer))
-        decoded = _decode(model, ids, mask, max_new_tokens, eos, ended)
-        for index, result in zip(indices, decoded, strict=True):
+        return _decode(model, ids, mask, max_new_tokens, eos, ended)
+
+    # Batches are independent: on a CPU they run side by side, one per share of the threads.
+    decoded = tqdm(
+        map_batches(run, batches, device),
+        desc=desc,
+        disable=not progress,
+        total=len(batches),
+        leave=False,
+    )
+    for indices, runs in zip(batches, decoded, strict=True):
+        for index, result in zip(indices, runs, strict=True):
             results[index] = result
     return results
+
+
+def _workers(device: torch.device) -> int:
+    """How many batches run side by side (`eval.workers.map_batches`): one per CPU thread."""
+    return torch.get_num_threads() if device.type == "cpu" else 1
 
 
 def generation_batches(
@@ -291,12 +308,26 @@ def generation_batches(
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     if batch_size is not None and batch_size_given(batch_size):
         return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-    budget = _budget(model_device(model))
+    workers = _workers(model_device(model))
+    budget = _budget(model_device(model)) // workers  # each worker holds one batch
     batches, start = [], 0
     while start < len(order):
         rows = max(1, budget // row_bytes(model, lengths[order[start]], max_new_tokens))
         batches.append(order[start : start + rows])
         start += rows
+    return _split(batches, workers)
+
+
+def _split(batches: list[list[int]], workers: int) -> list[list[int]]:
+    """Fewer batches than workers: the largest ones split in two (every other row, so both
+    halves keep similar lengths) until each worker has one, or each batch is one row."""
+    batches = list(batches)
+    while len(batches) < workers:
+        largest = max(range(len(batches)), key=lambda b: len(batches[b]))
+        if len(batches[largest]) < 2:
+            break
+        whole = batches[largest]
+        batches[largest : largest + 1] = [whole[0::2], whole[1::2]]
     return batches
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import click
 import pytest
@@ -96,6 +97,16 @@ def _line_end(tokenizer):
     return lambda rows: [row[-1] in newlines for row in rows]
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, so one batch at a time and the forwards counted are one batch's;
+    tests of batches side by side (one per thread) set two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def references(model, tokenizer):
     """`reference_runs` of PROMPTS to their line ends, each prompt alone and all together."""
@@ -104,10 +115,25 @@ def references(model, tokenizer):
     return alone, reference_runs(model, tokenizer, PROMPTS, ended, batched=True)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("batch_size", [None, 1, 3])
-def test_greedy_equals_generate_token_for_token(model, tokenizer, references, batch_size):
+def test_greedy_equals_generate_token_for_token(
+    model, tokenizer, references, batch_size, threads, monkeypatch
+):
+    """The same tokens whatever the batches, one at a time or side by side (two threads: the
+    forwards run in two worker threads)."""
+    torch.set_num_threads(threads)
+    callers = set()
+    forward = model.forward
+
+    def noted(*args, **kwargs):
+        callers.add(threading.current_thread().name)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", noted)
     ours = greedy(model, tokenizer, PROMPTS, _line_end(tokenizer), NEW, 256, None,
                   batch_size=batch_size, progress=False, desc="")  # fmt: skip
+    assert len(callers) == threads
     alone, together = references
     assert ours == alone
     assert ours == together
@@ -253,6 +279,13 @@ def test_batches_sized_by_memory_unless_given(model, monkeypatch):
     assert generation_batches(model, lengths, 8, 3) == [order[:3], order[3:6], order[6:]]
     assert generation_batches(model, lengths, 8, DEFAULT_BATCH_SIZE) == [order]
     assert generation_batches(model, lengths, 8) == [order]
+    # Two threads: a batch each (every other prompt), each within half the budget.
+    torch.set_num_threads(2)
+    assert generation_batches(model, lengths, 8) == [order[0::2], order[1::2]]
+    assert generation_batches(model, lengths, 8, 3) == [order[:3], order[3:6], order[6:]]
+    monkeypatch.setattr(generation, "GENERATION_BUDGET", 4 * row_bytes(model, 40, 8))
+    assert generation_batches(model, lengths, 8)[0] == order[:2]
+    torch.set_num_threads(1)
     # A budget of two rows of the longest prompt: the batches follow the prompts' widths.
     monkeypatch.setattr(generation, "GENERATION_BUDGET", 2 * row_bytes(model, 40, 8))
     batches = generation_batches(model, lengths, 8)
