@@ -2,10 +2,9 @@
 (exact_match).
 
 One decoding loop from a KV cache serves every task. A batch holds as many prompts as a memory
-budget allows (`generation_batches`); on a CPU, batches run side by side, one per thread. A row
-leaves its batch, cache included, the step it stops: no step computes a finished row. Prompts
-run in parts of similar length, shared prefixes once (`eval.prefill`), and once few rows are
-left a step also checks guessed tokens (`eval.drafts`). The tokens are
+budget allows (`generation_batches`), and a row leaves it, cache included, the step it stops:
+no step computes a finished row. Prompts run in parts of similar length (`_prefill`), and once
+few rows are left a step also checks guessed tokens (`eval.drafts`). The tokens are
 `model.generate`'s greedy ones (left padding, the same attention mask and position ids), and so
 lm-eval's HF ``generate_until``'s.
 
@@ -28,7 +27,6 @@ from eval.batching import left_pad
 from eval.drafts import accepted, draft_length, lookup
 from eval.model_loading import cache_argument, model_device, pad_id, supports_logits_to_keep
 from eval.options import batch_size_given
-from eval.prefill import full_attention, prefill
 from eval.tokens import TextEncoder
 from eval.workers import map_batches
 
@@ -384,11 +382,11 @@ def _decode(
     generated: list[list[int]] = [[] for _ in range(ids.shape[0])]
     prompts = [row[keep.bool()].tolist() for row, keep in zip(ids, mask, strict=True)]
     active = list(range(ids.shape[0]))  # the rows still generating, in batch order
-    cache, predicted, attention = prefill(model, ids, mask)
+    cache, predicted = _prefill(model, ids, mask)
     fixed: dict[str, Any] = {cache_argument(model): cache, "use_cache": True}
     keep_logits = supports_logits_to_keep(model)
-    drafting = full_attention(cache)
-    padded = not bool(attention.all())
+    drafting = _full_attention(cache)
+    attention, padded = mask, not bool(mask.all())
     fed = mask.sum(-1) - 1  # per row, the position of the first token the last forward fed
     guesses: list[list[int]] = [[] for _ in active]
     while True:
@@ -429,6 +427,63 @@ def _decode(
         )
         predicted = out.logits[:, -(width + 1) :].float().argmax(-1).tolist()
         del out
+
+
+# Tokens (rows x width) each part of a batch's prompts runs at once: rows of similar length
+# together, so little of the prompt pass computes padding (batches are sorted longest first).
+PREFILL_TOKENS = 512
+
+
+def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> tuple[Any, list[list[int]]]:
+    """Run a left-padded batch's prompts: its KV cache, and each row's greedy next token.
+
+    A model whose cache keeps every key (`_full_attention`) runs the rows in parts of about
+    `PREFILL_TOKENS` tokens, each part only as wide as its longest prompt; each part's keys and
+    values are padded on the left to the batch's width (masked columns, as padding is).
+    """
+    from transformers import DynamicCache
+
+    config = model.config.get_text_config(decoder=True)
+    width = ids.shape[1]
+    step = max(1, PREFILL_TOKENS // width)
+    if not _full_attention(DynamicCache(config=config)) or step >= ids.shape[0]:
+        return _run_prompts(model, ids, mask, DynamicCache(config=config))
+    parts, predicted = [], []
+    for start in range(0, ids.shape[0], step):
+        part = mask[start : start + step]
+        narrow = int(part.sum(-1).max())
+        cache, tokens = _run_prompts(
+            model, ids[start : start + step, -narrow:], part[:, -narrow:], DynamicCache()
+        )
+        parts.append([(layer.keys, layer.values) for layer in cache.layers])
+        predicted += tokens
+    layers = [
+        tuple(torch.cat([_left_pad(part[layer][kind], width) for part in parts]) for kind in (0, 1))
+        for layer in range(len(parts[0]))
+    ]
+    return DynamicCache(layers), predicted
+
+
+def _left_pad(states: torch.Tensor, width: int) -> torch.Tensor:
+    """Keys or values (`[rows, heads, length, dim]`) padded with zeros on the left to `width`."""
+    return torch.nn.functional.pad(states, (0, 0, width - states.shape[2], 0))
+
+
+def _run_prompts(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, cache: Any
+) -> tuple[Any, list[list[int]]]:
+    """One forward of left-padded prompts into `cache`: the cache and each row's next token
+    (`model.generate`'s inputs: an all-ones mask dropped, position ids counting real tokens)."""
+    extra = {"logits_to_keep": 1} if supports_logits_to_keep(model) else {}
+    out = model(
+        input_ids=ids,
+        attention_mask=None if bool(mask.all()) else mask,
+        position_ids=(mask.cumsum(-1) - 1).masked_fill(mask == 0, 0),
+        use_cache=True,
+        **{cache_argument(model): cache},
+        **extra,
+    )
+    return cache, [[token] for token in out.logits[:, -1].float().argmax(-1).tolist()]
 
 
 def _take(
@@ -475,6 +530,15 @@ def _guesses(
         lookup(prompts[row] + generated[row], min(length, max_new_tokens - len(generated[row]) - 1))
         for row in active
     ]
+
+
+def _full_attention(cache: Any) -> bool:
+    """Whether every layer of the cache keeps every key: a rejected guess's column is then
+    only masked out. A sliding window counts columns, rejected ones too, so models with one
+    (Gemma 2 and 3, Mistral's window) never draft; nor do recurrent or linear-attention ones."""
+    from transformers.cache_utils import DynamicLayer
+
+    return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 def _eos_ids(config: GenerationConfig) -> set[int]:

@@ -18,7 +18,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from eval import drafts, generation, prefill
+from eval import drafts, generation
 from eval.batching import left_pad
 from eval.drafts import accepted, draft_length, lookup
 from eval.generation import (
@@ -32,7 +32,6 @@ from eval.generation import (
     row_bytes,
 )
 from eval.options import DEFAULT_BATCH_SIZE, ScoringOptions, batch_size_given, scoring_options
-from eval.prefill import full_attention
 from tests.support.tiny_models import build_model, make_tokenizer
 
 PROMPTS = [
@@ -163,7 +162,7 @@ def test_drafts_and_prompt_parts_change_no_token(model, tokenizer, references, m
 
     def run(draft_tokens: int, prefill_tokens: int) -> tuple[list, list]:
         monkeypatch.setattr(drafts, "DRAFT_TOKENS", draft_tokens)
-        monkeypatch.setattr(prefill, "PREFILL_TOKENS", prefill_tokens)
+        monkeypatch.setattr(generation, "PREFILL_TOKENS", prefill_tokens)
         shapes = _forwards(model, monkeypatch)
         runs = greedy(model, tokenizer, PROMPTS, _line_end(tokenizer), NEW, 256, None,
                       batch_size=None, progress=False, desc="")  # fmt: skip
@@ -176,7 +175,7 @@ def test_drafts_and_prompt_parts_change_no_token(model, tokenizer, references, m
     both, _ = run(1 << 20, 1)
     alone, together = references
     assert plain == drafted == parts == both == alone == together
-    if full_attention(DynamicCache(config=model.config)):
+    if generation._full_attention(DynamicCache(config=model.config)):
         assert max(width for _, width in drafted_shapes[1:]) > 2  # it guessed
         assert len(parts_shapes) == len(plain_shapes) + len(PROMPTS) - 1  # a part a row
     else:  # a sliding window: plain steps, whole batches
@@ -200,65 +199,10 @@ def test_guesses_save_steps(model, tokenizer, monkeypatch):
         monkeypatch.undo()
         assert runs == expected
         counts.append(len(shapes))
-    if full_attention(DynamicCache(config=model.config)):
+    if generation._full_attention(DynamicCache(config=model.config)):
         assert counts[1] < counts[0]
     else:  # a sliding window never guesses: the same forwards
         assert counts[1] == counts[0]
-
-
-# A demonstration several prompts start with (each with its own question after it).
-SHOT = "English: the cat sat on a mat.\nTarget: mat a on sat cat the.\n\n"
-SHARING = [
-    SHOT + "English: a dog ran.\nTarget:",
-    PROMPTS[3],
-    SHOT + "English: 1 2 3 4 5 6.\nTarget:",
-    SHOT + "halo",
-    SHOT,
-    SHOT[:24] + "dog",
-    PROMPTS[1],
-]
-
-
-def test_shared_prefixes_run_once(model, tokenizer, monkeypatch):
-    """Prompts starting with the same demonstration run it once (fewer prompt tokens run; a
-    sliding-window model runs them all): the same tokens as `generate`, alone and batched."""
-    from transformers import DynamicCache
-
-    ended = _line_end(tokenizer)
-    alone = reference_runs(model, tokenizer, SHARING, ended)
-    assert alone == reference_runs(model, tokenizer, SHARING, ended, batched=True)
-    lengths = [len(tokenizer.encode(prompt)) for prompt in SHARING]
-    run = prefill.run_prompts
-    for shared_tokens in (1 << 20, prefill.SHARED_TOKENS, 2):
-        monkeypatch.setattr(prefill, "SHARED_TOKENS", shared_tokens)
-        fed = []  # the real tokens of each prompt forward (its mask's last columns)
-
-        def counted(m, ids, mask, cache, fed=fed):
-            fed.append(int(mask[:, -ids.shape[1] :].sum()))
-            return run(m, ids, mask, cache)
-
-        monkeypatch.setattr(prefill, "run_prompts", counted)
-        ours = greedy(model, tokenizer, SHARING, ended, NEW, 256, None, batch_size=None,
-                      progress=False, desc="")  # fmt: skip
-        monkeypatch.undo()
-        assert ours == alone
-        if shared_tokens > 1000 or not full_attention(DynamicCache(config=model.config)):
-            assert sum(fed) == sum(lengths)
-        else:  # the demonstration ran once, not four times
-            assert sum(fed) <= sum(lengths) - 3 * (len(tokenizer.encode(SHOT)) - 1)
-
-
-def test_shared_groups_save_the_most_tokens(monkeypatch):
-    monkeypatch.setattr(prefill, "SHARED_TOKENS", 3)
-    prompts = [[1, 2, 3, 4, 5], [9, 9, 9, 9], [1, 2, 3, 4, 6, 7], [1, 2, 3, 8], [1, 2, 3]]
-    # [1, 2, 3] keeps a token of its own: it shares two, under the three asked for. Rows 0
-    # and 2 share four tokens with one of padding; with row 3, three each, and three of padding.
-    assert prefill.shared_groups(prompts) == [([0, 2], 4)]
-    prompts[3] = [1, 2, 3, 8, 8]
-    assert prefill.shared_groups(prompts) == [([0, 2, 3], 3)]
-    assert prefill.shared_groups([[5, 5, 5, 5], [5, 5, 5, 5]]) == [([0, 1], 3)]
-    monkeypatch.setattr(prefill, "SHARED_TOKENS", 5)
-    assert prefill.shared_groups(prompts) == []
 
 
 def test_lookup_guesses_what_followed():
