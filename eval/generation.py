@@ -3,8 +3,9 @@
 
 One decoding loop from a KV cache serves every task. A batch holds as many prompts as a memory
 budget allows (`generation_batches`), and a row leaves it, cache included, the step it stops:
-no step computes a finished row. Prompts run in parts of similar length (`_prefill`), and once
-few rows are left a step also checks guessed tokens (`eval.drafts`). The tokens are
+no step computes a finished row. Prompts run in parts of similar length, side by side on a
+CPU (`_prefill`), and once few rows are left a step also checks guessed tokens
+(`eval.drafts`). The tokens are
 `model.generate`'s greedy ones (left padding, the same attention mask and position ids), and so
 lm-eval's HF ``generate_until``'s.
 
@@ -266,28 +267,12 @@ def greedy(
     results: list[Any] = [None] * len(encoded)
     device = model_device(model)
     batches = generation_batches(model, [len(e) for e in encoded], max_new_tokens, batch_size)
-
-    def run(indices: list[int]) -> list[tuple[list[int], str]]:
+    for indices in tqdm(batches, desc=desc, disable=not progress, leave=False):
         ids, mask = left_pad([encoded[i] for i in indices], device, pad_id(tokenizer))
-        return _decode(model, ids, mask, max_new_tokens, eos, ended)
-
-    # Batches are independent: on a CPU they run side by side, one per share of the threads.
-    decoded = tqdm(
-        map_batches(run, batches, device),
-        desc=desc,
-        disable=not progress,
-        total=len(batches),
-        leave=False,
-    )
-    for indices, runs in zip(batches, decoded, strict=True):
-        for index, result in zip(indices, runs, strict=True):
+        decoded = _decode(model, ids, mask, max_new_tokens, eos, ended)
+        for index, result in zip(indices, decoded, strict=True):
             results[index] = result
     return results
-
-
-def _workers(device: torch.device) -> int:
-    """How many batches run side by side (`eval.workers.map_batches`): one per CPU thread."""
-    return torch.get_num_threads() if device.type == "cpu" else 1
 
 
 def generation_batches(
@@ -308,26 +293,12 @@ def generation_batches(
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     if batch_size is not None and batch_size_given(batch_size):
         return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-    workers = _workers(model_device(model))
-    budget = _budget(model_device(model)) // workers  # each worker holds one batch
+    budget = _budget(model_device(model))
     batches, start = [], 0
     while start < len(order):
         rows = max(1, budget // row_bytes(model, lengths[order[start]], max_new_tokens))
         batches.append(order[start : start + rows])
         start += rows
-    return _split(batches, workers)
-
-
-def _split(batches: list[list[int]], workers: int) -> list[list[int]]:
-    """Fewer batches than workers: the largest ones split in two (every other row, so both
-    halves keep similar lengths) until each worker has one, or each batch is one row."""
-    batches = list(batches)
-    while len(batches) < workers:
-        largest = max(range(len(batches)), key=lambda b: len(batches[b]))
-        if len(batches[largest]) < 2:
-            break
-        whole = batches[largest]
-        batches[largest : largest + 1] = [whole[0::2], whole[1::2]]
     return batches
 
 
@@ -438,8 +409,9 @@ def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> tuple[Any, li
     """Run a left-padded batch's prompts: its KV cache, and each row's greedy next token.
 
     A model whose cache keeps every key (`_full_attention`) runs the rows in parts of about
-    `PREFILL_TOKENS` tokens, each part only as wide as its longest prompt; each part's keys and
-    values are padded on the left to the batch's width (masked columns, as padding is).
+    `PREFILL_TOKENS` tokens, each part only as wide as its longest prompt, side by side on a
+    CPU (`eval.workers.map_batches`); each part's keys and values are padded on the left to the
+    batch's width (masked columns, as padding is).
     """
     from transformers import DynamicCache
 
@@ -448,14 +420,19 @@ def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> tuple[Any, li
     step = max(1, PREFILL_TOKENS // width)
     if not _full_attention(DynamicCache(config=config)) or step >= ids.shape[0]:
         return _run_prompts(model, ids, mask, DynamicCache(config=config))
-    parts, predicted = [], []
-    for start in range(0, ids.shape[0], step):
+
+    def run(start: int) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[list[int]]]:
         part = mask[start : start + step]
         narrow = int(part.sum(-1).max())
         cache, tokens = _run_prompts(
             model, ids[start : start + step, -narrow:], part[:, -narrow:], DynamicCache()
         )
-        parts.append([(layer.keys, layer.values) for layer in cache.layers])
+        return [(layer.keys, layer.values) for layer in cache.layers], tokens
+
+    # The parts are independent: on a CPU they run side by side, one per thread.
+    parts, predicted = [], []
+    for layers, tokens in map_batches(run, range(0, ids.shape[0], step), model_device(model)):
+        parts.append(layers)
         predicted += tokens
     layers = [
         tuple(torch.cat([_left_pad(part[layer][kind], width) for part in parts]) for kind in (0, 1))
