@@ -3,8 +3,9 @@
 
 One decoding loop from a KV cache serves every task. A batch holds as many prompts as a memory
 budget allows (`generation_batches`), and a row leaves it, cache included, the step it stops:
-no step computes a finished row. Prompts run in parts of similar length (`_prefill`), and once
-few rows are left a step also checks guessed tokens (`eval.drafts`). The tokens are
+no step computes a finished row. Prompts run in parts of similar length, side by side on a
+CPU (`_prefill`), and once few rows are left a step also checks guessed tokens
+(`eval.drafts`). The tokens are
 `model.generate`'s greedy ones (left padding, the same attention mask and position ids), and so
 lm-eval's HF ``generate_until``'s.
 
@@ -28,6 +29,7 @@ from eval.drafts import accepted, draft_length, lookup
 from eval.model_loading import cache_argument, model_device, pad_id, supports_logits_to_keep
 from eval.options import batch_size_given
 from eval.tokens import TextEncoder
+from eval.workers import map_batches
 
 # Why a generation ended: a line break (the scored line is complete; what follows is cut), the
 # model's end-of-sequence token, or the `max_new_tokens` limit.
@@ -407,8 +409,9 @@ def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> tuple[Any, li
     """Run a left-padded batch's prompts: its KV cache, and each row's greedy next token.
 
     A model whose cache keeps every key (`_full_attention`) runs the rows in parts of about
-    `PREFILL_TOKENS` tokens, each part only as wide as its longest prompt; each part's keys and
-    values are padded on the left to the batch's width (masked columns, as padding is).
+    `PREFILL_TOKENS` tokens, each part only as wide as its longest prompt, side by side on a
+    CPU (`eval.workers.map_batches`); each part's keys and values are padded on the left to the
+    batch's width (masked columns, as padding is).
     """
     from transformers import DynamicCache
 
@@ -417,14 +420,19 @@ def _prefill(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> tuple[Any, li
     step = max(1, PREFILL_TOKENS // width)
     if not _full_attention(DynamicCache(config=config)) or step >= ids.shape[0]:
         return _run_prompts(model, ids, mask, DynamicCache(config=config))
-    parts, predicted = [], []
-    for start in range(0, ids.shape[0], step):
+
+    def run(start: int) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[list[int]]]:
         part = mask[start : start + step]
         narrow = int(part.sum(-1).max())
         cache, tokens = _run_prompts(
             model, ids[start : start + step, -narrow:], part[:, -narrow:], DynamicCache()
         )
-        parts.append([(layer.keys, layer.values) for layer in cache.layers])
+        return [(layer.keys, layer.values) for layer in cache.layers], tokens
+
+    # The parts are independent: on a CPU they run side by side, one per thread.
+    parts, predicted = [], []
+    for layers, tokens in map_batches(run, range(0, ids.shape[0], step), model_device(model)):
+        parts.append(layers)
         predicted += tokens
     layers = [
         tuple(torch.cat([_left_pad(part[layer][kind], width) for part in parts]) for kind in (0, 1))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import click
 import pytest
@@ -96,6 +97,16 @@ def _line_end(tokenizer):
     return lambda rows: [row[-1] in newlines for row in rows]
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, so one batch at a time and the forwards counted are one batch's;
+    tests of batches side by side (one per thread) set two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def references(model, tokenizer):
     """`reference_runs` of PROMPTS to their line ends, each prompt alone and all together."""
@@ -104,10 +115,30 @@ def references(model, tokenizer):
     return alone, reference_runs(model, tokenizer, PROMPTS, ended, batched=True)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("batch_size", [None, 1, 3])
-def test_greedy_equals_generate_token_for_token(model, tokenizer, references, batch_size):
+def test_greedy_equals_generate_token_for_token(
+    model, tokenizer, references, batch_size, threads, monkeypatch
+):
+    """The same tokens whatever the batches, with the prompts' parts (a row each) one at a time
+    or side by side (two threads: two workers run them, where the model runs parts)."""
+    from transformers import DynamicCache
+
+    torch.set_num_threads(threads)
+    monkeypatch.setattr(generation, "PREFILL_TOKENS", 1)
+    workers = set()
+    forward = model.forward
+
+    def noted(*args, **kwargs):
+        workers.add(threading.current_thread().name)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", noted)
     ours = greedy(model, tokenizer, PROMPTS, _line_end(tokenizer), NEW, 256, None,
                   batch_size=batch_size, progress=False, desc="")  # fmt: skip
+    workers.discard(threading.current_thread().name)
+    parts = generation._full_attention(DynamicCache(config=model.config)) and batch_size != 1
+    assert len(workers) == (threads if parts and threads > 1 else 0)
     alone, together = references
     assert ours == alone
     assert ours == together
