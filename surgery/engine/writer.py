@@ -469,7 +469,7 @@ class _ShardWriter:
                 for piece, within in tensor.segments()
             ]
             prepared = {
-                id(t.kernel): self.executor.submit(lambda k: k.prepare(k.open(self.pool)), t.kernel)
+                id(t.kernel): self.executor.submit(lambda k: k.prepare_from(self.pool), t.kernel)
                 for t, _, parts in layout
                 if parts != [None] and t.kernel is not None
             }

@@ -61,12 +61,16 @@ class Kernel(ABC):
         them at byte `offset` of the open shard `fd`, feeding the bytes written to `hasher`."""
         inputs = self.open(pool)
         out = Output(fd, offset, self.name, self.out_dtype, inputs, progress, hasher)
-        # An overflow in the arithmetic is refused where the chunk is rounded (`Output.put`);
-        # numpy's warnings would only add lines to the one-line error.
-        with np.errstate(over="ignore", invalid="ignore"):
+        with _quiet():
             if part is None:
                 part, state = range(inputs.numel), self.prepare(inputs)
             self.map_part(inputs, out, part, state)
+
+    def prepare_from(self, pool: SourcePool) -> object:
+        """`prepare` on the inputs opened from `pool`: a segmented tensor's reduction passes,
+        run before its parts are written."""
+        with _quiet():
+            return self.prepare(self.open(pool))
 
     def prepare(self, inputs: Inputs) -> object:
         """The reduction passes (norms, thresholds, rescaling factors); none by default."""
@@ -85,6 +89,12 @@ class Kernel(ABC):
         """`range(numel)` cut into segments of about `size` elements, whole steps each."""
         size = max(self.step, size // self.step * self.step)
         return [range(s, min(s + size, numel)) for s in range(0, numel, size)]
+
+
+def _quiet() -> np.errstate:
+    """numpy's overflow warnings off: an overflow in the arithmetic is refused where the chunk
+    is rounded (`Output.put`), and the warnings would only add lines to the one-line error."""
+    return np.errstate(over="ignore", invalid="ignore")
 
 
 def computed(kernel: Kernel, shape: tuple[int, ...]) -> OutputTensor:
