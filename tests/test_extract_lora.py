@@ -400,7 +400,7 @@ def test_memory_does_not_grow_with_the_number_of_weights(tmp_path):
     # would add about 64 MiB over 8 weights, and factoring on every writer thread (each malloc
     # arena keeping a weight's freed heap) measured 11 MiB more. The peak is sampled every
     # 10 ms: 8 weights give the smaller run time enough for its sampling to find the same
-    # transient peaks as the larger one's (with 4, one run in a loaded slow suite failed).
+    # transient peaks as the larger one's (with 4, one slow-suite run failed).
     small = _extract_peak(tmp_path, 8)
     large = _extract_peak(tmp_path, 24)
     print(f"peak RssAnon: {small / 2**20:.0f} MiB (8 weights), {large / 2**20:.0f} MiB (24)")
