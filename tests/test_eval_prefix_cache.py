@@ -325,16 +325,7 @@ def test_items_sharing_a_passage_score_as_whole_contexts(arch):
     assert prefix is not None
     groups = shared_groups(contexts, prefix.length, prefix.members, 8)
     assert any(len(indices) > 1 for indices, _ in groups)  # the grouped path runs
-    whole = choice_loglikelihoods(model, requests, batch_size=8, prefix_cache=False)
-    for batch_size in (1, 2, 8):
-        got = choice_loglikelihoods(model, requests, batch_size=batch_size)
-        difference = max(
-            abs(a - b) for x, y in zip(got, whole, strict=True) for a, b in zip(x, y, strict=True)
-        )
-        assert difference <= TOLERANCE
-    for request, item_scores in zip(requests, got, strict=True):
-        expected = ref.logprob_after(model, request.context, request.continuations[-1])
-        assert item_scores[-1] == pytest.approx(expected, abs=LL_TOL)
+    _assert_scores_as_whole_and_plain(model, requests, (1, 2, 8), choice=-1)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -354,16 +345,7 @@ def test_passages_asked_once_run_after_the_prefix_columns(arch):
     for (keys, _), layer in zip(prefix.layers, cache.layers, strict=True):
         if keys is not None:
             assert layer.keys.shape[0] == 3 and layer.keys.data_ptr() == keys.data_ptr()
-    whole = choice_loglikelihoods(model, requests, batch_size=8, prefix_cache=False)
-    for batch_size in (1, 3, 8):
-        got = choice_loglikelihoods(model, requests, batch_size=batch_size)
-        difference = max(
-            abs(a - b) for x, y in zip(got, whole, strict=True) for a, b in zip(x, y, strict=True)
-        )
-        assert difference <= TOLERANCE
-    for request, item_scores in zip(requests, got, strict=True):
-        expected = ref.logprob_after(model, request.context, request.continuations[0])
-        assert item_scores[0] == pytest.approx(expected, abs=LL_TOL)
+    _assert_scores_as_whole_and_plain(model, requests, (1, 3, 8), choice=0)
 
 
 def test_shared_groups_partition_the_members_into_contexts_sharing_a_head():
@@ -422,3 +404,18 @@ def test_a_passage_runs_once_per_batch():
     whole = choice_loglikelihoods(model, requests, batch_size=2, prefix_cache=False)
     pairs = zip(got, whole, strict=True)
     assert max(abs(a - b) for x, y in pairs for a, b in zip(x, y, strict=True)) <= TOLERANCE
+
+
+def _assert_scores_as_whole_and_plain(model, requests, batch_sizes, choice: int) -> None:
+    """At each batch size, the prefix cache's scores are whole contexts' (within TOLERANCE);
+    each item's `choice` is a plain forward's."""
+    whole = choice_loglikelihoods(model, requests, batch_size=8, prefix_cache=False)
+    for batch_size in batch_sizes:
+        got = choice_loglikelihoods(model, requests, batch_size=batch_size)
+        difference = max(
+            abs(a - b) for x, y in zip(got, whole, strict=True) for a, b in zip(x, y, strict=True)
+        )
+        assert difference <= TOLERANCE
+    for request, item_scores in zip(requests, got, strict=True):
+        expected = ref.logprob_after(model, request.context, request.continuations[choice])
+        assert item_scores[choice] == pytest.approx(expected, abs=LL_TOL)

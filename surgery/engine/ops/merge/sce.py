@@ -67,13 +67,7 @@ def _variance(
             np.copyto(value, delta)  # exact: every float32 is a float64
         else:  # the work dtype's difference, widened exactly
             np.subtract(delta, base, out=value, dtype=delta.dtype)
-    mean = scratch.get("mean", np.float64, count)
-    if len(wide) == 1:
-        np.copyto(mean, wide[0])
-    else:  # (w0 + w1) + w2 ...
-        np.add(wide[0], wide[1], out=mean)
-    for value in wide[2:]:
-        mean += value
+    mean = _sum_into(wide, scratch.get("mean", np.float64, count))
     mean /= len(deltas)
     for value in wide:
         value -= mean
@@ -84,6 +78,17 @@ def _variance(
     out = scratch.get("variance", deltas[0].dtype, count) if out is None else out
     # The float64 quotient, rounded once as it is written.
     return np.divide(total, len(deltas), out=out, casting="same_kind")
+
+
+def _sum_into(arrays: list[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """(a0 + a1) + a2 ... in `out`, in that order (the floats torch's sum gives)."""
+    if len(arrays) == 1:
+        np.copyto(out, arrays[0])
+    else:
+        np.add(arrays[0], arrays[1], out=out)
+    for array in arrays[2:]:
+        out += array
+    return out
 
 
 def _split_bools(ordered: np.ndarray, out: np.ndarray, odd: np.ndarray) -> np.ndarray:
@@ -385,13 +390,7 @@ class Sce(Kernel):
         The sum's sign only matters where an element is kept, and there the masked and unmasked
         sums are the same floats."""
         count, work = len(deltas[0]), deltas[0].dtype.type
-        total = scratch.get("sum", work, count)
-        if len(deltas) == 1:
-            np.copyto(total, deltas[0])
-        else:  # (d0 + d1) + d2 ...
-            np.add(deltas[0], deltas[1], out=total)
-        for delta in deltas[2:]:
-            total += delta
+        total = _sum_into(deltas, scratch.get("sum", work, count))
         positive = np.greater_equal(total, 0, out=scratch.get("positive", bool, count))
         merged = scratch.get("merged", work, count)
         merged[...] = 0  # +0 + x: a sum of zeros is +0, as mergekit's
